@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages avtrain needs; skips what is already present.
+#   jobscripts/install-deps.sh            build, run and test
+#   jobscripts/install-deps.sh --reference  also PyTorch (CPU) for the benchmark and reference checks
+set -euo pipefail
+
+packages=(cmake g++ make git pkg-config
+          libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
+          libboost-program-options-dev libopenblas-dev nlohmann-json3-dev
+          libgtest-dev python3 python3-numpy python3-h5py)
+if [[ "${1:-}" == "--reference" ]]; then
+  packages+=(python3-torch python3-matplotlib)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+
+echo "avtrain: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,135 @@
+#pragma once
+// The one kernel interface. Layers call only these ops; a backend (cpu/, later cuda/) implements
+// them. Pointers are to the backend's memory; every matrix is row-major. Ops that produce
+// parameter gradients ACCUMULATE (+=) into them, so micro-batches sum without extra passes.
+// Nothing here knows of layers, ranks or stages.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace avtrain {
+
+enum class Trans { no, yes };
+
+// Strided batch of matrix products: C_i = alpha * op(A_i) op(B_i) + beta * C_i, i < count.
+struct GemmBatch {
+  int count = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual void set_threads(int threads) = 0;
+
+  // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
+  virtual void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  virtual void gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
+                            int lda, const float* B, int ldb, float beta, float* C, int ldc,
+                            const GemmBatch& batch) = 0;
+
+  // ---- elementwise and small reductions
+  virtual void fill(float* x, std::size_t n, float value) = 0;
+  virtual void add(float* y, const float* x, std::size_t n) = 0;              // y += x
+  virtual void scale(float* x, std::size_t n, float a) = 0;                   // x *= a
+  virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0; // y[r,:] += bias
+  virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
+  virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
+  virtual void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) = 0;  // dx = dy*gelu'(x)
+  virtual double sum_squares(const float* x, std::size_t n) = 0;
+  virtual float abs_max(const float* x, std::size_t n) = 0;
+  virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
+  // Nonzero entries with |x| < threshold, and nonzero entries overall.
+  virtual void count_underflow(const float* x, std::size_t n, float threshold, std::size_t& below,
+                               std::size_t& nonzero) = 0;
+
+  // ---- normalisation; statistics always in fp32
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                 float* mean, float* rstd, int rows, int dim, float eps) = 0;
+  virtual void layernorm_backward(const float* dy, const float* x, const float* gamma,
+                                  const float* mean, const float* rstd, float* dx, float* dgamma,
+                                  float* dbeta, int rows, int dim) = 0;
+  // BatchNorm over channels of x[rows, ch], statistics over rows with row_mask=1; masked rows give 0.
+  // training: batch statistics (mean, rstd saved), running stats updated (unbiased var, momentum).
+  virtual void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                                       const float* beta, float* y, float* mean, float* rstd,
+                                       float* running_mean, float* running_var, int rows, int ch,
+                                       float eps, float momentum) = 0;
+  virtual void batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                                      const float* beta, const float* running_mean,
+                                      const float* running_var, float* y, int rows, int ch,
+                                      float eps) = 0;
+  virtual void batchnorm_backward(const float* dy, const float* x, const std::uint8_t* row_mask,
+                                  const float* gamma, const float* mean, const float* rstd, float* dx,
+                                  float* dgamma, float* dbeta, int rows, int ch) = 0;
+
+  // ---- attention pieces. qkv[B, L, 3, H, hd] <-> q, k, v each [B, H, L, hd]
+  virtual void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
+                           int hd) = 0;
+  virtual void merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B,
+                                int L, int H, int hd) = 0;
+  // o[B, H, L, hd] -> y[B, L, H*hd] and back
+  virtual void heads_to_tokens(const float* o, float* y, int B, int L, int H, int hd) = 0;
+  virtual void tokens_to_heads(const float* y, float* o, int B, int L, int H, int hd) = 0;
+  // In place on s[B, H, L, L]: p = softmax_over_keys(s), keys with key_mask[b, j] = 0 get p = 0.
+  virtual void masked_softmax_forward(float* s, const std::uint8_t* key_mask, int B, int H,
+                                      int L) = 0;
+  // In place: dp -> ds = p * (dp - sum_j dp*p)
+  virtual void softmax_backward(float* dp, const float* p, int rows, int L) = 0;
+
+  // ---- audio front end (no parameters, forward only)
+  // frames[B, T, win] = audio[b, t*hop + i] * window[i]
+  virtual void frame_signal(const float* audio, const float* window, float* frames, int B,
+                            std::int64_t A, int T, int win, int hop) = 0;
+  // spec[rows, 2*nb] = [re | im]  ->  power[rows, nb]
+  virtual void power_spectrum(const float* spec, float* power, int rows, int nb) = 0;
+  // x = log(x + eps) where row_mask, 0 elsewhere; x[rows, cols]
+  virtual void masked_log(float* x, const std::uint8_t* row_mask, int rows, int cols, float eps) = 0;
+  // Conv1d im2col, channels last: col[B, To, k*C]... col[b, t, c*k + j] = x[b, t*stride + j - pad, c]
+  virtual void im2col_1d(const float* x, float* col, int B, int T, int C, int k, int stride, int pad,
+                         int To) = 0;
+  virtual void col2im_1d(const float* dcol, float* dx, int B, int T, int C, int k, int stride, int pad,
+                         int To) = 0;  // dx = (overwritten) sum of dcol contributions
+
+  // ---- video: uint8 video[B, F, H, W, C] -> patches[B, Nt*Nh*Nw, tp*p*p*C], value v/127.5 - 1
+  virtual void video_patches(const std::uint8_t* video, float* patches, int B, int F, int H, int W,
+                             int C, int tp, int p) = 0;
+
+  // ---- token assembly
+  // x[rows, D] = 0 where row_mask = 0
+  virtual void mask_rows(float* x, const std::uint8_t* row_mask, int rows, int dim) = 0;
+  // x[B, L, D]: rows [0, Ta) from a[B, Ta, D], rows [Ta, L) from v[B, L-Ta, D]; then + pos[L, D]
+  // + modality[0 or 1, D]
+  virtual void embed_forward(const float* a, const float* v, const float* pos, const float* modality,
+                             float* x, int B, int Ta, int L, int D) = 0;
+  virtual void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality,
+                              int B, int Ta, int L, int D) = 0;
+  // pooled[B, D] = mean over tokens [begin, end) with mask of x[B, L, D]
+  virtual void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B,
+                                        int L, int D, int begin, int end) = 0;
+  virtual void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx,
+                                         int B, int L, int D, int begin, int end) = 0;  // dx +=
+  // out[B, Da+Db] = [a | b] and back
+  virtual void concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) = 0;
+  virtual void split_columns(const float* d, float* da, float* db, int B, int Da, int Db) = 0;
+
+  // ---- losses (fp32). Return the mean loss over rows and write the gradient of
+  // (grad_scale * loss) into dlogits.
+  virtual double cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
+                               int rows, int classes, float grad_scale, int* correct) = 0;
+  // Symmetric InfoNCE between row-normalised a[B, D] and b[B, D] at temperature tau; accumulates
+  // the gradient of grad_scale * loss into da, db.
+  virtual double info_nce(const float* a, const float* b, float* da, float* db, int B, int D,
+                          float tau, float grad_scale) = 0;
+
+  // ---- optimizer: AdamW on fp32 master weights, bias-corrected; decay applied as w -= lr*wd*w.
+  virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int step) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace avtrain

@@ -1,0 +1,88 @@
+#pragma once
+// The CPU backend: every matrix product through cblas_sgemm, loops elsewhere (OpenMP).
+#include "backend/backend.hpp"
+
+namespace avtrain {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  void set_threads(int threads) override;
+
+  void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override;
+  void gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc,
+                    const GemmBatch& batch) override;
+
+  void fill(float* x, std::size_t n, float value) override;
+  void add(float* y, const float* x, std::size_t n) override;
+  void scale(float* x, std::size_t n, float a) override;
+  void add_bias(float* y, const float* bias, int rows, int cols) override;
+  void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
+  void gelu_forward(const float* x, float* y, std::size_t n) override;
+  void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) override;
+  double sum_squares(const float* x, std::size_t n) override;
+  float abs_max(const float* x, std::size_t n) override;
+  std::size_t count_nonfinite(const float* x, std::size_t n) override;
+  void count_underflow(const float* x, std::size_t n, float threshold, std::size_t& below,
+                       std::size_t& nonzero) override;
+
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                         float* rstd, int rows, int dim, float eps) override;
+  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                          const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
+                          int dim) override;
+  void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                               const float* beta, float* y, float* mean, float* rstd,
+                               float* running_mean, float* running_var, int rows, int ch, float eps,
+                               float momentum) override;
+  void batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                              const float* beta, const float* running_mean, const float* running_var,
+                              float* y, int rows, int ch, float eps) override;
+  void batchnorm_backward(const float* dy, const float* x, const std::uint8_t* row_mask,
+                          const float* gamma, const float* mean, const float* rstd, float* dx,
+                          float* dgamma, float* dbeta, int rows, int ch) override;
+
+  void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
+                   int hd) override;
+  void merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int L,
+                        int H, int hd) override;
+  void heads_to_tokens(const float* o, float* y, int B, int L, int H, int hd) override;
+  void tokens_to_heads(const float* y, float* o, int B, int L, int H, int hd) override;
+  void masked_softmax_forward(float* s, const std::uint8_t* key_mask, int B, int H, int L) override;
+  void softmax_backward(float* dp, const float* p, int rows, int L) override;
+
+  void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
+                    int T, int win, int hop) override;
+  void power_spectrum(const float* spec, float* power, int rows, int nb) override;
+  void masked_log(float* x, const std::uint8_t* row_mask, int rows, int cols, float eps) override;
+  void im2col_1d(const float* x, float* col, int B, int T, int C, int k, int stride, int pad,
+                 int To) override;
+  void col2im_1d(const float* dcol, float* dx, int B, int T, int C, int k, int stride, int pad,
+                 int To) override;
+  void video_patches(const std::uint8_t* video, float* patches, int B, int F, int H, int W, int C,
+                     int tp, int p) override;
+
+  void mask_rows(float* x, const std::uint8_t* row_mask, int rows, int dim) override;
+  void embed_forward(const float* a, const float* v, const float* pos, const float* modality, float* x,
+                     int B, int Ta, int L, int D) override;
+  void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality, int B,
+                      int Ta, int L, int D) override;
+  void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B, int L,
+                                int D, int begin, int end) override;
+  void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx, int B,
+                                 int L, int D, int begin, int end) override;
+  void concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) override;
+  void split_columns(const float* d, float* da, float* db, int B, int Da, int Db) override;
+
+  double cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, int rows,
+                       int classes, float grad_scale, int* correct) override;
+  double info_nce(const float* a, const float* b, float* da, float* db, int B, int D, float tau,
+                  float grad_scale) override;
+
+  void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int step) override;
+};
+
+}  // namespace avtrain

@@ -1,0 +1,150 @@
+// LayerNorm and masked BatchNorm; statistics in fp32 with double accumulation over rows.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+
+namespace avtrain {
+
+void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                   float* mean, float* rstd, int rows, int dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 256)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + std::size_t(r) * dim;
+    float* yr = y + std::size_t(r) * dim;
+    float s = 0;
+    for (int i = 0; i < dim; ++i) s += xr[i];
+    float mu = s / dim;
+    float v = 0;
+    for (int i = 0; i < dim; ++i) v += (xr[i] - mu) * (xr[i] - mu);
+    float rs = 1.0f / std::sqrt(v / dim + eps);
+    for (int i = 0; i < dim; ++i) yr[i] = (xr[i] - mu) * rs * gamma[i] + beta[i];
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma
+void CpuBackend::layernorm_backward(const float* dy, const float* x, const float* gamma,
+                                    const float* mean, const float* rstd, float* dx, float* dgamma,
+                                    float* dbeta, int rows, int dim) {
+#pragma omp parallel for schedule(static) if (rows > 256)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + std::size_t(r) * dim;
+    const float* dyr = dy + std::size_t(r) * dim;
+    float* dxr = dx + std::size_t(r) * dim;
+    float mu = mean[r], rs = rstd[r];
+    float sum_g = 0, sum_gx = 0;
+    for (int i = 0; i < dim; ++i) {
+      float g = dyr[i] * gamma[i];
+      float xhat = (xr[i] - mu) * rs;
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+    float mg = sum_g / dim, mgx = sum_gx / dim;
+    for (int i = 0; i < dim; ++i) {
+      float xhat = (xr[i] - mu) * rs;
+      dxr[i] = rs * (dyr[i] * gamma[i] - mg - xhat * mgx);
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + std::size_t(r) * dim;
+    const float* dyr = dy + std::size_t(r) * dim;
+    float mu = mean[r], rs = rstd[r];
+    for (int i = 0; i < dim; ++i) {
+      dgamma[i] += dyr[i] * (xr[i] - mu) * rs;
+      dbeta[i] += dyr[i];
+    }
+  }
+}
+
+void CpuBackend::batchnorm_forward_train(const float* x, const std::uint8_t* row_mask,
+                                         const float* gamma, const float* beta, float* y, float* mean,
+                                         float* rstd, float* running_mean, float* running_var,
+                                         int rows, int ch, float eps, float momentum) {
+  std::vector<double> s(ch, 0.0), ss(ch, 0.0);
+  std::size_t count = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (!row_mask[r]) continue;
+    ++count;
+    const float* xr = x + std::size_t(r) * ch;
+    for (int c = 0; c < ch; ++c) s[c] += xr[c];
+  }
+  const double n = double(count > 0 ? count : 1);
+  for (int c = 0; c < ch; ++c) s[c] /= n;
+  for (int r = 0; r < rows; ++r) {
+    if (!row_mask[r]) continue;
+    const float* xr = x + std::size_t(r) * ch;
+    for (int c = 0; c < ch; ++c) ss[c] += (xr[c] - s[c]) * (xr[c] - s[c]);
+  }
+  for (int c = 0; c < ch; ++c) {
+    double var = ss[c] / n;
+    mean[c] = float(s[c]);
+    rstd[c] = float(1.0 / std::sqrt(var + eps));
+    double unbiased = count > 1 ? ss[c] / double(count - 1) : var;
+    running_mean[c] = float((1.0 - momentum) * running_mean[c] + momentum * s[c]);
+    running_var[c] = float((1.0 - momentum) * running_var[c] + momentum * unbiased);
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + std::size_t(r) * ch;
+    const float* xr = x + std::size_t(r) * ch;
+    if (!row_mask[r]) {
+      for (int c = 0; c < ch; ++c) yr[c] = 0;
+      continue;
+    }
+    for (int c = 0; c < ch; ++c) yr[c] = (xr[c] - mean[c]) * rstd[c] * gamma[c] + beta[c];
+  }
+}
+
+void CpuBackend::batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask,
+                                        const float* gamma, const float* beta,
+                                        const float* running_mean, const float* running_var, float* y,
+                                        int rows, int ch, float eps) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + std::size_t(r) * ch;
+    const float* xr = x + std::size_t(r) * ch;
+    for (int c = 0; c < ch; ++c) {
+      yr[c] = row_mask[r] ? (xr[c] - running_mean[c]) / std::sqrt(running_var[c] + eps) * gamma[c] + beta[c]
+                          : 0.0f;
+    }
+  }
+}
+
+// dx = gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)), means over the masked rows.
+void CpuBackend::batchnorm_backward(const float* dy, const float* x, const std::uint8_t* row_mask,
+                                    const float* gamma, const float* mean, const float* rstd,
+                                    float* dx, float* dgamma, float* dbeta, int rows, int ch) {
+  std::vector<double> sum_dy(ch, 0.0), sum_dy_xhat(ch, 0.0);
+  std::size_t count = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (!row_mask[r]) continue;
+    ++count;
+    const float* xr = x + std::size_t(r) * ch;
+    const float* dyr = dy + std::size_t(r) * ch;
+    for (int c = 0; c < ch; ++c) {
+      float xhat = (xr[c] - mean[c]) * rstd[c];
+      sum_dy[c] += dyr[c];
+      sum_dy_xhat[c] += double(dyr[c]) * xhat;
+    }
+  }
+  const double n = double(count > 0 ? count : 1);
+  for (int c = 0; c < ch; ++c) {
+    dgamma[c] += float(sum_dy_xhat[c]);
+    dbeta[c] += float(sum_dy[c]);
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* dxr = dx + std::size_t(r) * ch;
+    if (!row_mask[r]) {
+      for (int c = 0; c < ch; ++c) dxr[c] = 0;
+      continue;
+    }
+    const float* xr = x + std::size_t(r) * ch;
+    const float* dyr = dy + std::size_t(r) * ch;
+    for (int c = 0; c < ch; ++c) {
+      float xhat = (xr[c] - mean[c]) * rstd[c];
+      dxr[c] = gamma[c] * rstd[c] * float(dyr[c] - sum_dy[c] / n - xhat * sum_dy_xhat[c] / n);
+    }
+  }
+}
+
+}  // namespace avtrain

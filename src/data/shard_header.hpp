@@ -1,0 +1,24 @@
+#pragma once
+// What one shard file declares: its attributes and the shapes of its datasets.
+#include <cstdint>
+#include <string>
+
+namespace avtrain::data {
+
+struct ShardHeader {
+  std::string path;
+  int version = 0;
+  int sample_rate = 0;  // Hz
+  double fps = 0;
+  int num_classes = 0;
+  std::int64_t samples = 0;        // N
+  std::int64_t audio_samples = 0;  // A
+  int frames = 0, height = 0, width = 0, channels = 0;  // F, H, W, C
+  bool audio_int16 = false;        // else float32
+};
+
+// Throws Error naming other.path when other cannot belong to the same set as first
+// (a differing attribute, sample shape or audio type).
+void require_same_set(const ShardHeader& first, const ShardHeader& other);
+
+}  // namespace avtrain::data

@@ -1,0 +1,312 @@
+#include "data/shard_reader.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "data/row_runs.hpp"
+
+namespace avtrain::data {
+
+namespace {
+
+constexpr const char* kFormatName = "av-shard";
+constexpr long long kFormatVersion = 1;
+constexpr std::size_t kCheckBlockBytes = std::size_t{8} << 20;  // one value-check read holds at most this much
+
+H5Id open_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such file");
+  const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 == 0) throw Error(path + ": not an HDF5 file");
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (is_hdf5 < 0 || !file.valid()) throw Error(path + ": cannot open as HDF5 (the file is truncated or corrupt)");
+  return file;
+}
+
+// ---- attributes -------------------------------------------------------------------------------
+
+H5Id open_attribute(hid_t file, const std::string& path, const char* name) {
+  if (H5Aexists(file, name) <= 0) throw Error(path + ": attribute " + name + " is missing");
+  H5Id attribute(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
+  if (!attribute.valid()) throw Error(path + ": attribute " + name + " cannot be read");
+  const H5Id space(H5Aget_space(attribute.get()), H5Sclose);
+  const hssize_t values = H5Sget_simple_extent_npoints(space.get());
+  if (values != 1) {
+    throw Error(path + ": attribute " + name + " must hold one value, holds " + std::to_string(values));
+  }
+  return attribute;
+}
+
+H5Id type_of_attribute(const H5Id& attribute) { return H5Id(H5Aget_type(attribute.get()), H5Tclose); }
+
+std::string read_string_attribute(hid_t file, const std::string& path, const char* name) {
+  const H5Id attribute = open_attribute(file, path, name);
+  const H5Id type = type_of_attribute(attribute);
+  if (H5Tget_class(type.get()) != H5T_STRING) {
+    throw Error(path + ": attribute " + name + " must be a string, is " + type_name(type.get()));
+  }
+  const auto unreadable = [&] { return Error(path + ": attribute " + name + " cannot be read"); };
+  if (H5Tis_variable_str(type.get()) > 0) {
+    char* text = nullptr;
+    if (H5Aread(attribute.get(), type.get(), &text) < 0) throw unreadable();
+    std::string value = text != nullptr ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  std::string value(H5Tget_size(type.get()), '\0');
+  if (H5Aread(attribute.get(), type.get(), value.data()) < 0) throw unreadable();
+  value.resize(std::strlen(value.c_str()));
+  while (!value.empty() && value.back() == ' ') value.pop_back();  // space-padded strings
+  return value;
+}
+
+long long read_integer_attribute(hid_t file, const std::string& path, const char* name) {
+  const H5Id attribute = open_attribute(file, path, name);
+  const H5Id type = type_of_attribute(attribute);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) {
+    throw Error(path + ": attribute " + name + " must be an integer, is " + type_name(type.get()));
+  }
+  long long value = 0;
+  if (H5Aread(attribute.get(), H5T_NATIVE_LLONG, &value) < 0) throw Error(path + ": attribute " + name + " cannot be read");
+  return value;
+}
+
+double read_number_attribute(hid_t file, const std::string& path, const char* name) {
+  const H5Id attribute = open_attribute(file, path, name);
+  const H5Id type = type_of_attribute(attribute);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  if (type_class != H5T_INTEGER && type_class != H5T_FLOAT) {
+    throw Error(path + ": attribute " + name + " must be a number, is " + type_name(type.get()));
+  }
+  double value = 0;
+  if (H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value) < 0) throw Error(path + ": attribute " + name + " cannot be read");
+  return value;
+}
+
+int positive_int_attribute(hid_t file, const std::string& path, const char* name) {
+  const long long value = read_integer_attribute(file, path, name);
+  if (value < 1 || value > INT_MAX) {
+    throw Error(path + ": attribute " + name + " = " + std::to_string(value) + " must be a positive integer");
+  }
+  return static_cast<int>(value);
+}
+
+// ---- datasets ---------------------------------------------------------------------------------
+
+H5Id open_dataset(hid_t file, const std::string& path, const char* name) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) throw Error(path + ": dataset " + name + " is missing");
+  H5Id dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) throw Error(path + ": " + name + " is not a dataset");
+  return dataset;
+}
+
+bool is_integer(hid_t type, std::size_t bytes, H5T_sign_t sign) {
+  return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == bytes && H5Tget_sign(type) == sign;
+}
+
+bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
+
+void require_type(const H5Id& dataset, const std::string& path, const char* name, bool ok_int16_or_float32,
+                  std::size_t bytes, H5T_sign_t sign, const char* expected) {
+  const H5Id type(H5Dget_type(dataset.get()), H5Tclose);
+  const bool ok = ok_int16_or_float32 ? (is_integer(type.get(), 2, H5T_SGN_2) || is_float32(type.get()))
+                                      : is_integer(type.get(), bytes, sign);
+  if (!ok) throw Error(path + ": " + name + " has type " + type_name(type.get()) + ", expected " + expected);
+}
+
+std::vector<hsize_t> require_rank(const H5Id& dataset, const std::string& path, const char* name, int rank,
+                                  const char* shape) {
+  const H5Id space(H5Dget_space(dataset.get()), H5Sclose);
+  const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
+  const int found = space_class == H5S_SIMPLE ? H5Sget_simple_extent_ndims(space.get()) : 0;
+  if (found != rank) {
+    throw Error(path + ": " + name + " has rank " + std::to_string(found) + ", expected " + std::to_string(rank) +
+                " " + shape);
+  }
+  return dataset_dims(dataset.get());
+}
+
+void require_samples(const std::string& path, const char* name, hsize_t found, hsize_t samples) {
+  if (found != samples) {
+    throw Error(path + ": " + name + " holds " + std::to_string(found) + " samples but /audio holds " +
+                std::to_string(samples));
+  }
+}
+
+int require_extent(const std::string& path, const char* name, const char* what, hsize_t extent) {
+  if (extent < 1 || extent > static_cast<hsize_t>(INT_MAX)) {
+    throw Error(path + ": " + name + " has " + std::to_string(extent) + " " + what + ", expected at least 1");
+  }
+  return static_cast<int>(extent);
+}
+
+// Calls check(first_row, values, rows) for consecutive blocks of rows of a dataset.
+template <typename T, typename Check>
+void stream_rows(const H5Id& dataset, hid_t mem_type, std::int64_t samples, std::size_t row_elements,
+                 const std::string& path, const char* name, Check&& check) {
+  const auto block_rows = static_cast<std::int64_t>(std::max<std::size_t>(1, kCheckBlockBytes / (row_elements * sizeof(T))));
+  std::vector<T> values(static_cast<std::size_t>(std::min(block_rows, samples)) * row_elements);
+  for (std::int64_t first = 0; first < samples; first += block_rows) {
+    const std::int64_t rows = std::min(block_rows, samples - first);
+    const std::vector<RowRun> run{{static_cast<hsize_t>(first), static_cast<hsize_t>(rows)}};
+    if (!read_row_runs(dataset.get(), mem_type, run, values.data())) {
+      throw Error(path + ": " + name + " cannot be read (the file is truncated or corrupt)");
+    }
+    check(first, values.data(), rows);
+  }
+}
+
+void check_range(const H5Id& dataset, const std::string& path, const char* name, std::int64_t samples,
+                 std::int32_t low, std::int32_t high, std::vector<std::int64_t>* histogram) {
+  stream_rows<std::int32_t>(dataset, H5T_NATIVE_INT32, samples, 1, path, name,
+                            [&](std::int64_t first, const std::int32_t* values, std::int64_t rows) {
+                              for (std::int64_t i = 0; i < rows; ++i) {
+                                const std::int32_t v = values[i];
+                                if (v < low || v > high) {
+                                  throw Error(path + ": " + name + "[" + std::to_string(first + i) + "] = " +
+                                              std::to_string(v) + " is outside " + std::to_string(low) + ".." +
+                                              std::to_string(high));
+                                }
+                                if (histogram != nullptr) ++(*histogram)[static_cast<std::size_t>(v)];
+                              }
+                            });
+}
+
+void check_float_audio(const H5Id& dataset, const std::string& path, std::int64_t samples, std::int64_t audio_samples) {
+  const auto row = static_cast<std::size_t>(audio_samples);
+  stream_rows<float>(dataset, H5T_NATIVE_FLOAT, samples, row, path, "/audio",
+                     [&](std::int64_t first, const float* values, std::int64_t rows) {
+                       for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * row; ++i) {
+                         const float v = values[i];
+                         if (std::isfinite(v) && v >= -1.0f && v <= 1.0f) continue;
+                         std::ostringstream message;
+                         message << path << ": /audio[" << first + static_cast<std::int64_t>(i / row) << ", "
+                                 << i % row << "] = " << v
+                                 << (std::isfinite(v) ? " is outside [-1, 1]" : " is not finite");
+                         throw Error(message.str());
+                       }
+                     });
+}
+
+}  // namespace
+
+ShardReader::ShardReader(std::string path) {
+  silence_hdf5_error_printing();
+  header_.path = std::move(path);
+  const std::string& p = header_.path;
+  file_ = open_file(p);
+  const hid_t file = file_.get();
+
+  const std::string format = read_string_attribute(file, p, "avtrain_format");
+  if (format != kFormatName) {
+    throw Error(p + ": attribute avtrain_format = \"" + format + "\", expected \"" + kFormatName + "\"");
+  }
+  const long long version = read_integer_attribute(file, p, "version");
+  if (version != kFormatVersion) {
+    throw Error(p + ": attribute version = " + std::to_string(version) + ", this reader knows version " +
+                std::to_string(kFormatVersion) + " only");
+  }
+  header_.version = static_cast<int>(version);
+  header_.sample_rate = positive_int_attribute(file, p, "sample_rate");
+  header_.num_classes = positive_int_attribute(file, p, "num_classes");
+  header_.fps = read_number_attribute(file, p, "fps");
+  if (!std::isfinite(header_.fps) || header_.fps <= 0) {
+    std::ostringstream message;
+    message << p << ": attribute fps = " << header_.fps << " must be a positive number";
+    throw Error(message.str());
+  }
+
+  audio_ = open_dataset(file, p, "/audio");
+  audio_len_ = open_dataset(file, p, "/audio_len");
+  video_ = open_dataset(file, p, "/video");
+  video_len_ = open_dataset(file, p, "/video_len");
+  label_ = open_dataset(file, p, "/label");
+
+  require_type(audio_, p, "/audio", true, 0, H5T_SGN_2, "int16 or float32");
+  require_type(audio_len_, p, "/audio_len", false, 4, H5T_SGN_2, "int32");
+  require_type(video_, p, "/video", false, 1, H5T_SGN_NONE, "uint8");
+  require_type(video_len_, p, "/video_len", false, 4, H5T_SGN_2, "int32");
+  require_type(label_, p, "/label", false, 4, H5T_SGN_2, "int32");
+  {
+    const H5Id audio_type(H5Dget_type(audio_.get()), H5Tclose);
+    header_.audio_int16 = H5Tget_class(audio_type.get()) == H5T_INTEGER;
+  }
+
+  const std::vector<hsize_t> audio = require_rank(audio_, p, "/audio", 2, "[N, A]");
+  const std::vector<hsize_t> video = require_rank(video_, p, "/video", 5, "[N, F, H, W, C]");
+  const hsize_t samples = audio[0];
+  if (samples == 0) throw Error(p + ": /audio holds no samples");
+  require_samples(p, "/audio_len", require_rank(audio_len_, p, "/audio_len", 1, "[N]")[0], samples);
+  require_samples(p, "/video", video[0], samples);
+  require_samples(p, "/video_len", require_rank(video_len_, p, "/video_len", 1, "[N]")[0], samples);
+  require_samples(p, "/label", require_rank(label_, p, "/label", 1, "[N]")[0], samples);
+
+  header_.samples = static_cast<std::int64_t>(samples);
+  header_.audio_samples = require_extent(p, "/audio", "audio samples per row (A)", audio[1]);
+  header_.frames = require_extent(p, "/video", "frames (F)", video[1]);
+  header_.height = require_extent(p, "/video", "rows (H)", video[2]);
+  header_.width = require_extent(p, "/video", "columns (W)", video[3]);
+  header_.channels = static_cast<int>(std::min<hsize_t>(video[4], INT_MAX));
+  if (header_.channels != 1 && header_.channels != 3) {
+    throw Error(p + ": /video has " + std::to_string(video[4]) + " channels (C), expected 1 or 3");
+  }
+}
+
+std::vector<DatasetLayout> ShardReader::layouts() const {
+  return {describe_dataset(audio_.get(), "/audio"), describe_dataset(audio_len_.get(), "/audio_len"),
+          describe_dataset(video_.get(), "/video"), describe_dataset(video_len_.get(), "/video_len"),
+          describe_dataset(label_.get(), "/label")};
+}
+
+std::vector<std::int64_t> ShardReader::check_values() const {
+  silence_hdf5_error_printing();
+  const ShardHeader& h = header_;
+  const auto max_audio_len = static_cast<std::int32_t>(std::min<std::int64_t>(h.audio_samples, INT32_MAX));
+  check_range(audio_len_, h.path, "/audio_len", h.samples, 1, max_audio_len, nullptr);
+  check_range(video_len_, h.path, "/video_len", h.samples, 1, h.frames, nullptr);
+  std::vector<std::int64_t> histogram(static_cast<std::size_t>(h.num_classes), 0);
+  check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram);
+  if (!h.audio_int16) check_float_audio(audio_, h.path, h.samples, h.audio_samples);
+  return histogram;
+}
+
+ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows) const {
+  silence_hdf5_error_printing();
+  const ShardHeader& h = header_;
+  const std::vector<RowRun> runs = row_runs(rows);
+  const auto count = static_cast<std::size_t>(rows.size());
+  const auto audio_row = static_cast<std::size_t>(h.audio_samples);
+  const auto video_row = static_cast<std::size_t>(h.frames) * h.height * h.width * h.channels;
+  const auto read = [&](const H5Id& dataset, hid_t mem_type, void* buffer, const char* name) {
+    if (!read_row_runs(dataset.get(), mem_type, runs, buffer)) {
+      throw Error(h.path + ": " + name + " cannot be read (the file is truncated or corrupt)");
+    }
+  };
+
+  ShardRows out;
+  out.count = static_cast<std::int64_t>(count);
+  out.audio.resize(count * audio_row);
+  if (h.audio_int16) {
+    std::vector<std::int16_t> pcm(count * audio_row);
+    read(audio_, H5T_NATIVE_INT16, pcm.data(), "/audio");
+    std::transform(pcm.begin(), pcm.end(), out.audio.begin(), [](std::int16_t s) { return static_cast<float>(s) / 32768.0f; });
+  } else {
+    read(audio_, H5T_NATIVE_FLOAT, out.audio.data(), "/audio");
+  }
+  out.audio_len.resize(count);
+  read(audio_len_, H5T_NATIVE_INT32, out.audio_len.data(), "/audio_len");
+  out.video.resize(count * video_row);
+  read(video_, H5T_NATIVE_UINT8, out.video.data(), "/video");
+  out.video_len.resize(count);
+  read(video_len_, H5T_NATIVE_INT32, out.video_len.data(), "/video_len");
+  out.label.resize(count);
+  read(label_, H5T_NATIVE_INT32, out.label.data(), "/label");
+  return out;
+}
+
+}  // namespace avtrain::data

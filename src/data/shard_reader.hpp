@@ -1,0 +1,46 @@
+#pragma once
+// One shard file of format v1 (docs/shard-format.md): opened read-only and kept open,
+// checked on construction, read by rows with one hyperslab read per dataset.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/hdf5_describe.hpp"
+#include "data/hdf5_id.hpp"
+#include "data/shard_header.hpp"
+
+namespace avtrain::data {
+
+// Rows of one shard in increasing row order, decoded as in MicroBatch (audio as float in [-1, 1]).
+struct ShardRows {
+  std::int64_t count = 0;
+  std::vector<float> audio;             // [count, A]
+  std::vector<std::int32_t> audio_len;  // [count]
+  std::vector<std::uint8_t> video;      // [count, F, H, W, C]
+  std::vector<std::int32_t> video_len;  // [count]
+  std::vector<std::int32_t> label;      // [count]
+};
+
+class ShardReader {
+ public:
+  // Opens the file and checks its attributes and the types, ranks and sample counts of its datasets.
+  // Throws Error with one line naming the file, the dataset or attribute, and what is wrong.
+  explicit ShardReader(std::string path);
+
+  const ShardHeader& header() const { return header_; }
+  std::vector<DatasetLayout> layouts() const;
+
+  // Streams through the file in blocks of samples: lengths and labels in range, float audio finite and
+  // in [-1, 1]. Returns the number of samples of each class.
+  std::vector<std::int64_t> check_values() const;
+
+  // rows: row indices within this shard, sorted ascending, unique, in range.
+  ShardRows read_rows(const std::vector<std::int64_t>& rows) const;
+
+ private:
+  ShardHeader header_;
+  H5Id file_;
+  H5Id audio_, audio_len_, video_, video_len_, label_;
+};
+
+}  // namespace avtrain::data

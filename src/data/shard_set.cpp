@@ -1,0 +1,113 @@
+#include "data/shard_set.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "data/shard_directory.hpp"
+#include "data/shard_reader.hpp"
+
+namespace avtrain::data {
+
+namespace {
+
+class Hdf5ShardSet final : public ShardSet {
+ public:
+  explicit Hdf5ShardSet(const std::string& directory) : directory_(directory) {
+    for (const std::string& path : list_shard_files(directory)) {
+      ShardReader& shard = shards_.emplace_back(path);
+      shard.check_values();
+      if (shards_.size() > 1) require_same_set(shards_.front().header(), shard.header());
+      first_index_.push_back(info_.total_samples);
+      info_.total_samples += shard.header().samples;
+      std::error_code ec;
+      const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+      info_.shards.push_back({path, ec ? 0 : static_cast<std::uint64_t>(bytes), shard.header().samples});
+    }
+    const ShardHeader& h = shards_.front().header();
+    info_.sample_rate = h.sample_rate;
+    info_.fps = h.fps;
+    info_.num_classes = h.num_classes;
+    info_.audio_samples = h.audio_samples;
+    info_.frames = h.frames;
+    info_.height = h.height;
+    info_.width = h.width;
+    info_.channels = h.channels;
+    info_.audio_int16 = h.audio_int16;
+  }
+
+  const SetInfo& info() const override { return info_; }
+
+  MicroBatch read(const std::vector<std::int64_t>& global_indices) override {
+    for (const std::int64_t index : global_indices) {
+      if (index < 0 || index >= info_.total_samples) {
+        throw Error("sample index " + std::to_string(index) + " is outside 0.." + std::to_string(info_.total_samples - 1) +
+                    " of the shard set in " + directory_);
+      }
+    }
+    const auto batch = global_indices.size();
+    const auto audio_row = static_cast<std::size_t>(info_.audio_samples);
+    const auto video_row = static_cast<std::size_t>(info_.frames) * info_.height * info_.width * info_.channels;
+    MicroBatch out;
+    out.size = static_cast<int>(batch);
+    out.index = global_indices;
+    out.audio.resize(batch * audio_row);
+    out.audio_len.resize(batch);
+    out.video.resize(batch * video_row);
+    out.video_len.resize(batch);
+    out.label.resize(batch);
+
+    // Batch positions ordered by global index, so each shard's rows form one contiguous, sorted stretch.
+    std::vector<std::size_t> by_index(batch);
+    std::iota(by_index.begin(), by_index.end(), std::size_t{0});
+    std::stable_sort(by_index.begin(), by_index.end(),
+                     [&](std::size_t a, std::size_t b) { return global_indices[a] < global_indices[b]; });
+
+    std::vector<std::size_t> row_of(batch);  // batch position -> row position in its shard's read
+    for (std::size_t begin = 0; begin < batch;) {
+      const std::size_t shard = shard_of(global_indices[by_index[begin]]);
+      const std::int64_t first = first_index_[shard];
+      const std::int64_t end_index = first + shards_[shard].header().samples;
+      std::size_t end = begin;
+      std::vector<std::int64_t> rows;  // sorted, unique rows of this shard
+      for (; end < batch && global_indices[by_index[end]] < end_index; ++end) {
+        const std::int64_t row = global_indices[by_index[end]] - first;
+        if (rows.empty() || rows.back() != row) rows.push_back(row);
+        row_of[by_index[end]] = rows.size() - 1;
+      }
+      const ShardRows read = shards_[shard].read_rows(rows);
+      for (std::size_t k = begin; k < end; ++k) {
+        const std::size_t to = by_index[k];
+        const std::size_t from = row_of[to];
+        std::copy_n(read.audio.begin() + from * audio_row, audio_row, out.audio.begin() + to * audio_row);
+        std::copy_n(read.video.begin() + from * video_row, video_row, out.video.begin() + to * video_row);
+        out.audio_len[to] = read.audio_len[from];
+        out.video_len[to] = read.video_len[from];
+        out.label[to] = read.label[from];
+      }
+      begin = end;
+    }
+    return out;
+  }
+
+ private:
+  std::size_t shard_of(std::int64_t global_index) const {
+    const auto after = std::upper_bound(first_index_.begin(), first_index_.end(), global_index);
+    return static_cast<std::size_t>(after - first_index_.begin()) - 1;
+  }
+
+  std::string directory_;
+  SetInfo info_;
+  std::vector<ShardReader> shards_;
+  std::vector<std::int64_t> first_index_;  // global index of each shard's row 0
+};
+
+}  // namespace
+
+std::unique_ptr<ShardSet> ShardSet::open(const std::string& directory) {
+  return std::make_unique<Hdf5ShardSet>(directory);
+}
+
+}  // namespace avtrain::data

@@ -1,0 +1,51 @@
+#pragma once
+// Shard format v1 (docs/shard-format.md): a directory of HDF5 files, each holding
+// /audio [N,A] (int16 or float32), /audio_len, /video [N,F,H,W,C] uint8, /video_len, /label.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace avtrain::data {
+
+struct ShardFile {
+  std::string path;
+  std::uint64_t bytes = 0;
+  std::int64_t samples = 0;
+};
+
+// What every shard of a set shares, plus the list of shards; the model takes its input shapes from here.
+struct SetInfo {
+  int sample_rate = 0;       // Hz
+  double fps = 0;            // video frames per second
+  int num_classes = 0;
+  std::int64_t audio_samples = 0;  // A
+  int frames = 0, height = 0, width = 0, channels = 0;  // F, H, W, C
+  bool audio_int16 = false;  // else float32 in [-1, 1]
+  std::int64_t total_samples = 0;
+  std::vector<ShardFile> shards;  // sorted by file name; global sample index runs through them in this order
+};
+
+// A micro-batch of samples, decoded to what the model consumes.
+struct MicroBatch {
+  int size = 0;                        // B
+  std::vector<std::int64_t> index;     // global sample index of each row
+  std::vector<float> audio;            // [B, A], in [-1, 1] (int16 divided by 32768)
+  std::vector<std::int32_t> audio_len; // [B]
+  std::vector<std::uint8_t> video;     // [B, F, H, W, C]
+  std::vector<std::int32_t> video_len; // [B]
+  std::vector<std::int32_t> label;     // [B]
+};
+
+// Opens and validates a shard set (every file, every rule of the format) and reads samples by
+// global index with hyperslab reads. Not thread-safe: one thread reads at a time.
+class ShardSet {
+ public:
+  // Throws avtrain::Error with one line naming the file, the dataset and what is wrong.
+  static std::unique_ptr<ShardSet> open(const std::string& directory);
+  virtual ~ShardSet() = default;
+  virtual const SetInfo& info() const = 0;
+  virtual MicroBatch read(const std::vector<std::int64_t>& global_indices) = 0;
+};
+
+}  // namespace avtrain::data

@@ -1,0 +1,125 @@
+#include "data/shard_writer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.hpp"
+
+namespace avtrain::data {
+
+namespace {
+
+void write_attribute(hid_t file, const std::string& path, const char* name, hid_t file_type, hid_t mem_type,
+                     const void* value) {
+  const H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  const H5Id attribute(H5Acreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attribute.valid() || H5Awrite(attribute.get(), mem_type, value) < 0) {
+    throw Error(path + ": cannot write attribute " + name);
+  }
+}
+
+void write_string_attribute(hid_t file, const std::string& path, const char* name, const std::string& value) {
+  const H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), value.size());
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  write_attribute(file, path, name, type.get(), type.get(), value.data());
+}
+
+H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t file_type,
+                    const std::vector<hsize_t>& dims, bool gzip) {
+  const H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  const H5Id plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_obj_track_times(plist.get(), 0);  // no timestamps: the same seed gives the same bytes
+  if (gzip) {
+    std::vector<hsize_t> chunk(dims);
+    chunk[0] = dims.size() == 1 ? std::min<hsize_t>(dims[0], 65536) : 1;  // one sample per chunk
+    H5Pset_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_shuffle(plist.get());
+    H5Pset_deflate(plist.get(), 4);
+  }
+  H5Id dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) throw Error(path + ": cannot create dataset " + std::string(name));
+  return dataset;
+}
+
+void write_rows(const H5Id& dataset, const std::string& path, const char* name, hid_t mem_type,
+                std::int64_t first_row, std::int64_t rows, const void* values) {
+  const H5Id file_space(H5Dget_space(dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(file_space.get());
+  std::vector<hsize_t> dims(rank), start(rank, 0);
+  H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr);
+  start[0] = static_cast<hsize_t>(first_row);
+  dims[0] = static_cast<hsize_t>(rows);
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, dims.data(), nullptr);
+  const H5Id memory_space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  if (H5Dwrite(dataset.get(), mem_type, memory_space.get(), file_space.get(), H5P_DEFAULT, values) < 0) {
+    throw Error(path + ": cannot write " + name + " (disk full?)");
+  }
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(const ShardHeader& header, bool gzip)
+    : header_(header), temporary_path_(header.path + ".tmp") {
+  silence_hdf5_error_printing();
+  const std::string& p = temporary_path_;
+  file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file_.valid()) throw Error(p + ": cannot create the file (is the directory writable?)");
+  const hid_t file = file_.get();
+
+  write_string_attribute(file, p, "avtrain_format", "av-shard");
+  write_attribute(file, p, "version", H5T_STD_I32LE, H5T_NATIVE_INT, &header_.version);
+  write_attribute(file, p, "sample_rate", H5T_STD_I32LE, H5T_NATIVE_INT, &header_.sample_rate);
+  write_attribute(file, p, "fps", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &header_.fps);
+  write_attribute(file, p, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, &header_.num_classes);
+
+  const auto n = static_cast<hsize_t>(header_.samples);
+  const hid_t audio_type = header_.audio_int16 ? H5T_STD_I16LE : H5T_IEEE_F32LE;
+  audio_ = create_dataset(file, p, "/audio", audio_type, {n, static_cast<hsize_t>(header_.audio_samples)}, gzip);
+  audio_len_ = create_dataset(file, p, "/audio_len", H5T_STD_I32LE, {n}, gzip);
+  video_ = create_dataset(file, p, "/video", H5T_STD_U8LE,
+                          {n, static_cast<hsize_t>(header_.frames), static_cast<hsize_t>(header_.height),
+                           static_cast<hsize_t>(header_.width), static_cast<hsize_t>(header_.channels)},
+                          gzip);
+  video_len_ = create_dataset(file, p, "/video_len", H5T_STD_I32LE, {n}, gzip);
+  label_ = create_dataset(file, p, "/label", H5T_STD_I32LE, {n}, gzip);
+}
+
+ShardWriter::~ShardWriter() {
+  if (committed_) return;
+  close();
+  std::error_code ec;
+  std::filesystem::remove(temporary_path_, ec);
+}
+
+void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
+  const std::string& p = temporary_path_;
+  const std::int64_t rows = block.count;
+  if (header_.audio_int16) {
+    write_rows(audio_, p, "/audio", H5T_NATIVE_INT16, first_row, rows, block.audio_pcm.data());
+  } else {
+    write_rows(audio_, p, "/audio", H5T_NATIVE_FLOAT, first_row, rows, block.audio_float.data());
+  }
+  write_rows(audio_len_, p, "/audio_len", H5T_NATIVE_INT32, first_row, rows, block.audio_len.data());
+  write_rows(video_, p, "/video", H5T_NATIVE_UINT8, first_row, rows, block.video.data());
+  write_rows(video_len_, p, "/video_len", H5T_NATIVE_INT32, first_row, rows, block.video_len.data());
+  write_rows(label_, p, "/label", H5T_NATIVE_INT32, first_row, rows, block.label.data());
+}
+
+void ShardWriter::close() {
+  for (H5Id* id : {&audio_, &audio_len_, &video_, &video_len_, &label_}) id->reset();
+  file_.reset();
+}
+
+void ShardWriter::commit() {
+  const bool flushed = H5Fflush(file_.get(), H5F_SCOPE_LOCAL) >= 0;
+  close();
+  if (!flushed) throw Error(temporary_path_ + ": cannot write the file (disk full?)");
+  std::error_code ec;
+  std::filesystem::rename(temporary_path_, header_.path, ec);
+  if (ec) throw Error(header_.path + ": cannot rename " + temporary_path_ + " into place: " + ec.message());
+  committed_ = true;
+}
+
+}  // namespace avtrain::data

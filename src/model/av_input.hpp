@@ -1,0 +1,37 @@
+#pragma once
+// The first layer of AVNet: samples in, tokens out.
+//   audio -> log-mel (fp32) -> audio.conv (Conv1d k=3 s=2) -> audio.bn (masked BatchNorm1d) -> GELU
+//   video -> tubelets t x p x p x C -> video.patch (linear)
+//   [audio tokens | video tokens] + embed.pos[L] + embed.modality[0|1], with the key-padding mask.
+#include "backend/backend.hpp"
+#include "model/batch_norm.hpp"
+#include "model/conv1d.hpp"
+#include "model/layer.hpp"
+#include "model/linear.hpp"
+#include "model/log_mel_frontend.hpp"
+#include "model/model_config.hpp"
+
+namespace avtrain {
+
+class AVInput final : public Layer {
+ public:
+  AVInput(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s);
+  std::unique_ptr<LayerState> make_state() const override;
+  void forward(Flow& flow, LayerState& state) override;
+  void backward(Flow& flow, LayerState& state) override;
+  const TokenGeometry& geometry() const { return g_; }
+
+ private:
+  Backend& be_;
+  ParamStore& params_;
+  TokenGeometry g_;
+  data::SetInfo set_;
+  int D_;
+  LogMelFrontend frontend_;
+  Conv1d conv_;
+  BatchNorm1d bn_;
+  Linear patch_;
+  ParamId pos_, modality_;
+};
+
+}  // namespace avtrain

@@ -1,0 +1,30 @@
+#include "model/av_net.hpp"
+
+#include "model/av_head.hpp"
+#include "model/av_input.hpp"
+#include "model/transformer_block.hpp"
+
+namespace avtrain {
+
+AVNet::AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s)
+    : geometry_(TokenGeometry::of(m, s)) {
+  layers_.push_back(std::make_unique<AVInput>(be, params, m, s));
+  for (int i = 0; i < m.depth; ++i) layers_.push_back(std::make_unique<TransformerBlock>(be, params, m, i));
+  layers_.push_back(std::make_unique<AVHead>(be, params, m, s.num_classes));
+}
+
+std::vector<std::unique_ptr<LayerState>> AVNet::make_states() const {
+  std::vector<std::unique_ptr<LayerState>> states;
+  for (const auto& layer : layers_) states.push_back(layer->make_state());
+  return states;
+}
+
+void AVNet::forward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->forward(flow, *states[i]);
+}
+
+void AVNet::backward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states) {
+  for (std::size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(flow, *states[i]);
+}
+
+}  // namespace avtrain

@@ -1,0 +1,31 @@
+#pragma once
+// AVNet: an ordered list of named layers, input -> blocks.0 .. blocks.N-1 -> head. The list is what
+// a pipeline cut divides into stages; no layer knows where it runs.
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/layer.hpp"
+#include "model/model_config.hpp"
+#include "model/param_store.hpp"
+
+namespace avtrain {
+
+class AVNet {
+ public:
+  // Registers every parameter in `params`; call params.allocate(seed) afterwards.
+  AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s);
+  std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
+  const TokenGeometry& geometry() const { return geometry_; }
+  std::vector<std::unique_ptr<LayerState>> make_states() const;
+
+  // Forward through all layers; in train mode also backward. Returns the flow (loss, correct).
+  void forward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states);
+  void backward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states);
+
+ private:
+  TokenGeometry geometry_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace avtrain

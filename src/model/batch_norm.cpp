@@ -1,0 +1,31 @@
+#include "model/batch_norm.hpp"
+
+namespace avtrain {
+
+BatchNorm1d::BatchNorm1d(ParamStore& params, std::string module, int channels, float eps, float momentum)
+    : params_(params), module_(std::move(module)), ch_(channels), eps_(eps), momentum_(momentum) {
+  gamma_ = params.add(module_, "weight", {channels}, Init::ones, 0, false);
+  beta_ = params.add(module_, "bias", {channels}, Init::zeros, 0, false);
+  running_mean_ = params.add(module_, "running_mean", {channels}, Init::zeros, 0, false, false);
+  running_var_ = params.add(module_, "running_var", {channels}, Init::ones, 0, false, false);
+}
+
+void BatchNorm1d::forward(Backend& be, const float* x, const std::uint8_t* row_mask, float* y, float* mean,
+                          float* rstd, int rows, bool training) {
+  if (training) {
+    be.batchnorm_forward_train(x, row_mask, params_.value(gamma_), params_.value(beta_), y, mean, rstd,
+                               params_.value(running_mean_), params_.value(running_var_), rows, ch_, eps_,
+                               momentum_);
+  } else {
+    be.batchnorm_forward_eval(x, row_mask, params_.value(gamma_), params_.value(beta_),
+                              params_.value(running_mean_), params_.value(running_var_), y, rows, ch_, eps_);
+  }
+}
+
+void BatchNorm1d::backward(Backend& be, const float* x, const std::uint8_t* row_mask, const float* dy,
+                           const float* mean, const float* rstd, float* dx, int rows) {
+  be.batchnorm_backward(dy, x, row_mask, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),
+                        params_.grad(beta_), rows, ch_);
+}
+
+}  // namespace avtrain

@@ -1,0 +1,56 @@
+#pragma once
+// A top-level layer of AVNet: the unit that a pipeline cut keeps whole. Layers pass a Flow from
+// one to the next (tokens forward, their gradient backward); what forward saves for backward
+// lives in a LayerState owned by the caller, one per micro-batch in flight.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/buffer.hpp"
+#include "data/shard_set.hpp"
+
+namespace avtrain {
+
+enum class Mode { train, eval };
+
+// Per-step numerics seen on the way: each leaf module's output |max|.
+using ActivationStats = std::map<std::string, float>;
+
+struct Flow {
+  const data::MicroBatch* batch = nullptr;  // the input layer reads samples, the head labels
+  Mode mode = Mode::train;
+  int B = 0, L = 0, D = 0, audio_tokens = 0;
+  Buffer x;                           // tokens [B, L, D]
+  Buffer dx;                          // their gradient
+  std::vector<std::uint8_t> key_mask; // [B, L], 1 for a real token
+  float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
+  double loss = 0, ce_loss = 0, nce_loss = 0;
+  int correct = 0;
+  ActivationStats* act_stats = nullptr;
+};
+
+struct LayerState {
+  virtual ~LayerState() = default;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  const std::string& name() const { return name_; }
+  virtual std::unique_ptr<LayerState> make_state() const = 0;
+  virtual void forward(Flow& flow, LayerState& state) = 0;
+  virtual void backward(Flow& flow, LayerState& state) = 0;
+
+ private:
+  std::string name_;
+};
+
+// Records the |max| of a leaf's output into the flow's statistics.
+class Backend;
+void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
+                     std::size_t n);
+
+}  // namespace avtrain

@@ -1,0 +1,40 @@
+#pragma once
+// The architecture a deck sets, and the token geometry it implies for a shard set's shapes.
+#include <cstdint>
+
+#include "data/shard_set.hpp"
+
+namespace avtrain {
+
+struct ModelConfig {
+  int width = 128;        // D
+  int depth = 4;          // transformer blocks
+  int heads = 4;
+  int mlp_ratio = 4;
+  int audio_window = 256; // samples per frame (n_fft)
+  int audio_hop = 128;
+  int mel_bins = 64;
+  int tubelet_frames = 2; // t of a t x p x p x C tubelet
+  int patch = 8;          // p
+  float nce_temperature = 0.1f;
+  float nce_weight = 0.1f; // lambda; 0 turns InfoNCE off
+  float init_std = 0.02f;
+};
+
+// Shapes that follow from a ModelConfig and a shard set.
+struct TokenGeometry {
+  int frames = 0;        // audio frames Tf = 1 + (A - window) / hop
+  int audio_tokens = 0;  // Ta = ceil(Tf / 2) after Conv1d(k=3, s=2, pad=1)
+  int video_tokens = 0;  // Nv = (F/t) (H/p) (W/p)
+  int patch_dim = 0;     // t p p C
+  int tokens = 0;        // L = Ta + Nv
+  int bins = 0;          // DFT bins window/2 + 1
+  int window = 0, hop = 0, tubelet_frames = 0, patch = 0, tokens_per_tubelet_step = 0;
+
+  static TokenGeometry of(const ModelConfig& m, const data::SetInfo& s);  // throws Error on misfit
+  int valid_frames(int audio_len) const;
+  int valid_audio_tokens(int audio_len) const;
+  int valid_video_tokens(int video_len) const;
+};
+
+}  // namespace avtrain

@@ -1,0 +1,56 @@
+#include "model/param_store.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/keyed_random.hpp"
+
+namespace avtrain {
+
+ParamId ParamStore::add(const std::string& module, const std::string& leaf, std::vector<int> shape,
+                        Init init, float init_std, bool weight_decay, bool trainable) {
+  require(values_.size() == 0, "internal: parameter " + module + "." + leaf + " added after allocation");
+  ParamInfo p;
+  p.name = module + "." + leaf;
+  p.module = module;
+  p.shape = std::move(shape);
+  p.size = 1;
+  for (int d : p.shape) p.size *= std::size_t(d);
+  p.offset = total_;
+  p.init = init;
+  p.init_std = init_std;
+  p.trainable = trainable;
+  p.weight_decay = weight_decay;
+  // Keep every parameter 64-byte aligned inside the flat buffer.
+  total_ += (p.size + 15) / 16 * 16;
+  params_.push_back(std::move(p));
+  return ParamId(params_.size() - 1);
+}
+
+void ParamStore::allocate(std::uint64_t seed) {
+  values_.resize(total_);
+  grads_.resize(total_);
+  values_.zero();
+  grads_.zero();
+  for (const ParamInfo& p : params_) {
+    float* v = values_.data() + p.offset;
+    switch (p.init) {
+      case Init::zeros: break;
+      case Init::ones: for (std::size_t i = 0; i < p.size; ++i) v[i] = 1.0f; break;
+      case Init::normal: fill_normal_keyed(v, p.size, seed, p.name, p.init_std); break;
+    }
+  }
+}
+
+std::size_t ParamStore::trainable_count() const {
+  std::size_t n = 0;
+  for (const ParamInfo& p : params_) n += p.trainable ? p.size : 0;
+  return n;
+}
+
+void fill_normal_keyed(float* out, std::size_t n, std::uint64_t seed, const std::string& name, float std) {
+  KeyedRandom rng(seed, name);
+  for (std::size_t i = 0; i < n; ++i) out[i] = float(std * rng.normal());
+}
+
+}  // namespace avtrain
