@@ -7,6 +7,9 @@ namespace avtrain {
 namespace {
 struct HeadState final : LayerState {
   Buffer x, y, mean, rstd, pa, pv, z, logits, dlogits, dz, dpa, dpv;
+  std::size_t bytes() const override {
+    return buffer_bytes({&x, &y, &mean, &rstd, &pa, &pv, &z, &logits, &dlogits, &dz, &dpa, &dpv});
+  }
 };
 }  // namespace
 

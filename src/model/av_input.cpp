@@ -9,6 +9,11 @@ struct AVInputState final : LayerState {
   std::vector<std::uint8_t> frame_mask, audio_mask, video_mask;
   Buffer logmel, col, conv_out, bn_out, bn_mean, bn_rstd, audio_tokens, patches, video_tokens;
   Buffer d_audio, d_video, d_bn;
+  std::size_t bytes() const override {
+    return buffer_bytes({&logmel, &col, &conv_out, &bn_out, &bn_mean, &bn_rstd, &audio_tokens, &patches,
+                         &video_tokens, &d_audio, &d_video, &d_bn}) +
+           frame_mask.size() + audio_mask.size() + video_mask.size();
+  }
 };
 }  // namespace
 

@@ -3,6 +3,7 @@
 // one to the next (tokens forward, their gradient backward); what forward saves for backward
 // lives in a LayerState owned by the caller, one per micro-batch in flight.
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,7 +34,14 @@ struct Flow {
 
 struct LayerState {
   virtual ~LayerState() = default;
+  virtual std::size_t bytes() const = 0;  // memory held for one micro-batch in flight
 };
+
+inline std::size_t buffer_bytes(std::initializer_list<const Buffer*> buffers) {
+  std::size_t n = 0;
+  for (const Buffer* b : buffers) n += b->size() * sizeof(float);
+  return n;
+}
 
 class Layer {
  public:

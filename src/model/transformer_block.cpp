@@ -10,6 +10,10 @@ namespace {
 struct BlockState final : LayerState {
   Buffer x, a, ln1_mean, ln1_rstd, qkv, q, k, v, p, o, ctx, h, b, ln2_mean, ln2_rstd, f1, g;
   Buffer dgelu, dln2, dp, dq, dk, dv;  // backward scratch
+  std::size_t bytes() const override {
+    return buffer_bytes({&x, &a, &ln1_mean, &ln1_rstd, &qkv, &q, &k, &v, &p, &o, &ctx, &h, &b, &ln2_mean,
+                         &ln2_rstd, &f1, &g, &dgelu, &dln2, &dp, &dq, &dk, &dv});
+  }
 };
 
 std::string block_name(int index) { return "blocks." + std::to_string(index); }
@@ -73,8 +77,8 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   st.f1.resize(std::size_t(rows) * hidden_);
   st.g.resize(std::size_t(rows) * hidden_);
   fc1_.forward(be_, st.b.data(), st.f1.data(), rows);
+  note_activation(be_, flow, fc1_.module(), st.f1.data(), st.f1.size());
   be_.gelu_forward(st.f1.data(), st.g.data(), st.g.size());
-  note_activation(be_, flow, fc1_.module(), st.g.data(), st.g.size());
   flow.x.resize(n);
   fc2_.forward(be_, st.g.data(), flow.x.data(), rows);
   note_activation(be_, flow, fc2_.module(), flow.x.data(), n);

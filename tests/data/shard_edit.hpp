@@ -34,6 +34,7 @@ class ShardEdit {
     check(dataset.valid(), "create " + name);
     hsize_t elements = 1;
     for (const hsize_t d : dims) elements *= d;
+    if (elements == 0) return;
     std::vector<unsigned char> zeros(elements * H5Tget_size(type), 0);
     check(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()) >= 0, "write " + name);
   }

@@ -1,0 +1,160 @@
+#include "app/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace avtrain {
+
+namespace {
+
+// One table binds each option to its field, its section of --help and its run.json entry.
+class OptionTable {
+ public:
+
+  template <class T>
+  void add(const std::string& section, const std::string& key, T* field, const std::string& help) {
+    po::options_description& group = section_(section);
+    group.add_options()(key.c_str(), po::value<T>(field)->default_value(*field), help.c_str());
+    dump_.push_back([key, field](nlohmann::json& j) { j[key] = *field; });
+  }
+
+  std::vector<po::options_description*> sections() {
+    std::vector<po::options_description*> out;
+    for (auto& [name, s] : sections_) out.push_back(s.get());
+    return out;
+  }
+  void dump(nlohmann::json& j) const {
+    for (const auto& f : dump_) f(j);
+  }
+
+ private:
+  po::options_description& section_(const std::string& name) {
+    for (auto& [caption, s] : sections_)
+      if (caption == name) return *s;
+    sections_.emplace_back(name, std::make_unique<po::options_description>(name));
+    return *sections_.back().second;
+  }
+  std::vector<std::pair<std::string, std::unique_ptr<po::options_description>>> sections_;
+  std::vector<std::function<void(nlohmann::json&)>> dump_;
+};
+
+void bind(OptionTable& t, RunConfig& c) {
+  t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1); short form --data");
+  t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation");
+  t.add("[data] shard set", "data.prefetch_steps", &c.data.prefetch_steps, "steps read ahead by the reader thread");
+
+  t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D");
+  t.add("[model] AVNet architecture", "model.depth", &c.model.depth, "transformer blocks");
+  t.add("[model] AVNet architecture", "model.heads", &c.model.heads, "attention heads (divide model.width)");
+  t.add("[model] AVNet architecture", "model.mlp_ratio", &c.model.mlp_ratio, "MLP hidden width / D");
+  t.add("[model] AVNet architecture", "model.audio_window", &c.model.audio_window, "audio frame length (samples)");
+  t.add("[model] AVNet architecture", "model.audio_hop", &c.model.audio_hop, "audio frame hop (samples)");
+  t.add("[model] AVNet architecture", "model.mel_bins", &c.model.mel_bins, "mel filters (HTK formula)");
+  t.add("[model] AVNet architecture", "model.tubelet_frames", &c.model.tubelet_frames, "video frames per tubelet");
+  t.add("[model] AVNet architecture", "model.patch", &c.model.patch, "tubelet height and width (pixels)");
+  t.add("[model] AVNet architecture", "model.nce_temperature", &c.model.nce_temperature, "InfoNCE temperature");
+  t.add("[model] AVNet architecture", "model.nce_weight", &c.model.nce_weight, "InfoNCE weight; 0 turns it off");
+  t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation");
+
+  t.add("[optim] AdamW and schedule", "optim.lr", &c.optim.lr, "peak learning rate");
+  t.add("[optim] AdamW and schedule", "optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine");
+  t.add("[optim] AdamW and schedule", "optim.warmup_steps", &c.optim.warmup_steps, "linear warm-up steps");
+  t.add("[optim] AdamW and schedule", "optim.weight_decay", &c.optim.weight_decay, "decoupled decay (not norms, biases)");
+  t.add("[optim] AdamW and schedule", "optim.beta1", &c.optim.beta1, "AdamW beta1");
+  t.add("[optim] AdamW and schedule", "optim.beta2", &c.optim.beta2, "AdamW beta2");
+  t.add("[optim] AdamW and schedule", "optim.eps", &c.optim.eps, "AdamW epsilon");
+  t.add("[optim] AdamW and schedule", "optim.clip_norm", &c.optim.clip_norm, "global gradient-norm clip; 0 is off");
+
+  t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps; short form --steps");
+  t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch");
+  t.add("[train] step loop", "train.micro_batches", &c.train.micro_batches, "micro-batches per step (accumulated)");
+  t.add("[train] step loop", "train.seed", &c.train.seed, "seed of weights, split and shuffle; short form --seed");
+  t.add("[train] step loop", "train.eval_interval", &c.train.eval_interval, "steps between validation passes");
+  t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines");
+  t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads");
+  t.add("[train] step loop", "train.out", &c.train.out, "trace directory (run.json, trace.csv, layers.csv); --out");
+}
+
+// Short forms a user types often, and the dotted key each stands for.
+const std::pair<const char*, const char*> kShortForms[] = {
+    {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
+    {"threads", "train.threads"}};
+
+}  // namespace
+
+ParsedOptions parse_options(const std::vector<std::string>& args) {
+  ParsedOptions parsed;
+  RunConfig& c = parsed.config;
+  OptionTable table;
+  bind(table, c);
+
+  po::options_description general("General");
+  std::string short_data, short_out;
+  int short_steps = 0, short_threads = 0;
+  std::uint64_t short_seed = 0;
+  general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
+                                                      "input deck (*.ini); also the first positional argument")(
+      "dry-run", po::bool_switch(&c.dry_run), "print layers, parameter counts and a memory estimate, then exit")(
+      "data", po::value<std::string>(&short_data), "= --data.dir")("out", po::value<std::string>(&short_out),
+                                                                  "= --train.out")(
+      "steps", po::value<int>(&short_steps), "= --train.steps")("seed", po::value<std::uint64_t>(&short_seed),
+                                                               "= --train.seed")(
+      "threads", po::value<int>(&short_threads), "= --train.threads");
+
+  po::options_description deck_keys;
+  for (auto* s : table.sections()) deck_keys.add(*s);
+  po::options_description all;
+  all.add(general).add(deck_keys);
+  po::positional_options_description positional;
+  positional.add("config", 1);
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("command line: ") + e.what());
+  }
+  // A short form and its dotted key on one command line are ambiguous. The short form is applied
+  // after the deck is read, so it wins over the deck as any command-line option does.
+  for (const auto& [short_name, key] : kShortForms)
+    if (vm.count(short_name) && !vm[key].defaulted())
+      throw Error(std::string("command line: --") + short_name + " and --" + key + " both given; use one");
+  if (vm.count("help")) {
+    std::ostringstream out;
+    out << "usage: avtrain [DECK.ini] [--section.key value ...]\n\n" << general;
+    for (auto* s : table.sections()) out << "\n" << *s;
+    parsed.help = out.str();
+    return parsed;
+  }
+  if (vm.count("config")) {
+    const std::string deck = vm["config"].as<std::string>();
+    std::ifstream in(deck);
+    if (!in) throw Error("input deck " + deck + ": cannot be opened");
+    try {
+      po::store(po::parse_config_file(in, deck_keys, false), vm);
+    } catch (const po::error& e) {
+      throw Error("input deck " + deck + ": " + e.what());
+    }
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("options: ") + e.what());
+  }
+  if (vm.count("data")) c.data.dir = short_data;
+  if (vm.count("out")) c.train.out = short_out;
+  if (vm.count("steps")) c.train.steps = short_steps;
+  if (vm.count("seed")) c.train.seed = short_seed;
+  if (vm.count("threads")) c.train.threads = short_threads;
+  table.dump(parsed.resolved);
+  return parsed;
+}
+
+}  // namespace avtrain

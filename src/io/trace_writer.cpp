@@ -1,0 +1,85 @@
+#include "io/trace_writer.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+
+namespace avtrain {
+
+namespace {
+std::FILE* open_for_writing(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  return f;
+}
+
+std::string optional_double(const std::optional<double>& v) {
+  if (!v) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", *v);
+  return buf;
+}
+}  // namespace
+
+const char* TraceWriter::trace_header() {
+  return "step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,samples_per_s,"
+         "mem_peak_mb,val_loss,val_acc";
+}
+const char* TraceWriter::layers_header() {
+  return "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite";
+}
+
+TraceWriter::TraceWriter(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create output directory " + dir + ": " + ec.message());
+  trace_ = open_for_writing(dir + "/trace.csv");
+  layers_ = open_for_writing(dir + "/layers.csv");
+  std::fprintf(trace_, "%s\n", trace_header());
+  std::fprintf(layers_, "%s\n", layers_header());
+  std::fflush(trace_);
+  std::fflush(layers_);
+}
+
+TraceWriter::~TraceWriter() {
+  if (trace_) std::fclose(trace_);
+  if (layers_) std::fclose(layers_);
+}
+
+void TraceWriter::write_step(const StepRow& r) {
+  std::fprintf(trace_, "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.6f,%.6f,%.6f,%.6f,%.3f,%s,%s\n",
+               static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
+               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb,
+               optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
+  if (std::fflush(trace_) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
+}
+
+void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& rows) {
+  for (const LayerRow& r : rows) {
+    char act[32] = "";
+    if (r.act_absmax) std::snprintf(act, sizeof act, "%.9g", double(*r.act_absmax));
+    std::fprintf(layers_, "%lld,%s,%.17g,%.17g,%s,%.17g,%llu\n", static_cast<long long>(step), r.layer.c_str(),
+                 r.grad_norm, r.param_norm, act, r.grad_underflow_frac,
+                 static_cast<unsigned long long>(r.nonfinite));
+  }
+  if (std::fflush(layers_) != 0) throw Error("cannot write " + dir_ + "/layers.csv: " + std::strerror(errno));
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+}  // namespace avtrain

@@ -1,0 +1,53 @@
+#pragma once
+// trace.csv (one row per step) and layers.csv (one row per step and layer), flushed every step so
+// a killed run keeps what it wrote. Floats are written with %.9g and doubles with %.17g so they
+// read back to the same bits.
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace avtrain {
+
+struct StepRow {
+  std::int64_t step = 0;
+  int epoch = 0;
+  double loss = 0, grad_norm = 0, loss_scale = 1;
+  int skipped = 0;
+  float lr = 0;
+  double step_ms = 0, data_wait_ms = 0, comm_ms = 0, samples_per_s = 0, mem_peak_mb = 0;
+  std::optional<double> val_loss, val_acc;
+};
+
+struct LayerRow {
+  std::string layer;
+  double grad_norm = 0, param_norm = 0;
+  std::optional<float> act_absmax;
+  double grad_underflow_frac = 0;
+  std::uint64_t nonfinite = 0;
+};
+
+class TraceWriter {
+ public:
+  // Creates DIR (and parents) and starts both files with their headers.
+  explicit TraceWriter(const std::string& dir);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+  void write_step(const StepRow& row);
+  void write_layers(std::int64_t step, const std::vector<LayerRow>& rows);
+
+  static const char* trace_header();
+  static const char* layers_header();
+
+ private:
+  std::string dir_;
+  std::FILE* trace_ = nullptr;
+  std::FILE* layers_ = nullptr;
+};
+
+// Writes text to path through path.tmp and a rename, so a reader never sees half a file.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace avtrain

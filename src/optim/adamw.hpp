@@ -1,0 +1,27 @@
+#pragma once
+// AdamW over the trainable parameters of a ParamStore (fp32 masters, fp32 moments); decay only
+// where the parameter asks for it (not norms, not biases).
+#include "backend/backend.hpp"
+#include "core/buffer.hpp"
+#include "model/param_store.hpp"
+#include "optim/optim_config.hpp"
+
+namespace avtrain {
+
+class AdamW {
+ public:
+  AdamW(Backend& be, ParamStore& params, const OptimConfig& config);
+  void step(float lr);  // one update from params.grads()
+  int steps_taken() const { return t_; }
+  Buffer& first_moment() { return m_; }
+  Buffer& second_moment() { return v_; }
+
+ private:
+  Backend& be_;
+  ParamStore& params_;
+  OptimConfig config_;
+  Buffer m_, v_;
+  int t_ = 0;
+};
+
+}  // namespace avtrain

@@ -1,0 +1,38 @@
+#pragma once
+// Everything a run is configured by: the deck's sections and their command-line twins.
+#include <cstdint>
+#include <string>
+
+#include "model/model_config.hpp"
+#include "optim/optim_config.hpp"
+
+namespace avtrain {
+
+struct DataConfig {
+  std::string dir;            // shard set directory
+  double val_fraction = 0.1;  // held out by a seed-keyed split
+  int prefetch_steps = 2;     // steps read ahead by the reader thread
+};
+
+struct TrainConfig {
+  int steps = 300;
+  int micro_batch = 32;       // samples per micro-batch
+  int micro_batches = 1;      // micro-batches per step; gradients accumulate
+  std::uint64_t seed = 1;
+  int eval_interval = 50;     // steps between validation passes; 0: only after the last step
+  int log_interval = 10;      // steps between progress lines
+  int threads = 2;            // BLAS / OpenMP threads per rank
+  std::string out;            // trace directory; empty writes none
+};
+
+struct RunConfig {
+  std::string deck;           // the input deck read, if any
+  ModelConfig model;
+  OptimConfig optim;
+  DataConfig data;
+  TrainConfig train;
+  bool dry_run = false;
+  int global_batch() const { return train.micro_batch * train.micro_batches; }
+};
+
+}  // namespace avtrain

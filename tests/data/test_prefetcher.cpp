@@ -1,0 +1,77 @@
+// The prefetcher returns exactly what a direct read returns, in submission order, and forwards errors.
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "data/prefetcher.hpp"
+#include "data/synthetic.hpp"
+#include "temp_dir.hpp"
+
+namespace avtrain::data {
+namespace {
+
+void expect_same(const MicroBatch& a, const MicroBatch& b) {
+  EXPECT_EQ(a.size, b.size);
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.audio, b.audio);
+  EXPECT_EQ(a.audio_len, b.audio_len);
+  EXPECT_EQ(a.video, b.video);
+  EXPECT_EQ(a.video_len, b.video_len);
+  EXPECT_EQ(a.label, b.label);
+}
+
+class PrefetcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SynthOptions o;
+    o.out_dir = dir.str();
+    o.shards = 3;
+    o.samples_per_shard = 6;
+    o.audio_samples = 300;
+    o.frames = 4;
+    o.height = 16;
+    o.width = 16;
+    write_synthetic(o);
+    set = ShardSet::open(dir.str());
+  }
+  test::TempDir dir;
+  std::unique_ptr<ShardSet> set;
+  const std::vector<std::vector<std::int64_t>> batches = {{0, 1, 2, 3}, {17, 5, 6, 5}, {12}, {9, 8, 7, 11, 10}};
+};
+
+TEST_F(PrefetcherTest, ReturnsWhatADirectReadReturns) {
+  std::vector<MicroBatch> direct;
+  for (const auto& indices : batches) direct.push_back(set->read(indices));  // before the reader thread exists
+  Prefetcher prefetcher(*set);
+  std::vector<std::future<MicroBatch>> pending;
+  for (const auto& indices : batches) pending.push_back(prefetcher.submit(indices));
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    SCOPED_TRACE("batch " + std::to_string(i));
+    expect_same(pending[i].get(), direct[i]);
+  }
+}
+
+TEST_F(PrefetcherTest, ForwardsAnErrorAndKeepsReading) {
+  const MicroBatch direct = set->read(batches[0]);
+  Prefetcher prefetcher(*set);
+  std::future<MicroBatch> bad = prefetcher.submit({0, 18});
+  std::future<MicroBatch> good = prefetcher.submit(batches[0]);
+  EXPECT_THROW(bad.get(), Error);
+  expect_same(good.get(), direct);
+}
+
+TEST_F(PrefetcherTest, DestructorFinishesQueuedReads) {
+  std::vector<std::future<MicroBatch>> pending;
+  {
+    Prefetcher prefetcher(*set);
+    for (int repeat = 0; repeat < 20; ++repeat) {
+      for (const auto& indices : batches) pending.push_back(prefetcher.submit(indices));
+    }
+  }
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    ASSERT_EQ(pending[i].wait_for(std::chrono::seconds(0)), std::future_status::ready);
+    EXPECT_EQ(pending[i].get().index, batches[i % batches.size()]);
+  }
+}
+
+}  // namespace
+}  // namespace avtrain::data

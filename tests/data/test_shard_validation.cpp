@@ -1,0 +1,187 @@
+// ShardSet::open refuses every way a shard set can break the format, with one line that names
+// the file, the dataset or attribute, and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+
+#include "core/error.hpp"
+#include "data/shard_set.hpp"
+#include "data/synthetic.hpp"
+#include "shard_edit.hpp"
+#include "temp_dir.hpp"
+
+namespace avtrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+using Dir = test::TempDir;
+constexpr hsize_t N = 5, A = 400, F = 4, H = 16, W = 12, C = 1;  // the set every case starts from
+
+SynthOptions base_options(const std::string& dir, bool float_audio) {
+  SynthOptions o;
+  o.out_dir = dir;
+  o.shards = 2;
+  o.samples_per_shard = N;
+  o.audio_samples = A;
+  o.frames = F;
+  o.height = H;
+  o.width = W;
+  o.channels = C;
+  o.float_audio = float_audio;
+  return o;
+}
+
+// Replaces dir/shard-00001.h5 by the first shard of a set written with other options.
+void swap_in_shard_from(const test::TempDir& dir, const std::function<void(SynthOptions&)>& change) {
+  SynthOptions o = base_options(dir / "other", false);
+  o.shards = 1;
+  change(o);
+  write_synthetic(o);
+  fs::rename(dir / "other/shard-00000.h5", dir / "set/shard-00001.h5");
+}
+
+struct Case {
+  std::string name;
+  bool float_audio;
+  std::function<void(const test::TempDir&)> damage;  // the set lies in dir / "set"
+  std::string file;                                  // the file the message must name
+  std::vector<std::string> words;                    // the dataset or attribute, and what is wrong
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+test::ShardEdit edit(const test::TempDir& dir, const std::string& file = "shard-00001.h5") {
+  return test::ShardEdit(dir / ("set/" + file));
+}
+
+std::vector<Case> cases() {
+  const auto nan = std::numeric_limits<float>::quiet_NaN();
+  return {
+      {"MissingDataset", false, [](const Dir& d) { edit(d).remove("/video_len"); }, "shard-00001.h5", {"/video_len", "missing"}},
+      {"DatasetIsAGroup", false,
+       [](const Dir& d) {
+         edit(d).remove("/label");
+         const test::H5Id file(H5Fopen((d / "set/shard-00001.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+         test::H5Id(H5Gcreate2(file.get(), "/label", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+       },
+       "shard-00001.h5", {"/label", "not a dataset"}},
+      {"LabelInt64", false, [](const Dir& d) { edit(d).replace("/label", H5T_STD_I64LE, {N}); }, "shard-00001.h5", {"/label", "int64", "expected int32"}},
+      {"AudioLenUint32", false, [](const Dir& d) { edit(d).replace("/audio_len", H5T_STD_U32LE, {N}); }, "shard-00001.h5", {"/audio_len", "uint32"}},
+      {"AudioFloat64", false, [](const Dir& d) { edit(d).replace("/audio", H5T_IEEE_F64LE, {N, A}); }, "shard-00001.h5", {"/audio", "float64", "int16 or float32"}},
+      {"VideoFloat32", false, [](const Dir& d) { edit(d).replace("/video", H5T_IEEE_F32LE, {N, F, H, W, C}); }, "shard-00001.h5", {"/video", "float32", "uint8"}},
+      {"VideoInt8", false, [](const Dir& d) { edit(d).replace("/video", H5T_STD_I8LE, {N, F, H, W, C}); }, "shard-00001.h5", {"/video", "int8", "uint8"}},
+      {"VideoLenRank2", false, [](const Dir& d) { edit(d).replace("/video_len", H5T_STD_I32LE, {N, 1}); }, "shard-00001.h5", {"/video_len", "rank 2"}},
+      {"VideoRank4", false, [](const Dir& d) { edit(d).replace("/video", H5T_STD_U8LE, {N, F, H, W}); }, "shard-00001.h5", {"/video", "rank 4"}},
+      {"AudioRank1", false, [](const Dir& d) { edit(d).replace("/audio", H5T_STD_I16LE, {N * A}); }, "shard-00001.h5", {"/audio", "rank 1"}},
+      {"VideoTwoChannels", false, [](const Dir& d) { edit(d).replace("/video", H5T_STD_U8LE, {N, F, H, W, 2}); }, "shard-00001.h5", {"/video", "2 channels"}},
+      {"LabelCountDiffers", false, [](const Dir& d) { edit(d).replace("/label", H5T_STD_I32LE, {N - 1}); }, "shard-00001.h5", {"/label", "4 samples", "/audio holds 5"}},
+      {"VideoCountDiffers", false, [](const Dir& d) { edit(d).replace("/video", H5T_STD_U8LE, {N + 1, F, H, W, C}); }, "shard-00001.h5", {"/video", "6 samples"}},
+      {"NoSamples", false,
+       [](const Dir& d) {
+         auto e = edit(d);
+         e.replace("/audio", H5T_STD_I16LE, {0, A});
+       },
+       "shard-00001.h5", {"/audio", "no samples"}},
+      {"AudioLenZero", false, [](const Dir& d) { edit(d).set<std::int32_t>("/audio_len", H5T_NATIVE_INT32, {2}, 0); }, "shard-00001.h5", {"/audio_len[2] = 0", "outside 1..400"}},
+      {"AudioLenPastA", false, [](const Dir& d) { edit(d).set<std::int32_t>("/audio_len", H5T_NATIVE_INT32, {3}, A + 1); }, "shard-00001.h5", {"/audio_len[3] = 401", "outside 1..400"}},
+      {"VideoLenPastF", false, [](const Dir& d) { edit(d).set<std::int32_t>("/video_len", H5T_NATIVE_INT32, {0}, F + 1); }, "shard-00001.h5", {"/video_len[0] = 5", "outside 1..4"}},
+      {"VideoLenZero", false, [](const Dir& d) { edit(d, "shard-00000.h5").set<std::int32_t>("/video_len", H5T_NATIVE_INT32, {4}, 0); }, "shard-00000.h5", {"/video_len[4] = 0"}},
+      {"LabelTooLarge", false, [](const Dir& d) { edit(d).set<std::int32_t>("/label", H5T_NATIVE_INT32, {4}, 16); }, "shard-00001.h5", {"/label[4] = 16", "outside 0..15"}},
+      {"LabelNegative", false, [](const Dir& d) { edit(d).set<std::int32_t>("/label", H5T_NATIVE_INT32, {1}, -1); }, "shard-00001.h5", {"/label[1] = -1"}},
+      {"FloatAudioNaN", true, [nan](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {1, 7}, nan); }, "shard-00001.h5", {"/audio[1, 7]", "not finite"}},
+      {"FloatAudioInfinite", true, [](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {4, 399}, INFINITY); }, "shard-00001.h5", {"/audio[4, 399]", "not finite"}},
+      {"FloatAudioAboveOne", true, [](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {0, 3}, 1.5f); }, "shard-00001.h5", {"/audio[0, 3] = 1.5", "outside [-1, 1]"}},
+      {"FrameSizeDiffersBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.width = 16; }); },
+       "shard-00001.h5", {"/video", "[N, 4, 16, 16, 1] differs from [N, 4, 16, 12, 1]", "shard-00000.h5"}},
+      {"AudioLengthDiffersBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.audio_samples = 300; }); },
+       "shard-00001.h5", {"/audio", "[N, 300] differs from [N, 400]"}},
+      {"AudioTypeDiffersBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.float_audio = true; }); },
+       "shard-00001.h5", {"/audio", "float32", "int16", "shard-00000.h5"}},
+      {"ClassesDifferBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.tone_classes = 2; }); },
+       "shard-00001.h5", {"num_classes = 8 differs from 16"}},
+      {"SampleRateDiffersBetweenShards", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("sample_rate", H5T_NATIVE_INT32, 16000); },
+       "shard-00001.h5", {"sample_rate = 16000 differs from 8000", "shard-00000.h5"}},
+      {"FpsDiffersBetweenShards", false, [](const Dir& d) { edit(d).set_attribute<double>("fps", H5T_NATIVE_DOUBLE, 25.0); },
+       "shard-00001.h5", {"fps = 25 differs from 8"}},
+      {"FormatMissing", false, [](const Dir& d) { edit(d).remove_attribute("avtrain_format"); }, "shard-00001.h5", {"attribute avtrain_format", "missing"}},
+      {"FormatWrong", false, [](const Dir& d) { edit(d).set_string_attribute("avtrain_format", "av-shards"); }, "shard-00001.h5", {"avtrain_format", "\"av-shards\"", "expected \"av-shard\""}},
+      {"FormatNotAString", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("avtrain_format", H5T_NATIVE_INT32, 1); }, "shard-00001.h5", {"avtrain_format", "must be a string"}},
+      {"VersionTwo", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("version", H5T_NATIVE_INT32, 2); }, "shard-00001.h5", {"attribute version = 2", "version 1"}},
+      {"VersionMissing", false, [](const Dir& d) { edit(d).remove_attribute("version"); }, "shard-00001.h5", {"attribute version", "missing"}},
+      {"SampleRateFloat", false, [](const Dir& d) { edit(d).set_attribute<double>("sample_rate", H5T_NATIVE_DOUBLE, 8000.0); }, "shard-00001.h5", {"sample_rate", "must be an integer", "float64"}},
+      {"SampleRateMissing", false, [](const Dir& d) { edit(d, "shard-00000.h5").remove_attribute("sample_rate"); }, "shard-00000.h5", {"attribute sample_rate", "missing"}},
+      {"NumClassesZero", false, [](const Dir& d) { edit(d).set_attribute<std::int64_t>("num_classes", H5T_NATIVE_INT64, 0); }, "shard-00001.h5", {"num_classes = 0", "positive"}},
+      {"FpsString", false, [](const Dir& d) { edit(d).set_string_attribute("fps", "8"); }, "shard-00001.h5", {"attribute fps", "must be a number"}},
+      {"FpsMissing", false, [](const Dir& d) { edit(d).remove_attribute("fps"); }, "shard-00001.h5", {"attribute fps", "missing"}},
+      {"TruncatedFile", false, [](const Dir& d) { fs::resize_file(d / "set/shard-00001.h5", fs::file_size(d / "set/shard-00001.h5") / 2); },
+       "shard-00001.h5", {"truncated"}},
+      {"TextFileNamedH5", false, [](const Dir& d) { std::ofstream(d / "set/x.h5") << "this is not HDF5\n"; }, "x.h5", {"not an HDF5 file"}},
+  };
+}
+
+class Refused : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Refused, WithOneLineNamingFileAndDatasetOrAttribute) {
+  const Case& c = GetParam();
+  const test::TempDir dir;
+  write_synthetic(base_options(dir / "set", c.float_audio));
+  ASSERT_NO_THROW(ShardSet::open(dir / "set")) << "the undamaged set opens";
+  c.damage(dir);
+  try {
+    ShardSet::open(dir / "set");
+    FAIL() << "the damaged set was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    RecordProperty("message", message);
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.rfind(dir / ("set/" + c.file), 0), 0u) << "starts with the file: " << message;
+    for (const std::string& word : c.words) EXPECT_NE(message.find(word), std::string::npos) << "'" << word << "' in: " << message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ShardSetOpen, Refused, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+void expect_refused(const std::string& directory, const std::string& words) {
+  try {
+    ShardSet::open(directory);
+    FAIL() << "accepted " << directory;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(directory, 0), 0u) << message;
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+  }
+}
+
+TEST(ShardSetOpen, RefusesEmptyDirectory) {
+  const test::TempDir dir;
+  std::ofstream(dir / "notes.txt") << "no shards here\n";
+  std::ofstream(dir / "shard-00000.h5.tmp") << "an unfinished write\n";
+  expect_refused(dir.str(), "no shard (*.h5) files");
+}
+
+TEST(ShardSetOpen, RefusesMissingDirectory) {
+  const test::TempDir dir;
+  expect_refused(dir / "absent", "no such shard directory");
+}
+
+TEST(ShardSetOpen, RefusesAFileInPlaceOfADirectory) {
+  const test::TempDir dir;
+  write_synthetic(base_options(dir.str(), false));
+  expect_refused(dir / "shard-00000.h5", "not a directory");
+}
+
+TEST(ShardSetOpen, IgnoresFilesThatAreNotShards) {
+  const test::TempDir dir;
+  write_synthetic(base_options(dir.str(), false));
+  std::ofstream(dir / "README") << "not a shard\n";
+  std::ofstream(dir / "shard-00002.h5.tmp") << "an unfinished write\n";
+  EXPECT_EQ(ShardSet::open(dir.str())->info().total_samples, static_cast<std::int64_t>(2 * N));
+}
+
+}  // namespace
+}  // namespace avtrain::data
