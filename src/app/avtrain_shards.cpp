@@ -95,7 +95,9 @@ void print_histogram(const std::vector<std::int64_t>& histogram) {
 std::optional<ShardHeader> inspect_file(const std::string& path, const std::optional<ShardHeader>& first_of_set) {
   std::error_code ec;
   const auto bytes = std::filesystem::file_size(path, ec);
-  std::cout << path << "  (" << (ec ? 0 : bytes) << " bytes)\n";
+  std::cout << path;
+  if (!ec) std::cout << "  (" << bytes << " bytes)";
+  std::cout << '\n';
   try {
     const ShardReader shard(path);
     const ShardHeader& h = shard.header();

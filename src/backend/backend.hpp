@@ -23,6 +23,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual void set_threads(int threads) = 0;
+  // Floating-point operations issued through gemm/gemm_batched so far (2 M N K each).
+  virtual double gemm_flops() const = 0;
 
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
   virtual void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,

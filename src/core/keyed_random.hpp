@@ -28,6 +28,9 @@ class KeyedRandom {
   std::uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+  double uniform(double low, double high) { return low + (high - low) * uniform(); }
+  // Uniform integer in [low, high], both included.
+  std::int64_t integer(std::int64_t low, std::int64_t high) { return low + std::int64_t(below(std::uint64_t(high - low + 1))); }
   // Uniform integer in [0, n) without modulo bias.
   std::uint64_t below(std::uint64_t n) {
     std::uint64_t limit = ~std::uint64_t(0) - (~std::uint64_t(0) % n);

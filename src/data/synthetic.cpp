@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "data/portable_random.hpp"
+#include "core/keyed_random.hpp"
 #include "data/shard_writer.hpp"
 
 namespace avtrain::data {
@@ -56,7 +56,7 @@ void check_options(const SynthOptions& o) {
 // Generates sample `row` of the block; every random draw is keyed by (seed, global index) alone.
 void generate_sample(const SynthOptions& o, const std::vector<double>& tones, std::int64_t global_index,
                      SampleBlock& block, std::int64_t row) {
-  PortableRandom random(splitmix64(o.seed ^ splitmix64(static_cast<std::uint64_t>(global_index))));
+  KeyedRandom random(o.seed, static_cast<std::uint64_t>(global_index));
   const auto tone = static_cast<int>(random.integer(0, o.tone_classes - 1));
   const auto motion = static_cast<int>(random.integer(0, o.motion_classes - 1));
   block.label[row] = tone * o.motion_classes + motion;

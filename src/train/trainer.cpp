@@ -302,6 +302,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       log << std::endl;
     }
   }
+  summary.step_ms = step_times;
   if (!step_times.empty()) {
     std::sort(step_times.begin(), step_times.end());
     summary.median_step_ms = step_times[step_times.size() / 2];

@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "data/shard_set.hpp"
@@ -15,6 +16,7 @@ struct TrainSummary {
   int steps = 0;
   double final_loss = 0, val_loss = 0, val_acc = 0;
   double median_step_ms = 0;
+  std::vector<double> step_ms;  // training part of each step (evaluation excluded)
 };
 
 class Trainer {

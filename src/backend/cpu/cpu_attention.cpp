@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/vector_math.hpp"
 
 namespace avtrain {
 
@@ -63,8 +64,9 @@ void CpuBackend::masked_softmax_forward(float* s, const std::uint8_t* key_mask, 
       for (int j = 0; j < L; ++j)
         if (mask[j] && row[j] > m) m = row[j];
       float sum = 0;
+#pragma omp simd reduction(+ : sum)
       for (int j = 0; j < L; ++j) {
-        float e = mask[j] ? std::exp(row[j] - m) : 0.0f;
+        float e = mask[j] ? vmath::exp(row[j] - m) : 0.0f;
         row[j] = e;
         sum += e;
       }

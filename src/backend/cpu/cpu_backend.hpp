@@ -8,6 +8,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   void set_threads(int threads) override;
+  double gemm_flops() const override { return gemm_flops_; }
 
   void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;
@@ -83,6 +84,9 @@ class CpuBackend final : public Backend {
 
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
+
+ private:
+  double gemm_flops_ = 0;
 };
 
 }  // namespace avtrain

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/vector_math.hpp"
 
 namespace avtrain {
 
@@ -38,17 +39,17 @@ void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
 
 // GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact form, as PyTorch's default).
 void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (std::size_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (std::size_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
 }
 
 // d/dx x*Phi(x) = Phi(x) + x * phi(x)
 void CpuBackend::gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) {
   constexpr float inv_sqrt_2pi = 0.3989422804014327f;
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for simd schedule(static) if (n > 32768)
   for (std::size_t i = 0; i < n; ++i) {
-    float cdf = 0.5f * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
-    float pdf = inv_sqrt_2pi * std::exp(-0.5f * x[i] * x[i]);
+    float cdf = 0.5f * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
+    float pdf = inv_sqrt_2pi * vmath::exp(-0.5f * x[i] * x[i]);
     dx[i] = dy[i] * (cdf + x[i] * pdf);
   }
 }
@@ -62,11 +63,14 @@ double CpuBackend::sum_squares(const float* x, std::size_t n) {
 
 float CpuBackend::abs_max(const float* x, std::size_t n) {
   float m = 0;
+  bool nan = false;
+#pragma omp simd reduction(max : m) reduction(|| : nan)
   for (std::size_t i = 0; i < n; ++i) {
     float a = std::fabs(x[i]);
-    if (a > m || std::isnan(a)) m = std::isnan(m) ? m : a;
+    m = a > m ? a : m;
+    nan = nan || a != a;
   }
-  return m;
+  return nan ? NAN : m;
 }
 
 std::size_t CpuBackend::count_nonfinite(const float* x, std::size_t n) {

@@ -19,12 +19,14 @@ void CpuBackend::set_threads(int threads) {
 
 void CpuBackend::gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_flops_ += 2.0 * M * N * K;
   cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void CpuBackend::gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
                               int lda, const float* B, int ldb, float beta, float* C, int ldc,
                               const GemmBatch& batch) {
+  gemm_flops_ += 2.0 * M * N * K * batch.count;
   for (int i = 0; i < batch.count; ++i) {
     cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), M, N, K, alpha, A + i * batch.stride_a, lda,
                 B + i * batch.stride_b, ldb, beta, C + i * batch.stride_c, ldc);

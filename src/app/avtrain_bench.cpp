@@ -1,0 +1,124 @@
+// avtrain-bench: times training steps of a deck on a synthetic shard set of the quickstart shape,
+// counts the model's matrix-product FLOPs per step, and measures this machine's large-sgemm rate,
+// so a step can be read against its GEMM floor. Prints a table and one JSON line.
+#include <mpi.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/options.hpp"
+#include "backend/backend.hpp"
+#include "core/buffer.hpp"
+#include "core/error.hpp"
+#include "data/shard_set.hpp"
+#include "data/synthetic.hpp"
+#include "train/trainer.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Best of `repeats` n x n x n products: the rate a large, well-shaped GEMM reaches here.
+double sgemm_gflops(avtrain::Backend& be, int n, int repeats) {
+  avtrain::Buffer a(std::size_t(n) * n), b(std::size_t(n) * n), c(std::size_t(n) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = float(i % 7) * 0.1f;
+  be.gemm(avtrain::Trans::no, avtrain::Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    be.gemm(avtrain::Trans::no, avtrain::Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * double(n) / best / 1e9;
+}
+
+int run(int argc, char** argv) {
+  std::string deck = "inputs/quickstart.ini", workdir;
+  int warmup = 3, steps = 10, threads = 2;
+  po::options_description opts("avtrain-bench [--deck DECK] [--warmup N] [--steps N] [--threads N]");
+  opts.add_options()("help,h", "print this help")("deck", po::value(&deck)->default_value(deck), "model deck")(
+      "warmup", po::value(&warmup)->default_value(warmup), "untimed steps first")(
+      "steps", po::value(&steps)->default_value(steps), "timed steps")(
+      "threads", po::value(&threads)->default_value(threads), "BLAS/OpenMP threads")(
+      "workdir", po::value(&workdir), "where the synthetic shards go (default: a temporary directory)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw avtrain::Error(std::string("command line: ") + e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+
+  avtrain::ParsedOptions parsed = avtrain::parse_options(
+      {deck, "--train.steps", std::to_string(warmup + steps), "--train.threads", std::to_string(threads),
+       "--train.eval_interval", "0", "--train.log_interval", "0", "--data.val_fraction", "0"});
+  avtrain::RunConfig config = parsed.config;
+  config.train.out.clear();
+
+  const bool own_dir = workdir.empty();
+  if (own_dir) workdir = (std::filesystem::temp_directory_path() / ("avtrain-bench-" + std::to_string(::getpid()))).string();
+  avtrain::data::SynthOptions synth;
+  synth.out_dir = workdir;
+  synth.shards = 1;
+  synth.samples_per_shard = std::int64_t(config.global_batch()) * 4;
+  avtrain::data::write_synthetic(synth);
+  auto shards = avtrain::data::ShardSet::open(workdir);
+
+  auto backend = avtrain::make_cpu_backend();
+  backend->set_threads(threads);
+  const double rate = sgemm_gflops(*backend, 2048, 5);
+  avtrain::Trainer trainer(config, *backend, *shards);
+  const double flops_before = backend->gemm_flops();
+  std::ostringstream quiet;
+  avtrain::TrainSummary summary = trainer.run({}, quiet);
+  const double flops_per_step = (backend->gemm_flops() - flops_before) / (warmup + steps);
+  if (own_dir) std::filesystem::remove_all(workdir);
+
+  std::vector<double> timed(summary.step_ms.begin() + warmup, summary.step_ms.end());
+  const double step_ms = median(timed);
+  const double floor_ms = flops_per_step / (rate * 1e9) * 1e3;
+  const int samples = config.global_batch();
+  std::printf("avtrain-bench: %s, batch %d, %d threads, median of %d steps after %d warm-up\n", deck.c_str(), samples,
+              threads, steps, warmup);
+  std::printf("  model GEMM FLOPs per step   %.3f GFLOP\n", flops_per_step / 1e9);
+  std::printf("  large sgemm (2048^3)        %.1f GFLOP/s\n", rate);
+  std::printf("  GEMM floor                  %.1f ms\n", floor_ms);
+  std::printf("  median step                 %.1f ms  (%.1f GFLOP/s, %.2fx the floor, %.0f samples/s)\n", step_ms,
+              flops_per_step / (step_ms * 1e6), step_ms / floor_ms, samples / (step_ms / 1e3));
+  nlohmann::json j = {{"framework", "avtrain"},       {"precision", "fp32"},          {"median_step_ms", step_ms},
+                      {"gemm_gflop_per_step", flops_per_step / 1e9}, {"sgemm_gflops", rate},
+                      {"floor_ms", floor_ms},         {"threads", threads},           {"batch", samples},
+                      {"steps", steps}};
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = 0;
+  try {
+    code = run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "avtrain-bench: %s\n", e.what());
+    code = 1;
+  }
+  MPI_Finalize();
+  return code;
+}
