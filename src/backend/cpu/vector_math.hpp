@@ -1,15 +1,18 @@
 #pragma once
-// Branch-free exp and erf that the compiler vectorises (libm's scalar calls do not), accurate to
+// Branch-free exp and erf that the compiler vectorises (libm's scalar calls do not; keep the
+// clamps as ?: — GCC 12 does not vectorise fminf/fmaxf builtins here), accurate to
 // a few float ulps: exp by 2^n * Taylor(7) on |r| <= ln2/2; erf by Abramowitz & Stegun 7.1.26
 // (|error| <= 1.5e-7).
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace avtrain::vmath {
 
 inline float exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = __builtin_roundevenf(x * 1.44269504088896341f);
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  // Round to nearest by adding and removing 1.5 * 2^23.
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
@@ -19,12 +22,14 @@ inline float exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float scale = std::bit_cast<float>(std::int32_t(n + 127.0f) << 23);
+  const std::int32_t bits = (static_cast<std::int32_t>(n) << 23) + (127 << 23);
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);  // 2^n
   return p * scale;
 }
 
 inline float erf(float x) {
-  const float a = x < 0 ? -x : x;
+  const float a = x < 0.0f ? -x : x;
   const float t = 1.0f / (1.0f + 0.3275911f * a);
   float poly = 1.061405429f;
   poly = poly * t - 1.453152027f;
@@ -32,7 +37,7 @@ inline float erf(float x) {
   poly = poly * t - 0.284496736f;
   poly = poly * t + 0.254829592f;
   const float y = 1.0f - poly * t * exp(-a * a);
-  return x < 0 ? -y : y;
+  return x < 0.0f ? -y : y;
 }
 
 }  // namespace avtrain::vmath

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""Checks a run's trace directory, or that two runs have identical traces.
+
+usage: check_traces.py learns RUN_DIR [--min-drop F] [--min-val-acc A]
+       check_traces.py same RUN_A RUN_B COLUMN...
+"""
+import csv
+import json
+import math
+import sys
+
+TRACE_COLUMNS = ("step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
+                 "samples_per_s,mem_peak_mb,val_loss,val_acc").split(",")
+LAYER_COLUMNS = "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite".split(",")
+
+
+def fail(message):
+    print(f"check_traces: {message}")
+    sys.exit(1)
+
+
+def read_csv(path, columns):
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        if header != columns:
+            fail(f"{path}: header {header} is not {columns}")
+        return [dict(zip(header, row)) for row in reader]
+
+
+def learns(run, min_drop=0.3, min_val_acc=None):
+    rows = read_csv(f"{run}/trace.csv", TRACE_COLUMNS)
+    layers = read_csv(f"{run}/layers.csv", LAYER_COLUMNS)
+    manifest = json.load(open(f"{run}/run.json"))
+    for key in ("config", "build", "data", "seed", "layout", "model"):
+        if key not in manifest:
+            fail(f"{run}/run.json has no '{key}'")
+    if not manifest["data"]["shards"] or "git_commit" not in manifest["build"]:
+        fail(f"{run}/run.json lacks the data fingerprint or build facts")
+    steps = [int(r["step"]) for r in rows]
+    if steps != list(range(len(rows))) or len(rows) < 10:
+        fail(f"{run}/trace.csv: steps {steps[:5]}... are not 0..N-1 with N >= 10")
+    losses = [float(r["loss"]) for r in rows]
+    if not all(math.isfinite(x) for x in losses):
+        fail("non-finite loss in the trace")
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    if not last < (1 - min_drop) * first:
+        fail(f"loss did not fall by {min_drop:.0%}: first five {first:.4f}, last five {last:.4f}")
+    for r in rows:
+        if r["loss_scale"] != "1" or r["skipped"] != "0" or float(r["comm_ms"]) != 0:
+            fail(f"step {r['step']}: loss_scale/skipped/comm_ms are not 1/0/0 in an fp32 single-rank run")
+    evaluated = [r for r in rows if r["val_acc"] != ""]
+    if not evaluated or evaluated[-1]["step"] != rows[-1]["step"]:
+        fail("no validation on the last step")
+    per_step = {}
+    for layer in layers:
+        per_step.setdefault(int(layer["step"]), []).append(layer["layer"])
+    if sorted(per_step) != steps:
+        fail("layers.csv does not cover every step")
+    names = per_step[0]
+    for expected in ("audio.conv", "audio.bn", "video.patch", "embed", "blocks.0.attn.qkv", "head.cls"):
+        if expected not in names:
+            fail(f"layers.csv has no row for {expected}")
+    if any(layer["act_absmax"] == "" for layer in layers):
+        fail("a layer row has no act_absmax")
+    if min_val_acc is not None and float(evaluated[-1]["val_acc"]) < min_val_acc:
+        fail(f"final val_acc {evaluated[-1]['val_acc']} < {min_val_acc}")
+    print(f"{run}: {len(rows)} steps, loss {first:.4f} -> {last:.4f}, val_acc {evaluated[-1]['val_acc']}, "
+          f"{len(names)} layer rows per step")
+
+
+def same(run_a, run_b, columns):
+    a = read_csv(f"{run_a}/trace.csv", TRACE_COLUMNS)
+    b = read_csv(f"{run_b}/trace.csv", TRACE_COLUMNS)
+    if len(a) != len(b):
+        fail(f"{run_a} has {len(a)} steps, {run_b} has {len(b)}")
+    for ra, rb in zip(a, b):
+        for c in columns:
+            if ra[c] != rb[c]:
+                fail(f"step {ra['step']}: {c} differs: {ra[c]} vs {rb[c]}")
+    print(f"{run_a} and {run_b}: identical {', '.join(columns)} over {len(a)} steps")
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "learns":
+        opts = dict(zip(args[2::2], args[3::2]))
+        learns(args[1], float(opts.get("--min-drop", 0.3)),
+               float(opts["--min-val-acc"]) if "--min-val-acc" in opts else None)
+    elif len(args) >= 4 and args[0] == "same":
+        same(args[1], args[2], args[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
