@@ -21,7 +21,9 @@ class OptionTable {
   template <class T>
   void add(const std::string& section, const std::string& key, T* field, const std::string& help) {
     po::options_description& group = section_(section);
-    group.add_options()(key.c_str(), po::value<T>(field)->default_value(*field), help.c_str());
+    std::ostringstream shown;  // 0.1, not 0.10000000000000001
+    shown << *field;
+    group.add_options()(key.c_str(), po::value<T>(field)->default_value(*field, shown.str()), help.c_str());
     dump_.push_back([key, field](nlohmann::json& j) { j[key] = *field; });
   }
 

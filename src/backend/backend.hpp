@@ -37,16 +37,20 @@ class Backend {
   virtual void fill(float* x, std::size_t n, float value) = 0;
   virtual void add(float* y, const float* x, std::size_t n) = 0;              // y += x
   virtual void scale(float* x, std::size_t n, float a) = 0;                   // x *= a
-  virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0; // y[r,:] += bias
+  virtual void fill_rows(float* y, const float* row, int rows, int cols) = 0; // y[r,:] = row
   virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
   virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
   virtual void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) = 0;  // dx = dy*gelu'(x)
   virtual double sum_squares(const float* x, std::size_t n) = 0;
   virtual float abs_max(const float* x, std::size_t n) = 0;
-  virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
-  // Nonzero entries with |x| < threshold, and nonzero entries overall.
-  virtual void count_underflow(const float* x, std::size_t n, float threshold, std::size_t& below,
-                               std::size_t& nonzero) = 0;
+  // One pass of the numbers layers.csv reports for a gradient tensor.
+  struct TensorStats {
+    double sum_squares = 0;
+    std::size_t nonfinite = 0;
+    std::size_t nonzero = 0;
+    std::size_t below = 0;  // nonzero entries with |x| < the threshold
+  };
+  virtual TensorStats tensor_stats(const float* x, std::size_t n, float threshold) = 0;
 
   // ---- normalisation; statistics always in fp32
   virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,

@@ -9,8 +9,10 @@ Linear::Linear(ParamStore& params, std::string module, int in, int out, float in
 }
 
 void Linear::forward(Backend& be, const float* x, float* y, int rows) {
-  be.gemm(Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.value(weight_), in_, 0.0f, y, out_);
-  if (bias_ >= 0) be.add_bias(y, params_.value(bias_), rows, out_);
+  // Start from the bias and accumulate (beta = 1): no separate pass to zero y or to add the bias.
+  if (bias_ >= 0) be.fill_rows(y, params_.value(bias_), rows, out_);
+  be.gemm(Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.value(weight_), in_,
+          bias_ >= 0 ? 1.0f : 0.0f, y, out_);
 }
 
 void Linear::backward(Backend& be, const float* x, const float* dy, float* dx, int rows) {

@@ -17,7 +17,7 @@
 #include "io/trace_writer.hpp"
 #include "model/av_net.hpp"
 #include "optim/adamw.hpp"
-#include "optim/grad_norm.hpp"
+#include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
 
 namespace avtrain {
@@ -72,8 +72,10 @@ struct Trainer::Impl {
     modules = group_modules(params);
   }
 
-  std::vector<LayerRow> layer_rows(const ActivationStats& acts) {
+  // One row per module; `grad_sum_squares` gets the sum over all of them (the global norm's square).
+  std::vector<LayerRow> layer_rows(const ActivationStats& acts, double& grad_sum_squares) {
     std::vector<LayerRow> rows;
+    grad_sum_squares = 0;
     for (const ModuleGroup& g : modules) {
       LayerRow r;
       r.layer = g.name;
@@ -81,14 +83,14 @@ struct Trainer::Impl {
       std::size_t below = 0, nonzero = 0;
       for (ParamId id : g.params) {
         const ParamInfo& p = params.info(id);
-        gsq += be.sum_squares(params.grad(id), p.size);
+        const Backend::TensorStats s = be.tensor_stats(params.grad(id), p.size, 0x1p-24f);  // smallest fp16 subnormal
+        gsq += s.sum_squares;
+        below += s.below;
+        nonzero += s.nonzero;
+        r.nonfinite += s.nonfinite;
         psq += be.sum_squares(params.value(id), p.size);
-        std::size_t b = 0, nz = 0;
-        be.count_underflow(params.grad(id), p.size, 0x1p-24f, b, nz);
-        below += b;
-        nonzero += nz;
-        r.nonfinite += be.count_nonfinite(params.grad(id), p.size);
       }
+      grad_sum_squares += gsq;
       r.grad_norm = std::sqrt(gsq);
       r.param_norm = std::sqrt(psq);
       r.grad_underflow_frac = nonzero ? double(below) / double(nonzero) : 0.0;
@@ -227,6 +229,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
 
   TrainSummary summary;
   std::vector<double> step_times;
+  Flow flow;  // its buffers are reused step after step
   log << std::fixed;
   for (std::int64_t step = 0; step < c.train.steps; ++step) {
     const auto t_step = Clock::now();
@@ -240,7 +243,6 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       const auto t_wait = Clock::now();
       data::MicroBatch batch = parts[m].get();
       data_wait += ms_since(t_wait);
-      Flow flow;
       flow.batch = &batch;
       flow.mode = Mode::train;
       flow.grad_scale = 1.0f / float(M);
@@ -253,8 +255,9 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       loss += flow.loss / M;
     }
 
-    std::vector<LayerRow> layer_rows = d.layer_rows(acts);
-    const double grad_norm = std::sqrt(grad_sum_squares(d.be, d.params));
+    double grad_sum_squares = 0;
+    std::vector<LayerRow> layer_rows = d.layer_rows(acts, grad_sum_squares);
+    const double grad_norm = std::sqrt(grad_sum_squares);
     if (!std::isfinite(grad_norm)) {
       std::string where;
       for (const LayerRow& r : layer_rows)

@@ -19,15 +19,13 @@ class CpuBackend final : public Backend {
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
   void scale(float* x, std::size_t n, float a) override;
-  void add_bias(float* y, const float* bias, int rows, int cols) override;
+  void fill_rows(float* y, const float* row, int rows, int cols) override;
   void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
   void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
   float abs_max(const float* x, std::size_t n) override;
-  std::size_t count_nonfinite(const float* x, std::size_t n) override;
-  void count_underflow(const float* x, std::size_t n, float threshold, std::size_t& below,
-                       std::size_t& nonzero) override;
+  TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;

@@ -1,5 +1,7 @@
 // Elementwise ops and whole-tensor reductions.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -20,20 +22,24 @@ void CpuBackend::scale(float* x, std::size_t n, float a) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= a;
 }
 
-void CpuBackend::add_bias(float* y, const float* bias, int rows, int cols) {
+void CpuBackend::fill_rows(float* y, const float* row, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (std::size_t(rows) * cols > 65536)
-  for (int r = 0; r < rows; ++r) {
-    float* yr = y + std::size_t(r) * cols;
-#pragma omp simd
-    for (int c = 0; c < cols; ++c) yr[c] += bias[c];
-  }
+  for (int r = 0; r < rows; ++r) std::memcpy(y + std::size_t(r) * cols, row, sizeof(float) * cols);
 }
 
+// Each thread sums a band of columns over all rows.
 void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    const float* d = dy + std::size_t(r) * cols;
+  constexpr int band = 64;
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols > 65536)
+  for (int c0 = 0; c0 < cols; c0 += band) {
+    const int c1 = std::min(cols, c0 + band);
+    float sum[band] = {};
+    for (int r = 0; r < rows; ++r) {
+      const float* d = dy + std::size_t(r) * cols;
 #pragma omp simd
-    for (int c = 0; c < cols; ++c) dbias[c] += d[c];
+      for (int c = c0; c < c1; ++c) sum[c - c0] += d[c];
+    }
+    for (int c = c0; c < c1; ++c) dbias[c] += sum[c - c0];
   }
 }
 
@@ -61,34 +67,35 @@ double CpuBackend::sum_squares(const float* x, std::size_t n) {
   return s;
 }
 
+// On the bit patterns of |x|: integer order is float order for non-negative floats, and every NaN
+// pattern lies above +inf, so one integer max finds the largest magnitude and any NaN at once.
 float CpuBackend::abs_max(const float* x, std::size_t n) {
-  float m = 0;
-  bool nan = false;
-#pragma omp simd reduction(max : m) reduction(|| : nan)
+  std::uint32_t m = 0;
+#pragma omp parallel for simd reduction(max : m) if (n > 65536)
   for (std::size_t i = 0; i < n; ++i) {
-    float a = std::fabs(x[i]);
-    m = a > m ? a : m;
-    nan = nan || a != a;
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    bits &= 0x7fffffffu;
+    m = bits > m ? bits : m;
   }
-  return nan ? NAN : m;
+  if (m > 0x7f800000u) return NAN;
+  float result;
+  std::memcpy(&result, &m, sizeof result);
+  return result;
 }
 
-std::size_t CpuBackend::count_nonfinite(const float* x, std::size_t n) {
-  std::size_t c = 0;
-  for (std::size_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);
-  return c;
-}
-
-void CpuBackend::count_underflow(const float* x, std::size_t n, float threshold, std::size_t& below,
-                                 std::size_t& nonzero) {
-  below = 0;
-  nonzero = 0;
+Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
+  double sum_squares = 0;
+  std::size_t nonfinite = 0, nonzero = 0, below = 0;
+#pragma omp parallel for simd reduction(+ : sum_squares, nonfinite, nonzero, below) if (n > 65536)
   for (std::size_t i = 0; i < n; ++i) {
-    if (x[i] != 0.0f) {
-      ++nonzero;
-      below += std::fabs(x[i]) < threshold;
-    }
+    const float a = std::fabs(x[i]);
+    sum_squares += double(x[i]) * x[i];
+    nonfinite += !(a <= 3.402823466e38f);
+    nonzero += a != 0.0f;
+    below += a != 0.0f && a < threshold;
   }
+  return {sum_squares, nonfinite, nonzero, below};
 }
 
 }  // namespace avtrain

@@ -1,4 +1,5 @@
 // LayerNorm and masked BatchNorm; statistics in fp32 with double accumulation over rows.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -47,13 +48,25 @@ void CpuBackend::layernorm_backward(const float* dy, const float* x, const float
       dxr[i] = rs * (dyr[i] * gamma[i] - mg - xhat * mgx);
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    const float* xr = x + std::size_t(r) * dim;
-    const float* dyr = dy + std::size_t(r) * dim;
-    float mu = mean[r], rs = rstd[r];
-    for (int i = 0; i < dim; ++i) {
-      dgamma[i] += dyr[i] * (xr[i] - mu) * rs;
-      dbeta[i] += dyr[i];
+  // Parameter gradients: each thread sums a band of features over all rows.
+  constexpr int band = 64;
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * dim > 65536)
+  for (int i0 = 0; i0 < dim; i0 += band) {
+    const int i1 = std::min(dim, i0 + band);
+    float dg[band] = {}, db[band] = {};
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + std::size_t(r) * dim;
+      const float* dyr = dy + std::size_t(r) * dim;
+      const float mu = mean[r], rs = rstd[r];
+#pragma omp simd
+      for (int i = i0; i < i1; ++i) {
+        dg[i - i0] += dyr[i] * (xr[i] - mu) * rs;
+        db[i - i0] += dyr[i];
+      }
+    }
+    for (int i = i0; i < i1; ++i) {
+      dgamma[i] += dg[i - i0];
+      dbeta[i] += db[i - i0];
     }
   }
 }
