@@ -16,9 +16,9 @@ struct ModelConfig {
   int mel_bins = 64;
   int tubelet_frames = 2; // t of a t x p x p x C tubelet
   int patch = 8;          // p
-  float nce_temperature = 0.1f;
-  float nce_weight = 0.1f; // lambda; 0 turns InfoNCE off
-  float init_std = 0.02f;
+  double nce_temperature = 0.1;
+  double nce_weight = 0.1;  // lambda; 0 turns InfoNCE off
+  double init_std = 0.02;
 };
 
 // Shapes that follow from a ModelConfig and a shard set.
