@@ -81,16 +81,19 @@ int run(int argc, char** argv) {
 
   auto backend = avtrain::make_cpu_backend();
   backend->set_threads(threads);
-  const double rate = sgemm_gflops(*backend, 2048, 5);
+  const double rate_before = sgemm_gflops(*backend, 2048, 5);
   avtrain::Trainer trainer(config, *backend, *shards);
   const double flops_before = backend->gemm_flops();
   std::ostringstream quiet;
   avtrain::TrainSummary summary = trainer.run({}, quiet);
   const double flops_per_step = (backend->gemm_flops() - flops_before) / (warmup + steps);
   if (own_dir) std::filesystem::remove_all(workdir);
+  // The machine's best rate, sampled before and after the steps (shared machines drift).
+  const double rate = std::max(rate_before, sgemm_gflops(*backend, 2048, 5));
 
   std::vector<double> timed(summary.step_ms.begin() + warmup, summary.step_ms.end());
   const double step_ms = median(timed);
+  const double best_ms = *std::min_element(timed.begin(), timed.end());
   const double floor_ms = flops_per_step / (rate * 1e9) * 1e3;
   const int samples = config.global_batch();
   std::printf("avtrain-bench: %s, batch %d, %d threads, median of %d steps after %d warm-up\n", deck.c_str(), samples,
@@ -100,7 +103,8 @@ int run(int argc, char** argv) {
   std::printf("  GEMM floor                  %.1f ms\n", floor_ms);
   std::printf("  median step                 %.1f ms  (%.1f GFLOP/s, %.2fx the floor, %.0f samples/s)\n", step_ms,
               flops_per_step / (step_ms * 1e6), step_ms / floor_ms, samples / (step_ms / 1e3));
-  nlohmann::json j = {{"framework", "avtrain"},       {"precision", "fp32"},          {"median_step_ms", step_ms},
+  std::printf("  best step                   %.1f ms  (%.2fx the floor)\n", best_ms, best_ms / floor_ms);
+  nlohmann::json j = {{"framework", "avtrain"},       {"precision", "fp32"},          {"median_step_ms", step_ms}, {"best_step_ms", best_ms},
                       {"gemm_gflop_per_step", flops_per_step / 1e9}, {"sgemm_gflops", rate},
                       {"floor_ms", floor_ms},         {"threads", threads},           {"batch", samples},
                       {"steps", steps}};

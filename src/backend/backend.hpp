@@ -72,6 +72,15 @@ class Backend {
                                   const float* gamma, const float* mean, const float* rstd, float* dx,
                                   float* dgamma, float* dbeta, int rows, int ch) = 0;
 
+  // ---- multi-head self-attention with a key-padding mask, fused per (sample, head).
+  // qkv[B, L, 3, H, hd] (the qkv projection's output as is); p[B, H, L, L] the probabilities
+  // (saved for backward; masked keys exactly 0); ctx[B, L, H*hd] the heads' outputs side by side.
+  virtual void attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B,
+                                 int L, int H, int hd) = 0;
+  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
+  virtual void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B,
+                                  int L, int H, int hd) = 0;
+
   // ---- attention pieces. qkv[B, L, 3, H, hd] <-> q, k, v each [B, H, L, hd]
   virtual void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
                            int hd) = 0;

@@ -8,9 +8,14 @@ namespace avtrain {
 
 AVNet::AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s)
     : geometry_(TokenGeometry::of(m, s)) {
-  layers_.push_back(std::make_unique<AVInput>(be, params, m, s));
-  for (int i = 0; i < m.depth; ++i) layers_.push_back(std::make_unique<TransformerBlock>(be, params, m, i));
-  layers_.push_back(std::make_unique<AVHead>(be, params, m, s.num_classes));
+  auto append = [&](std::unique_ptr<Layer> layer) {
+    const ParamId first = param_ranges_.empty() ? 0 : param_ranges_.back().second;
+    layers_.push_back(std::move(layer));
+    param_ranges_.emplace_back(first, ParamId(params.params().size()));
+  };
+  append(std::make_unique<AVInput>(be, params, m, s));
+  for (int i = 0; i < m.depth; ++i) append(std::make_unique<TransformerBlock>(be, params, m, i));
+  append(std::make_unique<AVHead>(be, params, m, s.num_classes));
 }
 
 std::vector<std::unique_ptr<LayerState>> AVNet::make_states() const {

@@ -16,6 +16,8 @@ class AVNet {
   // Registers every parameter in `params`; call params.allocate(seed) afterwards.
   AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s);
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
+  // The parameters layer i registered: ids [first, second). A stage owns the union of its layers'.
+  std::pair<ParamId, ParamId> param_range(std::size_t i) const { return param_ranges_[i]; }
   const TokenGeometry& geometry() const { return geometry_; }
   std::vector<std::unique_ptr<LayerState>> make_states() const;
 
@@ -26,6 +28,7 @@ class AVNet {
  private:
   TokenGeometry geometry_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::pair<ParamId, ParamId>> param_ranges_;
 };
 
 }  // namespace avtrain

@@ -8,11 +8,11 @@ namespace avtrain {
 
 namespace {
 struct BlockState final : LayerState {
-  Buffer x, a, ln1_mean, ln1_rstd, qkv, q, k, v, p, o, ctx, h, b, ln2_mean, ln2_rstd, f1, g;
-  Buffer dgelu, dln2, dp, dq, dk, dv;  // backward scratch
+  Buffer x, a, ln1_mean, ln1_rstd, qkv, p, ctx, h, b, ln2_mean, ln2_rstd, f1, g;
+  Buffer dgelu, dln2, dqkv;  // backward scratch
   std::size_t bytes() const override {
-    return buffer_bytes({&x, &a, &ln1_mean, &ln1_rstd, &qkv, &q, &k, &v, &p, &o, &ctx, &h, &b, &ln2_mean,
-                         &ln2_rstd, &f1, &g, &dgelu, &dln2, &dp, &dq, &dk, &dv});
+    return buffer_bytes({&x, &a, &ln1_mean, &ln1_rstd, &qkv, &p, &ctx, &h, &b, &ln2_mean, &ln2_rstd, &f1, &g,
+                         &dgelu, &dln2, &dqkv});
   }
 };
 
@@ -23,11 +23,11 @@ TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, const ModelC
     : Layer(block_name(index)), be_(be), D_(m.width), H_(m.heads), hd_(m.width / m.heads),
       hidden_(m.width * m.mlp_ratio),
       ln1_(params, block_name(index) + ".ln1", m.width),
-      ln2_(params, block_name(index) + ".ln2", m.width),
       qkv_(params, block_name(index) + ".attn.qkv", m.width, 3 * m.width, m.init_std),
       // Residual-branch outputs scaled down with depth (GPT-2).
       proj_(params, block_name(index) + ".attn.proj", m.width, m.width,
             m.init_std / std::sqrt(2.0f * std::max(1, m.depth))),
+      ln2_(params, block_name(index) + ".ln2", m.width),
       fc1_(params, block_name(index) + ".mlp.fc1", m.width, m.width * m.mlp_ratio, m.init_std),
       fc2_(params, block_name(index) + ".mlp.fc2", m.width * m.mlp_ratio, m.width,
            m.init_std / std::sqrt(2.0f * std::max(1, m.depth))) {}
@@ -37,7 +37,7 @@ std::unique_ptr<LayerState> TransformerBlock::make_state() const { return std::m
 void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
-  const std::size_t n = std::size_t(rows) * D, heads_n = std::size_t(B) * H * L * hd;
+  const std::size_t n = std::size_t(rows) * D;
   std::swap(st.x, flow.x);  // keep the input for backward; flow.x becomes the output
   st.a.resize(n);
   st.ln1_mean.resize(rows);
@@ -48,21 +48,9 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   st.qkv.resize(3 * n);
   qkv_.forward(be_, st.a.data(), st.qkv.data(), rows);
   note_activation(be_, flow, qkv_.module(), st.qkv.data(), 3 * n);
-  st.q.resize(heads_n);
-  st.k.resize(heads_n);
-  st.v.resize(heads_n);
-  be_.split_heads(st.qkv.data(), st.q.data(), st.k.data(), st.v.data(), B, L, H, hd);
-  const GemmBatch per_head{B * H, std::int64_t(L) * hd, std::int64_t(L) * hd, std::int64_t(L) * L};
   st.p.resize(std::size_t(B) * H * L * L);
-  be_.gemm_batched(Trans::no, Trans::yes, L, L, hd, 1.0f / std::sqrt(float(hd)), st.q.data(), hd, st.k.data(),
-                   hd, 0.0f, st.p.data(), L, per_head);
-  be_.masked_softmax_forward(st.p.data(), flow.key_mask.data(), B, H, L);
-  st.o.resize(heads_n);
-  const GemmBatch pv{B * H, std::int64_t(L) * L, std::int64_t(L) * hd, std::int64_t(L) * hd};
-  be_.gemm_batched(Trans::no, Trans::no, L, hd, L, 1.0f, st.p.data(), L, st.v.data(), hd, 0.0f, st.o.data(), hd,
-                   pv);
   st.ctx.resize(n);
-  be_.heads_to_tokens(st.o.data(), st.ctx.data(), B, L, H, hd);
+  be_.attention_forward(st.qkv.data(), flow.key_mask.data(), st.p.data(), st.ctx.data(), B, L, H, hd);
 
   st.h.resize(n);
   proj_.forward(be_, st.ctx.data(), st.h.data(), rows);
@@ -88,7 +76,7 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
 void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
-  const std::size_t n = std::size_t(rows) * D, heads_n = std::size_t(B) * H * L * hd;
+  const std::size_t n = std::size_t(rows) * D;
   // Scratch reuses buffers whose forward values are no longer needed, in reverse order of use.
   Buffer& dout = flow.dx;                  // d(out) = d(h) via the residual
   Buffer& dg = st.f1;                      // d(f1) overwrites f1 once GELU' has read it
@@ -104,28 +92,12 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   ln2_.backward(be_, st.h.data(), dln2.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
   be_.add(dh.data(), dout.data(), n);      // dh = dout + d(ln2 path)
 
-  Buffer& dctx = st.ctx;
-  proj_.backward(be_, st.ctx.data(), dh.data(), dln2.data(), rows);  // dln2 now holds d(ctx)
-  std::swap(dctx, dln2);
-  Buffer& d_o = st.o;
-  be_.tokens_to_heads(dctx.data(), d_o.data(), B, L, H, hd);
-  Buffer& dp = st.dp;
-  dp.resize(std::size_t(B) * H * L * L);
-  const GemmBatch hh{B * H, std::int64_t(L) * hd, std::int64_t(L) * hd, std::int64_t(L) * L};
-  be_.gemm_batched(Trans::no, Trans::yes, L, L, hd, 1.0f, d_o.data(), hd, st.v.data(), hd, 0.0f, dp.data(), L, hh);
-  Buffer &dq = st.dq, &dk = st.dk, &dv = st.dv;
-  dq.resize(heads_n);
-  dk.resize(heads_n);
-  dv.resize(heads_n);
-  const GemmBatch pt{B * H, std::int64_t(L) * L, std::int64_t(L) * hd, std::int64_t(L) * hd};
-  be_.gemm_batched(Trans::yes, Trans::no, L, hd, L, 1.0f, st.p.data(), L, d_o.data(), hd, 0.0f, dv.data(), hd, pt);
-  be_.softmax_backward(dp.data(), st.p.data(), B * H * L, L);
-  const float scale = 1.0f / std::sqrt(float(hd));
-  be_.gemm_batched(Trans::no, Trans::no, L, hd, L, scale, dp.data(), L, st.k.data(), hd, 0.0f, dq.data(), hd, pt);
-  be_.gemm_batched(Trans::yes, Trans::no, L, hd, L, scale, dp.data(), L, st.q.data(), hd, 0.0f, dk.data(), hd, pt);
-  Buffer& dqkv = st.qkv;
-  be_.merge_heads_grad(dq.data(), dk.data(), dv.data(), dqkv.data(), B, L, H, hd);
-  Buffer& da = dctx;
+  Buffer& dctx = dln2;                     // ln2's input gradient is consumed: reuse it for d(ctx)
+  proj_.backward(be_, st.ctx.data(), dh.data(), dctx.data(), rows);
+  Buffer& dqkv = st.dqkv;
+  dqkv.resize(3 * n);
+  be_.attention_backward(st.qkv.data(), st.p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+  Buffer& da = st.ctx;                     // ctx was proj's input, no longer needed
   qkv_.backward(be_, st.a.data(), dqkv.data(), da.data(), rows);
   ln1_.backward(be_, st.x.data(), da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
   be_.add(dout.data(), dh.data(), n);      // dx = dh + d(ln1 path)

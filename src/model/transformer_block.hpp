@@ -20,8 +20,11 @@ class TransformerBlock final : public Layer {
  private:
   Backend& be_;
   int D_, H_, hd_, hidden_;
-  LayerNorm ln1_, ln2_;
-  Linear qkv_, proj_, fc1_, fc2_;
+  // Declared in forward order: parameters register, and layers.csv lists them, in this order.
+  LayerNorm ln1_;
+  Linear qkv_, proj_;
+  LayerNorm ln2_;
+  Linear fc1_, fc2_;
 };
 
 }  // namespace avtrain

@@ -148,22 +148,21 @@ void Trainer::describe(std::ostream& out) {
       << " video = " << g.tokens << "\n\n";
   out << std::left << std::setw(28) << "layer" << std::setw(28) << "module" << std::right << std::setw(12)
       << "parameters" << "\n";
-  std::map<std::string, std::size_t> per_module;
-  for (const ParamInfo& p : d.params.params())
-    if (p.trainable) per_module[p.module] += p.size;
   std::size_t total = 0;
-  for (const auto& layer : d.net.layers()) {
-    std::size_t layer_total = 0;
-    for (const ModuleGroup& m : d.modules) {
-      const bool mine = layer->name() == "input"
-                            ? (m.name.rfind("audio.", 0) == 0 || m.name.rfind("video.", 0) == 0 || m.name == "embed")
-                            : m.name.rfind(layer->name() + ".", 0) == 0;
-      if (!mine) continue;
-      out << std::left << std::setw(28) << layer->name() << std::setw(28) << m.name << std::right << std::setw(12)
-          << per_module[m.name] << "\n";
-      layer_total += per_module[m.name];
+  for (std::size_t i = 0; i < d.net.layers().size(); ++i) {
+    const auto [first, last] = d.net.param_range(i);
+    std::map<std::string, std::size_t> per_module;
+    std::vector<std::string> order;
+    for (ParamId id = first; id < last; ++id) {
+      const ParamInfo& p = d.params.info(id);
+      if (!p.trainable) continue;
+      if (!per_module.count(p.module)) order.push_back(p.module);
+      per_module[p.module] += p.size;
+      total += p.size;
     }
-    total += layer_total;
+    for (const std::string& module : order)
+      out << std::left << std::setw(28) << d.net.layers()[i]->name() << std::setw(28) << module << std::right
+          << std::setw(12) << per_module[module] << "\n";
   }
   out << std::left << std::setw(56) << "total trainable" << std::right << std::setw(12) << total << "\n\n";
 

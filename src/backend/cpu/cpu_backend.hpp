@@ -43,6 +43,10 @@ class CpuBackend final : public Backend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
+  void attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
+                         int H, int hd) override;
+  void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
+                          int hd) override;
   void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
                    int hd) override;
   void merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int L,

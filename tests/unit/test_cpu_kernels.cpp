@@ -1,0 +1,871 @@
+// Every CPU kernel against a plain double-precision reference written here, on random inputs.
+// Outputs start as NaN so an element a kernel forgets to write fails the comparison.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cpu/vector_math.hpp"
+#include "core/keyed_random.hpp"
+#include "model/log_mel_frontend.hpp"
+
+namespace avtrain {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> random_floats(std::size_t n, const std::string& key, double low = -1.0, double high = 1.0) {
+  KeyedRandom rng(11, key);
+  std::vector<float> x(n);
+  for (float& v : x) v = float(rng.uniform(low, high));
+  return x;
+}
+
+std::vector<float> poisoned(std::size_t n) { return std::vector<float>(n, kNaN); }
+
+// Each got[i] within atol + rtol * |want[i]|; a NaN never is.
+::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<double>& want, double atol,
+                                     double rtol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    if (!(err <= atol + rtol * std::fabs(want[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult all_equal(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i]))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+class CpuKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+};
+
+// ---------------------------------------------------------------- matrix products
+
+struct GemmCase {
+  Trans ta, tb;
+  float beta;
+};
+
+class CpuGemm : public CpuKernels, public ::testing::WithParamInterface<GemmCase> {};
+
+// Row-major op(A)[i, k] for A stored with leading dimension lda.
+double op_at(const std::vector<float>& A, Trans t, int lda, int i, int k) {
+  return t == Trans::no ? A[std::size_t(i) * lda + k] : A[std::size_t(k) * lda + i];
+}
+
+TEST_P(CpuGemm, MatchesReferenceWithPaddedLeadingDimensionsAndLeavesPaddingAlone) {
+  const auto [ta, tb, beta] = GetParam();
+  const int M = 5, N = 7, K = 6;
+  const float alpha = 1.5f;
+  const int lda = (ta == Trans::no ? K : M) + 3, ldb = (tb == Trans::no ? N : K) + 2, ldc = N + 4;
+  const auto A = random_floats(std::size_t(ta == Trans::no ? M : K) * lda, "gemm.A");
+  const auto B = random_floats(std::size_t(tb == Trans::no ? K : N) * ldb, "gemm.B");
+  const auto C0 = random_floats(std::size_t(M) * ldc, "gemm.C");
+  // With beta 0, C's old contents must not matter: NaN there must not leak into the result.
+  std::vector<float> C = beta == 0.0f ? poisoned(C0.size()) : C0;
+  be->gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+
+  std::vector<float> got;
+  std::vector<double> want;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double dot = 0;
+      for (int k = 0; k < K; ++k) dot += op_at(A, ta, lda, i, k) * op_at(B, tb, ldb, k, j);
+      got.push_back(C[std::size_t(i) * ldc + j]);
+      want.push_back(alpha * dot + (beta == 0.0f ? 0.0 : beta * C0[std::size_t(i) * ldc + j]));
+    }
+  EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5));
+  for (int i = 0; i < M; ++i)
+    for (int j = N; j < ldc; ++j) {
+      const float before = beta == 0.0f ? kNaN : C0[std::size_t(i) * ldc + j];
+      const float after = C[std::size_t(i) * ldc + j];
+      EXPECT_TRUE(after == before || (std::isnan(after) && std::isnan(before))) << "padding (" << i << "," << j << ")";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTransposes, CpuGemm,
+    ::testing::Values(GemmCase{Trans::no, Trans::no, 0.0f}, GemmCase{Trans::no, Trans::yes, 0.0f},
+                      GemmCase{Trans::yes, Trans::no, 0.0f}, GemmCase{Trans::yes, Trans::yes, 0.0f},
+                      GemmCase{Trans::no, Trans::no, 1.0f}, GemmCase{Trans::no, Trans::yes, 1.0f},
+                      GemmCase{Trans::yes, Trans::no, 1.0f}, GemmCase{Trans::yes, Trans::yes, 1.0f}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
+      return std::string(info.param.ta == Trans::yes ? "At" : "A") + (info.param.tb == Trans::yes ? "Bt" : "B") +
+             (info.param.beta == 0.0f ? "_beta0" : "_beta1");
+    });
+
+TEST_F(CpuKernels, GemmBatchedComputesEachProductAtItsStride) {
+  const int M = 3, N = 4, K = 5, count = 3;
+  const int lda = M + 1, ldb = N + 2, ldc = N + 1;  // A transposed: [K, M] per batch
+  GemmBatch batch;
+  batch.count = count;
+  batch.stride_a = std::int64_t(K) * lda + 3;
+  batch.stride_b = std::int64_t(K) * ldb + 5;
+  batch.stride_c = std::int64_t(M) * ldc + 2;
+  const auto A = random_floats(std::size_t(batch.stride_a) * count, "batched.A");
+  const auto B = random_floats(std::size_t(batch.stride_b) * count, "batched.B");
+  const auto C0 = random_floats(std::size_t(batch.stride_c) * count, "batched.C");
+  std::vector<float> C = C0;
+  be->gemm_batched(Trans::yes, Trans::no, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), ldc, batch);
+
+  std::vector<float> got;
+  std::vector<double> want;
+  for (int b = 0; b < count; ++b)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double dot = 0;
+        for (int k = 0; k < K; ++k)
+          dot += double(A[b * batch.stride_a + std::size_t(k) * lda + i]) * B[b * batch.stride_b + std::size_t(k) * ldb + j];
+        const std::size_t c = b * batch.stride_c + std::size_t(i) * ldc + j;
+        got.push_back(C[c]);
+        want.push_back(0.5 * dot + C0[c]);
+      }
+  EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5));
+}
+
+TEST_F(CpuKernels, GemmFlopsCountsTwoMNKPerProduct) {
+  const auto A = random_floats(6 * 4, "flops.A"), B = random_floats(4 * 5, "flops.B");
+  std::vector<float> C(6 * 5 * 3);
+  EXPECT_EQ(be->gemm_flops(), 0.0);
+  be->gemm(Trans::no, Trans::no, 6, 5, 4, 1.0f, A.data(), 4, B.data(), 5, 0.0f, C.data(), 5);
+  EXPECT_EQ(be->gemm_flops(), 2.0 * 6 * 5 * 4);
+  GemmBatch batch;
+  batch.count = 3;
+  batch.stride_c = 6 * 5;
+  be->gemm_batched(Trans::no, Trans::no, 6, 5, 4, 1.0f, A.data(), 4, B.data(), 5, 0.0f, C.data(), 5, batch);
+  EXPECT_EQ(be->gemm_flops(), 2.0 * 6 * 5 * 4 * 4);
+}
+
+// ---------------------------------------------------------------- elementwise and reductions
+
+TEST_F(CpuKernels, FillRowsCopiesTheRowIntoEveryRow) {
+  const int rows = 4, cols = 5;
+  const auto row = random_floats(cols, "fill_rows");
+  auto y = poisoned(std::size_t(rows) * cols);
+  be->fill_rows(y.data(), row.data(), rows, cols);
+  std::vector<float> want;
+  for (int r = 0; r < rows; ++r) want.insert(want.end(), row.begin(), row.end());
+  EXPECT_TRUE(all_equal(y, want));
+}
+
+TEST_F(CpuKernels, BiasGradAccumulatesColumnSumsAcrossColumnBands) {
+  const int rows = 9, cols = 70;  // more than one 64-column band
+  const auto dy = random_floats(std::size_t(rows) * cols, "bias_grad.dy");
+  const auto db0 = random_floats(cols, "bias_grad.db");
+  auto db = db0;
+  be->bias_grad(dy.data(), db.data(), rows, cols);
+  std::vector<double> want(cols);
+  for (int c = 0; c < cols; ++c) {
+    want[c] = db0[c];
+    for (int r = 0; r < rows; ++r) want[c] += dy[std::size_t(r) * cols + c];
+  }
+  EXPECT_TRUE(all_close(db, want, 1e-6, 1e-6));
+}
+
+double gelu_reference(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_derivative_reference(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+
+TEST_F(CpuKernels, GeluForwardAndBackwardMatchTheErfFormula) {
+  const std::size_t n = 4001;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = float(-8.0 + 16.0 * double(i) / double(n - 1));
+  const auto dy = random_floats(n, "gelu.dy", 0.5, 2.0);
+  auto y = poisoned(n), dx = poisoned(n);
+  be->gelu_forward(x.data(), y.data(), n);
+  be->gelu_backward(dy.data(), x.data(), dx.data(), n);
+  // vmath::erf's absolute error (<= 3e-7) carries into 0.5 * x * erf, so the bound is relative
+  // plus that absolute share: for x < 0 the result is a small difference of larger terms.
+  for (std::size_t i = 0; i < n; ++i) {
+    const double xi = x[i];
+    const double want_y = gelu_reference(xi), want_dx = dy[i] * gelu_derivative_reference(xi);
+    EXPECT_NEAR(y[i], want_y, 1e-6 * std::fabs(want_y) + 0.5 * std::fabs(xi) * 3e-7 + 1e-30) << "x = " << xi;
+    EXPECT_NEAR(dx[i], want_dx, 1e-6 * std::fabs(want_dx) + dy[i] * (0.5 * 3e-7 + std::fabs(xi) * 1e-7) + 1e-30)
+        << "x = " << xi;
+  }
+}
+
+TEST(VectorMath, ExpRelativeErrorBelow4e7OverItsRange) {
+  double worst = 0, where = 0;
+  const int n = 200001;
+  for (int i = 0; i < n; ++i) {
+    const float x = float(-87.0 + 175.0 * double(i) / (n - 1));
+    const double want = std::exp(double(x));
+    const double rel = std::fabs(vmath::exp(x) - want) / want;
+    if (rel > worst) worst = rel, where = x;
+  }
+  EXPECT_LE(worst, 4e-7) << "at x = " << where;
+}
+
+TEST(VectorMath, ErfAbsoluteErrorBelow3e7OverMinus6To6) {
+  double worst = 0, where = 0;
+  const int n = 120001;
+  for (int i = 0; i < n; ++i) {
+    const float x = float(-6.0 + 12.0 * double(i) / (n - 1));
+    const double err = std::fabs(vmath::erf(x) - std::erf(double(x)));
+    if (err > worst) worst = err, where = x;
+  }
+  EXPECT_LE(worst, 3e-7) << "at x = " << where;
+}
+
+TEST_F(CpuKernels, AbsMaxIsTheLargestMagnitude) {
+  auto x = random_floats(1000, "abs_max");
+  x[417] = -3.25f;
+  EXPECT_EQ(be->abs_max(x.data(), x.size()), 3.25f);
+}
+
+TEST_F(CpuKernels, AbsMaxOfAllNegativeInputIsTheMostNegativeMagnitude) {
+  auto x = random_floats(100, "abs_max.negative", -2.0, -0.5);
+  x[3] = -2.5f;
+  EXPECT_EQ(be->abs_max(x.data(), x.size()), 2.5f);
+}
+
+TEST_F(CpuKernels, AbsMaxOfPlusOrMinusInfinityIsInfinity) {
+  for (float inf : {kInf, -kInf}) {
+    auto x = random_floats(100, "abs_max.inf");
+    x[50] = inf;
+    EXPECT_EQ(be->abs_max(x.data(), x.size()), kInf) << inf;
+  }
+}
+
+TEST_F(CpuKernels, AbsMaxIsNaNWhenANaNIsAnywhereEvenBesideInfinity) {
+  // 70000 elements also take the OpenMP path.
+  for (std::size_t n : {std::size_t(100), std::size_t(70000)})
+    for (std::size_t at : {std::size_t(0), n / 2, n - 1}) {
+      auto x = random_floats(n, "abs_max.nan");
+      x[n / 3] = -kInf;
+      x[at] = -kNaN;
+      EXPECT_TRUE(std::isnan(be->abs_max(x.data(), n))) << "n " << n << " NaN at " << at;
+    }
+}
+
+TEST_F(CpuKernels, AbsMaxOfNothingIsZero) {
+  const float unused = 5.0f;
+  EXPECT_EQ(be->abs_max(&unused, 0), 0.0f);
+}
+
+TEST_F(CpuKernels, SumSquaresMatchesDoubleReference) {
+  const auto x = random_floats(5000, "sum_squares", -3.0, 3.0);
+  double want = 0;
+  for (float v : x) want += double(v) * v;
+  EXPECT_NEAR(be->sum_squares(x.data(), x.size()), want, 1e-12 * want);
+}
+
+TEST_F(CpuKernels, TensorStatsCountsNonzeroAndBelowThresholdWithSubnormalsAndTheExactThreshold) {
+  const float threshold = std::ldexp(1.0f, -24);
+  const float subnormal = std::numeric_limits<float>::denorm_min() * 7;
+  // below: nonzero and strictly under the threshold; the threshold itself is not below.
+  const std::vector<float> x = {0.0f, 1.5f, -2.0f, threshold, -threshold, std::ldexp(1.0f, -25), subnormal,
+                                -subnormal, -0.0f, std::nextafter(threshold, 0.0f), 3.0f};
+  const auto s = be->tensor_stats(x.data(), x.size(), threshold);
+  double want_ss = 0;
+  for (float v : x) want_ss += double(v) * v;
+  EXPECT_DOUBLE_EQ(s.sum_squares, want_ss);
+  EXPECT_EQ(s.nonfinite, 0u);
+  EXPECT_EQ(s.nonzero, 9u);
+  EXPECT_EQ(s.below, 4u);
+}
+
+TEST_F(CpuKernels, TensorStatsCountsInfinitiesAndNaNAsNonfiniteAndNotAsBelow) {
+  auto x = random_floats(70000, "tensor_stats", 1.0, 2.0);  // all finite, none below
+  x[10] = kInf;
+  x[20000] = -kInf;
+  x[69999] = kNaN;
+  const auto s = be->tensor_stats(x.data(), x.size(), std::ldexp(1.0f, -24));
+  EXPECT_EQ(s.nonfinite, 3u);
+  EXPECT_EQ(s.below, 0u);
+  EXPECT_FALSE(std::isfinite(s.sum_squares));
+}
+
+// ---------------------------------------------------------------- normalisation
+
+TEST_F(CpuKernels, LayerNormForwardMatchesReference) {
+  const int rows = 6, dim = 37;
+  const float eps = 1e-5f;
+  const auto x = random_floats(std::size_t(rows) * dim, "ln.x", 2.0, 5.0);  // mean far from 0
+  const auto gamma = random_floats(dim, "ln.gamma", 0.5, 1.5), beta = random_floats(dim, "ln.beta");
+  auto y = poisoned(x.size()), mean = poisoned(rows), rstd = poisoned(rows);
+  be->layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, dim, eps);
+  std::vector<double> want_y, want_mean, want_rstd;
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + std::size_t(r) * dim;
+    double mu = 0, var = 0;
+    for (int i = 0; i < dim; ++i) mu += xr[i];
+    mu /= dim;
+    for (int i = 0; i < dim; ++i) var += (xr[i] - mu) * (xr[i] - mu);
+    const double rs = 1.0 / std::sqrt(var / dim + eps);
+    for (int i = 0; i < dim; ++i) want_y.push_back((xr[i] - mu) * rs * gamma[i] + beta[i]);
+    want_mean.push_back(mu);
+    want_rstd.push_back(rs);
+  }
+  EXPECT_TRUE(all_close(y, want_y, 2e-5, 2e-5));
+  EXPECT_TRUE(all_close(mean, want_mean, 0, 1e-6));
+  EXPECT_TRUE(all_close(rstd, want_rstd, 0, 2e-5));
+}
+
+struct BatchNormReference {
+  std::vector<double> y, mean, rstd, running_mean, running_var;
+};
+
+BatchNormReference batchnorm_reference(const std::vector<float>& x, const std::vector<std::uint8_t>& mask,
+                                       const std::vector<float>& gamma, const std::vector<float>& beta,
+                                       const std::vector<float>& rm0, const std::vector<float>& rv0, int rows,
+                                       int ch, double eps, double momentum) {
+  BatchNormReference ref;
+  ref.y.assign(x.size(), 0.0);
+  int count = 0;
+  for (int r = 0; r < rows; ++r) count += mask[r];
+  for (int c = 0; c < ch; ++c) {
+    double mu = 0, ss = 0;
+    for (int r = 0; r < rows; ++r)
+      if (mask[r]) mu += x[std::size_t(r) * ch + c];
+    mu /= count;
+    for (int r = 0; r < rows; ++r)
+      if (mask[r]) ss += (x[std::size_t(r) * ch + c] - mu) * (x[std::size_t(r) * ch + c] - mu);
+    const double rs = 1.0 / std::sqrt(ss / count + eps);
+    for (int r = 0; r < rows; ++r)
+      if (mask[r]) ref.y[std::size_t(r) * ch + c] = (x[std::size_t(r) * ch + c] - mu) * rs * gamma[c] + beta[c];
+    ref.mean.push_back(mu);
+    ref.rstd.push_back(rs);
+    ref.running_mean.push_back((1 - momentum) * rm0[c] + momentum * mu);
+    ref.running_var.push_back((1 - momentum) * rv0[c] + momentum * ss / (count - 1));
+  }
+  return ref;
+}
+
+TEST_F(CpuKernels, BatchNormTrainUsesOnlyUnmaskedRowsZeroesMaskedRowsAndUpdatesRunningStats) {
+  const int rows = 7, ch = 5;
+  const float eps = 1e-5f, momentum = 0.1f;
+  const std::vector<std::uint8_t> mask = {1, 0, 1, 1, 0, 1, 1};
+  auto x = random_floats(std::size_t(rows) * ch, "bn.x", -2.0, 3.0);
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r])
+      for (int c = 0; c < ch; ++c) x[std::size_t(r) * ch + c] = 1000.0f;  // would shift any statistic it entered
+  const auto gamma = random_floats(ch, "bn.gamma", 0.5, 1.5), beta = random_floats(ch, "bn.beta");
+  const auto rm0 = random_floats(ch, "bn.rm"), rv0 = random_floats(ch, "bn.rv", 0.5, 2.0);
+  auto rm = rm0, rv = rv0;
+  auto y = poisoned(x.size()), mean = poisoned(ch), rstd = poisoned(ch);
+  be->batchnorm_forward_train(x.data(), mask.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
+                              rm.data(), rv.data(), rows, ch, eps, momentum);
+  const auto ref = batchnorm_reference(x, mask, gamma, beta, rm0, rv0, rows, ch, eps, momentum);
+  EXPECT_TRUE(all_close(y, ref.y, 1e-5, 1e-5));
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r]) {
+      for (int c = 0; c < ch; ++c) EXPECT_EQ(y[std::size_t(r) * ch + c], 0.0f) << "masked row " << r;
+    }
+  EXPECT_TRUE(all_close(mean, ref.mean, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(rstd, ref.rstd, 0, 1e-5));
+  EXPECT_TRUE(all_close(rm, ref.running_mean, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(rv, ref.running_var, 1e-6, 1e-5));
+}
+
+TEST_F(CpuKernels, BatchNormEvalUsesRunningStatsAndZeroesMaskedRows) {
+  const int rows = 4, ch = 3;
+  const float eps = 1e-5f;
+  const std::vector<std::uint8_t> mask = {1, 1, 0, 1};
+  const auto x = random_floats(std::size_t(rows) * ch, "bn_eval.x", -2.0, 2.0);
+  const auto gamma = random_floats(ch, "bn_eval.gamma", 0.5, 1.5), beta = random_floats(ch, "bn_eval.beta");
+  const auto rm = random_floats(ch, "bn_eval.rm"), rv = random_floats(ch, "bn_eval.rv", 0.5, 2.0);
+  auto y = poisoned(x.size());
+  be->batchnorm_forward_eval(x.data(), mask.data(), gamma.data(), beta.data(), rm.data(), rv.data(), y.data(), rows,
+                             ch, eps);
+  std::vector<double> want;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ch; ++c)
+      want.push_back(mask[r] ? (x[std::size_t(r) * ch + c] - rm[c]) / std::sqrt(rv[c] + double(eps)) * gamma[c] + beta[c]
+                             : 0.0);
+  EXPECT_TRUE(all_close(y, want, 1e-6, 1e-5));
+  for (int c = 0; c < ch; ++c) EXPECT_EQ(y[2 * ch + c], 0.0f);
+}
+
+// ---------------------------------------------------------------- attention layout and softmax
+
+constexpr int kB = 2, kL = 3, kH = 2, kHd = 4, kD = kH * kHd;
+
+std::size_t head_index(int b, int h, int l, int d) { return ((std::size_t(b) * kH + h) * kL + l) * kHd + d; }
+std::size_t qkv_index(int b, int l, int s, int h, int d) {
+  return (((std::size_t(b) * kL + l) * 3 + s) * kH + h) * kHd + d;
+}
+std::size_t token_index(int b, int l, int h, int d) { return (std::size_t(b) * kL + l) * kD + h * kHd + d; }
+
+TEST_F(CpuKernels, SplitHeadsMovesEachQkvElementToItsHeadPosition) {
+  const auto qkv = random_floats(std::size_t(kB) * kL * 3 * kD, "split_heads");
+  std::vector<float> out[3] = {poisoned(qkv.size() / 3), poisoned(qkv.size() / 3), poisoned(qkv.size() / 3)};
+  be->split_heads(qkv.data(), out[0].data(), out[1].data(), out[2].data(), kB, kL, kH, kHd);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<float> want(out[s].size());
+    for (int b = 0; b < kB; ++b)
+      for (int h = 0; h < kH; ++h)
+        for (int l = 0; l < kL; ++l)
+          for (int d = 0; d < kHd; ++d) want[head_index(b, h, l, d)] = qkv[qkv_index(b, l, s, h, d)];
+    EXPECT_TRUE(all_equal(out[s], want)) << "q, k, v [" << s << "]";
+  }
+}
+
+TEST_F(CpuKernels, MergeHeadsGradIsTheInverseOfSplitHeads) {
+  const auto qkv = random_floats(std::size_t(kB) * kL * 3 * kD, "merge_heads");
+  const std::size_t n = qkv.size() / 3;
+  std::vector<float> q = poisoned(n), k = poisoned(n), v = poisoned(n), back = poisoned(qkv.size());
+  be->split_heads(qkv.data(), q.data(), k.data(), v.data(), kB, kL, kH, kHd);
+  be->merge_heads_grad(q.data(), k.data(), v.data(), back.data(), kB, kL, kH, kHd);
+  EXPECT_TRUE(all_equal(back, qkv));
+}
+
+TEST_F(CpuKernels, HeadsToTokensFollowsTheIndexFormulaAndTokensToHeadsUndoesIt) {
+  const auto o = random_floats(std::size_t(kB) * kL * kD, "heads_to_tokens");
+  auto y = poisoned(o.size()), back = poisoned(o.size());
+  be->heads_to_tokens(o.data(), y.data(), kB, kL, kH, kHd);
+  std::vector<float> want(o.size());
+  for (int b = 0; b < kB; ++b)
+    for (int h = 0; h < kH; ++h)
+      for (int l = 0; l < kL; ++l)
+        for (int d = 0; d < kHd; ++d) want[token_index(b, l, h, d)] = o[head_index(b, h, l, d)];
+  EXPECT_TRUE(all_equal(y, want));
+  be->tokens_to_heads(y.data(), back.data(), kB, kL, kH, kHd);
+  EXPECT_TRUE(all_equal(back, o));
+}
+
+TEST_F(CpuKernels, MaskedSoftmaxGivesMaskedKeysExactlyZeroAndMatchesReference) {
+  const int B = 3, H = 2, L = 5;
+  // Batch 2 has every key masked: its rows are all zero, not NaN.
+  const std::vector<std::uint8_t> key_mask = {1, 1, 0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+  const auto s0 = random_floats(std::size_t(B) * H * L * L, "softmax", -4.0, 4.0);
+  auto p = s0;
+  be->masked_softmax_forward(p.data(), key_mask.data(), B, H, L);
+  std::vector<double> want(p.size(), 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int row = 0; row < H * L; ++row) {
+      const std::size_t base = (std::size_t(b) * H * L + row) * L;
+      double sum = 0;
+      for (int j = 0; j < L; ++j)
+        if (key_mask[b * L + j]) sum += std::exp(double(s0[base + j]));
+      double total = 0;
+      for (int j = 0; j < L; ++j) {
+        if (key_mask[b * L + j]) {
+          want[base + j] = std::exp(double(s0[base + j])) / sum;
+          total += p[base + j];
+        } else {
+          EXPECT_EQ(p[base + j], 0.0f) << "masked key b " << b << " row " << row << " key " << j;
+        }
+      }
+      if (b < 2) {
+        EXPECT_NEAR(total, 1.0, 1e-6) << "b " << b << " row " << row;
+      }
+    }
+  EXPECT_TRUE(all_close(p, want, 1e-7, 2e-6));
+}
+
+TEST_F(CpuKernels, SoftmaxBackwardMatchesReference) {
+  const int rows = 4, L = 6;
+  auto p = random_floats(std::size_t(rows) * L, "softmax_backward.p", 0.1, 1.0);
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int j = 0; j < L; ++j) sum += p[r * L + j];
+    for (int j = 0; j < L; ++j) p[r * L + j] = float(p[r * L + j] / sum);
+  }
+  const auto dp = random_floats(p.size(), "softmax_backward.dp");
+  auto ds = dp;
+  be->softmax_backward(ds.data(), p.data(), rows, L);
+  std::vector<double> want;
+  for (int r = 0; r < rows; ++r) {
+    double dot = 0;
+    for (int j = 0; j < L; ++j) dot += double(dp[r * L + j]) * p[r * L + j];
+    for (int j = 0; j < L; ++j) want.push_back(p[r * L + j] * (dp[r * L + j] - dot));
+  }
+  EXPECT_TRUE(all_close(ds, want, 1e-7, 1e-5));
+}
+
+// ---------------------------------------------------------------- audio front end and video
+
+TEST_F(CpuKernels, FrameSignalWindowsOverlappingFrames) {
+  const int B = 2, T = 4, win = 10, hop = 8;
+  const std::int64_t A = 40;
+  const auto audio = random_floats(std::size_t(B) * A, "frame.audio");
+  const auto window = random_floats(win, "frame.window", 0.1, 1.0);
+  auto frames = poisoned(std::size_t(B) * T * win);
+  be->frame_signal(audio.data(), window.data(), frames.data(), B, A, T, win, hop);
+  std::vector<double> want;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < win; ++i) want.push_back(double(audio[b * A + t * hop + i]) * window[i]);
+  EXPECT_TRUE(all_close(frames, want, 0, 1e-7));
+}
+
+TEST_F(CpuKernels, PowerSpectrumIsRealSquaredPlusImaginarySquared) {
+  const int rows = 3, nb = 5;
+  const auto spec = random_floats(std::size_t(rows) * 2 * nb, "power");
+  auto power = poisoned(std::size_t(rows) * nb);
+  be->power_spectrum(spec.data(), power.data(), rows, nb);
+  std::vector<double> want;
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < nb; ++k) {
+      const double re = spec[r * 2 * nb + k], im = spec[r * 2 * nb + nb + k];
+      want.push_back(re * re + im * im);
+    }
+  EXPECT_TRUE(all_close(power, want, 0, 1e-6));
+}
+
+TEST_F(CpuKernels, MaskedLogTakesLogOfValidRowsAndZeroesTheOthers) {
+  const int rows = 4, cols = 5;
+  const float eps = 1e-6f;
+  const std::vector<std::uint8_t> mask = {1, 0, 1, 0};
+  auto x = random_floats(std::size_t(rows) * cols, "masked_log", 1e-3, 2.0);
+  const auto x0 = x;
+  for (int c = 0; c < cols; ++c) x[1 * cols + c] = x[3 * cols + c] = kNaN;  // masked rows must be overwritten
+  be->masked_log(x.data(), mask.data(), rows, cols, eps);
+  std::vector<double> want;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) want.push_back(mask[r] ? std::log(double(x0[r * cols + c]) + eps) : 0.0);
+  EXPECT_TRUE(all_close(x, want, 1e-7, 1e-6));
+}
+
+TEST_F(CpuKernels, Im2colFollowsTheIndexFormulaWithPaddingOnBothSides) {
+  const int B = 2, T = 7, C = 3, k = 3, stride = 2, pad = 1, To = 4;  // last window reaches t = 7
+  const auto x = random_floats(std::size_t(B) * T * C, "im2col.x");
+  auto col = poisoned(std::size_t(B) * To * C * k);
+  be->im2col_1d(x.data(), col.data(), B, T, C, k, stride, pad, To);
+  std::vector<float> want;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < To; ++t)
+      for (int c = 0; c < C; ++c)
+        for (int j = 0; j < k; ++j) {
+          const int ti = t * stride + j - pad;
+          want.push_back(ti >= 0 && ti < T ? x[(std::size_t(b) * T + ti) * C + c] : 0.0f);
+        }
+  EXPECT_TRUE(all_equal(col, want));
+}
+
+TEST_F(CpuKernels, Col2imIsTheAdjointOfIm2col) {
+  const int B = 2, T = 9, C = 3, k = 4, stride = 2, pad = 2, To = 5;
+  const auto x = random_floats(std::size_t(B) * T * C, "col2im.x");
+  const auto c = random_floats(std::size_t(B) * To * C * k, "col2im.c");
+  auto col = poisoned(c.size()), dx = poisoned(x.size());
+  be->im2col_1d(x.data(), col.data(), B, T, C, k, stride, pad, To);
+  be->col2im_1d(c.data(), dx.data(), B, T, C, k, stride, pad, To);
+  double lhs = 0, rhs = 0, scale = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) lhs += double(col[i]) * c[i], scale += std::fabs(double(col[i]) * c[i]);
+  for (std::size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * dx[i];
+  EXPECT_NEAR(lhs, rhs, 1e-6 * scale);
+  EXPECT_GT(scale, 1.0);  // a product of zeros would pass trivially
+}
+
+TEST_F(CpuKernels, VideoPatchesOrderTokensByTimeRowColumnAndValuesByDtDyDxChannel) {
+  const int B = 2, F = 4, H = 4, W = 6, C = 2, tp = 2, p = 2;
+  const int Nt = F / tp, Nh = H / p, Nw = W / p, P = tp * p * p * C;
+  KeyedRandom rng(3, "video");
+  std::vector<std::uint8_t> video(std::size_t(B) * F * H * W * C);
+  for (auto& v : video) v = std::uint8_t(rng.below(256));
+  video[0] = 0;
+  video[1] = 255;
+  auto patches = poisoned(std::size_t(B) * Nt * Nh * Nw * P);
+  be->video_patches(video.data(), patches.data(), B, F, H, W, C, tp, p);
+  std::vector<double> want;
+  for (int b = 0; b < B; ++b)
+    for (int it = 0; it < Nt; ++it)
+      for (int ih = 0; ih < Nh; ++ih)
+        for (int iw = 0; iw < Nw; ++iw)
+          for (int dt = 0; dt < tp; ++dt)
+            for (int dy = 0; dy < p; ++dy)
+              for (int dx = 0; dx < p; ++dx)
+                for (int c = 0; c < C; ++c) {
+                  const std::size_t v =
+                      ((((std::size_t(b) * F + it * tp + dt) * H + ih * p + dy) * W + iw * p + dx) * C) + c;
+                  want.push_back(video[v] / 127.5 - 1.0);
+                }
+  EXPECT_TRUE(all_close(patches, want, 1e-6, 0));
+}
+
+// ---------------------------------------------------------------- token assembly
+
+TEST_F(CpuKernels, MaskRowsZeroesExactlyTheMaskedRows) {
+  const int rows = 4, dim = 3;
+  const std::vector<std::uint8_t> mask = {0, 1, 1, 0};
+  auto x = random_floats(std::size_t(rows) * dim, "mask_rows");
+  x[0] = kNaN;  // a masked row is overwritten whatever it held
+  auto want = x;
+  for (int r : {0, 3})
+    for (int c = 0; c < dim; ++c) want[r * dim + c] = 0.0f;
+  be->mask_rows(x.data(), mask.data(), rows, dim);
+  EXPECT_TRUE(all_equal(x, want));
+}
+
+TEST_F(CpuKernels, EmbedForwardStacksAudioThenVideoAndAddsPositionAndModality) {
+  const int B = 2, Ta = 3, L = 5, D = 4, Tv = L - Ta;
+  const auto a = random_floats(std::size_t(B) * Ta * D, "embed.a"), v = random_floats(std::size_t(B) * Tv * D, "embed.v");
+  const auto pos = random_floats(std::size_t(L) * D, "embed.pos"), mod = random_floats(2 * D, "embed.mod");
+  auto x = poisoned(std::size_t(B) * L * D);
+  be->embed_forward(a.data(), v.data(), pos.data(), mod.data(), x.data(), B, Ta, L, D);
+  std::vector<double> want;
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < D; ++i) {
+        const double src = l < Ta ? a[(b * Ta + l) * D + i] : v[(b * Tv + l - Ta) * D + i];
+        want.push_back(src + pos[l * D + i] + mod[(l < Ta ? 0 : D) + i]);
+      }
+  EXPECT_TRUE(all_close(x, want, 1e-6, 1e-6));
+}
+
+TEST_F(CpuKernels, EmbedBackwardWritesTokenGradsAndAccumulatesPositionAndModalityGrads) {
+  const int B = 2, Ta = 3, L = 5, D = 4, Tv = L - Ta;
+  const auto dx = random_floats(std::size_t(B) * L * D, "embed_bw.dx");
+  const auto dpos0 = random_floats(std::size_t(L) * D, "embed_bw.dpos"), dmod0 = random_floats(2 * D, "embed_bw.dmod");
+  auto da = poisoned(std::size_t(B) * Ta * D), dv = poisoned(std::size_t(B) * Tv * D);
+  auto dpos = dpos0, dmod = dmod0;
+  be->embed_backward(dx.data(), da.data(), dv.data(), dpos.data(), dmod.data(), B, Ta, L, D);
+  std::vector<float> want_da, want_dv;
+  std::vector<double> want_dpos(dpos0.begin(), dpos0.end()), want_dmod(dmod0.begin(), dmod0.end());
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < D; ++i) {
+        const float g = dx[(b * L + l) * D + i];
+        (l < Ta ? want_da : want_dv).push_back(g);
+        want_dpos[l * D + i] += g;
+        want_dmod[(l < Ta ? 0 : D) + i] += g;
+      }
+  EXPECT_TRUE(all_equal(da, want_da));
+  EXPECT_TRUE(all_equal(dv, want_dv));
+  EXPECT_TRUE(all_close(dpos, want_dpos, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(dmod, want_dmod, 1e-6, 1e-6));
+}
+
+// Batch 0: some tokens masked inside [begin, end); batch 1: all valid; batch 2: valid tokens only
+// outside the range, so its mean is over nothing.
+struct PoolCase {
+  static constexpr int B = 3, L = 6, D = 3, begin = 1, end = 5;
+  std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
+  int count(int b) const {
+    int n = 0;
+    for (int l = begin; l < end; ++l) n += mask[b * L + l];
+    return n;
+  }
+};
+
+TEST_F(CpuKernels, MaskedMeanPoolForwardAveragesValidTokensInTheRange) {
+  const PoolCase pc;
+  const int B = pc.B, L = pc.L, D = pc.D;
+  const auto x = random_floats(std::size_t(B) * L * D, "pool.x");
+  auto pooled = poisoned(std::size_t(B) * D);
+  be->masked_mean_pool_forward(x.data(), pc.mask.data(), pooled.data(), B, L, D, pc.begin, pc.end);
+  std::vector<double> want(pooled.size(), 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int l = pc.begin; l < pc.end; ++l)
+      if (pc.mask[b * L + l])
+        for (int i = 0; i < D; ++i) want[b * D + i] += double(x[(b * L + l) * D + i]) / pc.count(b);
+  EXPECT_TRUE(all_close(pooled, want, 1e-6, 1e-6));
+  for (int i = 0; i < D; ++i) EXPECT_EQ(pooled[2 * D + i], 0.0f);
+}
+
+TEST_F(CpuKernels, MaskedMeanPoolBackwardSpreadsTheGradientOverValidTokensAndAccumulates) {
+  const PoolCase pc;
+  const int B = pc.B, L = pc.L, D = pc.D;
+  const auto dpooled = random_floats(std::size_t(B) * D, "pool_bw.dpooled");
+  const auto dx0 = random_floats(std::size_t(B) * L * D, "pool_bw.dx");
+  auto dx = dx0;
+  be->masked_mean_pool_backward(dpooled.data(), pc.mask.data(), dx.data(), B, L, D, pc.begin, pc.end);
+  std::vector<double> want(dx0.begin(), dx0.end());
+  for (int b = 0; b < B; ++b)
+    for (int l = pc.begin; l < pc.end; ++l)
+      if (pc.mask[b * L + l])
+        for (int i = 0; i < D; ++i) want[(b * L + l) * D + i] += double(dpooled[b * D + i]) / pc.count(b);
+  EXPECT_TRUE(all_close(dx, want, 1e-6, 1e-6));
+}
+
+TEST_F(CpuKernels, ConcatColumnsAndSplitColumnsAreInverse) {
+  const int B = 3, Da = 4, Db = 2;
+  const auto a = random_floats(std::size_t(B) * Da, "concat.a"), b = random_floats(std::size_t(B) * Db, "concat.b");
+  auto out = poisoned(std::size_t(B) * (Da + Db));
+  be->concat_columns(a.data(), b.data(), out.data(), B, Da, Db);
+  std::vector<float> want;
+  for (int r = 0; r < B; ++r) {
+    want.insert(want.end(), a.begin() + r * Da, a.begin() + (r + 1) * Da);
+    want.insert(want.end(), b.begin() + r * Db, b.begin() + (r + 1) * Db);
+  }
+  EXPECT_TRUE(all_equal(out, want));
+  auto a2 = poisoned(a.size()), b2 = poisoned(b.size());
+  be->split_columns(out.data(), a2.data(), b2.data(), B, Da, Db);
+  EXPECT_TRUE(all_equal(a2, a));
+  EXPECT_TRUE(all_equal(b2, b));
+}
+
+// ---------------------------------------------------------------- losses
+
+TEST_F(CpuKernels, CrossEntropyLossGradientAndCorrectCountMatchReference) {
+  const int rows = 5, classes = 7;
+  const float grad_scale = 2.5f;
+  const auto logits = random_floats(std::size_t(rows) * classes, "ce.logits", -3.0, 3.0);
+  // Rows 0 and 1 are labelled with their arg-max, the rest with another class: 2 correct.
+  std::vector<std::int32_t> labels(rows);
+  for (int r = 0; r < rows; ++r) {
+    const auto* row = logits.data() + r * classes;
+    const int best = int(std::max_element(row, row + classes) - row);
+    labels[r] = r < 2 ? best : (best + 1 + r) % classes;
+  }
+  auto dlogits = poisoned(logits.size());
+  int correct = -1;
+  const double loss = be->cross_entropy(logits.data(), labels.data(), dlogits.data(), rows, classes, grad_scale, &correct);
+  double want_loss = 0;
+  std::vector<double> want_grad;
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(double(logits[r * classes + c]));
+    want_loss += (std::log(sum) - logits[r * classes + labels[r]]) / rows;
+    for (int c = 0; c < classes; ++c)
+      want_grad.push_back(grad_scale * (std::exp(double(logits[r * classes + c])) / sum - (c == labels[r])) / rows);
+  }
+  EXPECT_NEAR(loss, want_loss, 1e-12 * want_loss);
+  EXPECT_TRUE(all_close(dlogits, want_grad, 1e-8, 1e-6));
+  EXPECT_EQ(correct, 2);
+}
+
+TEST_F(CpuKernels, InfoNceLossMatchesSymmetricDoubleReference) {
+  const int B = 4, D = 6;
+  const float tau = 0.3f;
+  const auto a = random_floats(std::size_t(B) * D, "nce.a"), b = random_floats(std::size_t(B) * D, "nce.b");
+  std::vector<float> da(a.size(), 0.0f), db(b.size(), 0.0f);
+  const double loss = be->info_nce(a.data(), b.data(), da.data(), db.data(), B, D, tau, 1.0f);
+  auto normalised = [&](const std::vector<float>& x, int i, int k) {
+    double n = 0;
+    for (int j = 0; j < D; ++j) n += double(x[i * D + j]) * x[i * D + j];
+    return x[i * D + k] / std::sqrt(n);
+  };
+  std::vector<double> S(std::size_t(B) * B);
+  for (int i = 0; i < B; ++i)
+    for (int j = 0; j < B; ++j) {
+      double dot = 0;
+      for (int k = 0; k < D; ++k) dot += normalised(a, i, k) * normalised(b, j, k);
+      S[i * B + j] = dot / double(tau);
+    }
+  // 0.5 * (mean_i CE(S[i, :], i) + mean_j CE(S[:, j], j))
+  double want = 0;
+  for (int i = 0; i < B; ++i) {
+    double row = 0, col = 0;
+    for (int j = 0; j < B; ++j) row += std::exp(S[i * B + j]), col += std::exp(S[j * B + i]);
+    want += 0.5 * ((std::log(row) - S[i * B + i]) + (std::log(col) - S[i * B + i])) / B;
+  }
+  EXPECT_NEAR(loss, want, 1e-10 * want);
+}
+
+// ---------------------------------------------------------------- optimizer
+
+// PyTorch's AdamW: w -= lr*wd*w; m, v moments; w -= lr * mhat / (sqrt(vhat) + eps).
+struct AdamWReference {
+  std::vector<double> w, m, v;
+  void step(const std::vector<float>& g, double lr, double b1, double b2, double eps, double wd, int t) {
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      w[i] -= lr * wd * w[i];
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * double(g[i]) * g[i];
+      const double mhat = m[i] / (1 - std::pow(b1, t)), vhat = v[i] / (1 - std::pow(b2, t));
+      w[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+TEST_F(CpuKernels, AdamWMatchesPyTorchDefinitionOverSeveralSteps) {
+  const std::size_t n = 33;
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  auto w = random_floats(n, "adamw.w");
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  AdamWReference ref{std::vector<double>(w.begin(), w.end()), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  for (int t = 1; t <= 5; ++t) {
+    const auto g = random_floats(n, "adamw.g" + std::to_string(t), -0.5, 0.5);
+    be->adamw(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
+    ref.step(g, lr, b1, b2, eps, wd, t);
+    // The update is ~lr; 1e-6 absolute resolves it to 1e-4 of itself.
+    EXPECT_TRUE(all_close(w, ref.w, 1e-6, 0)) << "w after step " << t;
+    EXPECT_TRUE(all_close(m, ref.m, 1e-8, 1e-6)) << "m after step " << t;
+    EXPECT_TRUE(all_close(v, ref.v, 1e-10, 1e-5)) << "v after step " << t;
+  }
+}
+
+// ---------------------------------------------------------------- log-mel front end
+
+double hz_to_mel(double f) { return 2595.0 * std::log10(1.0 + f / 700.0); }
+double mel_to_hz(double m) { return 700.0 * (std::pow(10.0, m / 2595.0) - 1.0); }
+
+// mel_bins + 2 HTK edges equally spaced in mel from 0 Hz to Nyquist.
+std::vector<double> mel_edges(int mel_bins, int sample_rate) {
+  std::vector<double> edges;
+  for (int m = 0; m < mel_bins + 2; ++m) edges.push_back(mel_to_hz(hz_to_mel(sample_rate / 2.0) * m / (mel_bins + 1)));
+  return edges;
+}
+
+TokenGeometry audio_geometry(int window, int hop, int frames) {
+  TokenGeometry g;
+  g.window = window;
+  g.hop = hop;
+  g.bins = window / 2 + 1;
+  g.frames = frames;
+  return g;
+}
+
+TEST(LogMelFrontend, FilterbankTrianglesPeakNearOneAtTheirCentreAndVanishOutside) {
+  const int window = 64, mel_bins = 8, sample_rate = 4000;
+  const TokenGeometry g = audio_geometry(window, 32, 1);
+  const LogMelFrontend frontend(g, mel_bins, sample_rate);
+  const auto edges = mel_edges(mel_bins, sample_rate);
+  const double df = double(sample_rate) / window;
+  for (int m = 0; m < mel_bins; ++m) {
+    const double lo = edges[m], mid = edges[m + 1], hi = edges[m + 2];
+    double peak = 0;
+    for (int k = 0; k < g.bins; ++k) {
+      const double f = k * df;
+      const float w = frontend.filterbank()[std::size_t(k) * mel_bins + m];
+      if (f <= lo || f >= hi) {
+        EXPECT_EQ(w, 0.0f) << "filter " << m << " bin " << k << " outside its triangle";
+      }
+      EXPECT_NEAR(w, std::max(0.0, std::min((f - lo) / (mid - lo), (hi - f) / (hi - mid))), 1e-6)
+          << "filter " << m << " bin " << k;
+      peak = std::max(peak, double(w));
+    }
+    // The bin nearest the centre is at most df/2 away, so the peak is at least 1 - df / (2 * side).
+    EXPECT_LE(peak, 1.0) << "filter " << m;
+    EXPECT_GE(peak, 1.0 - df / (2.0 * std::min(mid - lo, hi - mid)) - 1e-6) << "filter " << m;
+  }
+}
+
+TEST(LogMelFrontend, PureToneIsLoudestInTheMelBandCentredNearIt) {
+  const int window = 256, hop = 128, frames = 4, mel_bins = 16, sample_rate = 16000;
+  const TokenGeometry g = audio_geometry(window, hop, frames);
+  LogMelFrontend frontend(g, mel_bins, sample_rate);
+  auto be = make_cpu_backend();
+  const auto edges = mel_edges(mel_bins, sample_rate);
+  const std::int64_t A = window + std::int64_t(hop) * (frames - 1);
+  const std::vector<std::uint8_t> frame_mask(frames, 1);
+  for (int band : {3, 10}) {
+    // A tone on the DFT bin nearest the band's centre: no leakage beyond the neighbouring bins.
+    const double f = std::round(edges[band + 1] * window / sample_rate) * sample_rate / window;
+    ASSERT_GT(f, edges[band]);
+    ASSERT_LT(f, edges[band + 2]);
+    std::vector<float> audio(A);
+    for (std::int64_t i = 0; i < A; ++i) audio[i] = float(std::sin(2.0 * M_PI * f * double(i) / sample_rate));
+    auto logmel = poisoned(std::size_t(frames) * mel_bins);
+    frontend.forward(*be, audio.data(), A, frame_mask.data(), logmel.data(), 1);
+    for (int t = 0; t < frames; ++t) {
+      const float* row = logmel.data() + std::size_t(t) * mel_bins;
+      EXPECT_EQ(std::max_element(row, row + mel_bins) - row, band) << "tone " << f << " Hz, frame " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace avtrain

@@ -1,0 +1,513 @@
+// The pieces around the step: sample order, learning-rate schedule, gradient clipping, parameter
+// initialisation, options and decks, and the trace files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../data/temp_dir.hpp"
+#include "app/options.hpp"
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "data/sampler.hpp"
+#include "io/trace_writer.hpp"
+#include "model/param_store.hpp"
+#include "optim/grad_clip.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace avtrain {
+namespace {
+
+using data::Sampler;
+using test::TempDir;
+
+// ---------------------------------------------------------------- Sampler
+
+std::vector<std::int64_t> epoch_order(Sampler& s, int epoch) {
+  std::vector<std::int64_t> order;
+  for (std::int64_t step = epoch * s.steps_per_epoch(); step < (epoch + 1) * s.steps_per_epoch(); ++step) {
+    const auto b = s.batch(step);
+    order.insert(order.end(), b.begin(), b.end());
+  }
+  return order;
+}
+
+std::vector<std::int64_t> sorted(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(Sampler, SplitSizesFollowValFractionAndBatchesPerEpochDropTheRemainder) {
+  Sampler s(103, 0.2, 5, 8);  // 20.6 -> 21 held out, 82 train, 10 batches of 8
+  EXPECT_EQ(s.validation().size(), 21u);
+  EXPECT_EQ(s.train_size(), 82);
+  EXPECT_EQ(s.steps_per_epoch(), 10);
+  EXPECT_EQ(s.batch(0).size(), 8u);
+}
+
+TEST(Sampler, TrainAndValidationAreDisjointAndCoverEverySample) {
+  Sampler s(100, 0.2, 5, 8);  // 80 train in exactly 10 batches
+  const auto train = sorted(epoch_order(s, 0));
+  const auto& val = s.validation();
+  std::vector<std::int64_t> all = train;
+  all.insert(all.end(), val.begin(), val.end());
+  std::vector<std::int64_t> want(100);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(sorted(all), want);  // no index twice, none missing
+}
+
+TEST(Sampler, SameSeedGivesSameSplitAndBatches) {
+  Sampler a(103, 0.2, 5, 8), b(103, 0.2, 5, 8);
+  EXPECT_EQ(a.validation(), b.validation());
+  for (std::int64_t step : {0, 3, 10, 27}) EXPECT_EQ(a.batch(step), b.batch(step)) << "step " << step;
+}
+
+TEST(Sampler, DifferentSeedGivesDifferentSplitAndBatches) {
+  Sampler a(103, 0.2, 5, 8), b(103, 0.2, 6, 8);
+  EXPECT_NE(a.validation(), b.validation());
+  EXPECT_NE(a.batch(0), b.batch(0));
+}
+
+TEST(Sampler, EachEpochIsANewPermutationOfTheSameTrainingSamples) {
+  Sampler s(103, 0.2, 5, 8);
+  const auto e0 = epoch_order(s, 0), e1 = epoch_order(s, 1), e2 = epoch_order(s, 2);
+  for (const auto* e : {&e0, &e1, &e2}) {
+    EXPECT_EQ(e->size(), 80u);
+    EXPECT_EQ(std::set<std::int64_t>(e->begin(), e->end()).size(), e->size()) << "a sample repeats in an epoch";
+    for (std::int64_t i : *e)
+      EXPECT_FALSE(std::binary_search(s.validation().begin(), s.validation().end(), i)) << i << " is held out";
+  }
+  EXPECT_NE(e0, e1);
+  EXPECT_NE(e1, e2);
+  // Two samples are dropped per epoch; across three epochs the kept samples are drawn from the
+  // same 82.
+  std::set<std::int64_t> seen(e0.begin(), e0.end());
+  seen.insert(e1.begin(), e1.end());
+  seen.insert(e2.begin(), e2.end());
+  EXPECT_LE(seen.size(), 82u);
+}
+
+TEST(Sampler, BatchOfAStepDoesNotDependOnTheStepsAskedBefore) {
+  Sampler fresh(103, 0.2, 5, 8), used(103, 0.2, 5, 8);
+  used.batch(25);  // epoch 2 first
+  EXPECT_EQ(used.batch(3), fresh.batch(3));
+}
+
+TEST(Sampler, EpochOfCountsWholeEpochsOfSteps) {
+  Sampler s(103, 0.2, 5, 8);
+  EXPECT_EQ(s.epoch_of(0), 0);
+  EXPECT_EQ(s.epoch_of(9), 0);
+  EXPECT_EQ(s.epoch_of(10), 1);
+  EXPECT_EQ(s.epoch_of(35), 3);
+}
+
+TEST(Sampler, TrainingSplitSmallerThanOneGlobalBatchIsAnError) {
+  try {
+    Sampler(10, 0.5, 1, 6);
+    FAIL() << "no error for 5 training samples and a batch of 6";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("5 samples"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sampler, ValFractionOfOneOrMoreOrNegativeIsAnError) {
+  EXPECT_THROW(Sampler(100, 1.0, 1, 4), Error);
+  EXPECT_THROW(Sampler(100, 1.5, 1, 4), Error);
+  EXPECT_THROW(Sampler(100, -0.1, 1, 4), Error);
+}
+
+// ---------------------------------------------------------------- learning-rate schedule
+
+OptimConfig schedule(int warmup) {
+  OptimConfig c;
+  c.lr = 1e-3f;
+  c.min_lr = 1e-4f;
+  c.warmup_steps = warmup;
+  return c;
+}
+
+TEST(LearningRate, WarmUpRisesLinearlyToThePeakAtItsLastStep) {
+  const OptimConfig c = schedule(10);
+  for (int s = 0; s < 10; ++s) EXPECT_FLOAT_EQ(learning_rate(c, s, 100), c.lr * float(s + 1) / 10.0f) << "step " << s;
+  EXPECT_EQ(learning_rate(c, 9, 100), c.lr);
+}
+
+TEST(LearningRate, CosineStartsAtThePeakAndEndsAtMinLr) {
+  const OptimConfig c = schedule(10);
+  EXPECT_FLOAT_EQ(learning_rate(c, 10, 100), c.lr);
+  EXPECT_FLOAT_EQ(learning_rate(c, 55, 100), 0.5f * (c.lr + c.min_lr));  // half-way down the cosine
+  EXPECT_FLOAT_EQ(learning_rate(c, 100, 100), c.min_lr);
+  EXPECT_FLOAT_EQ(learning_rate(c, 150, 100), c.min_lr);  // held past the end
+}
+
+TEST(LearningRate, DecaysMonotonicallyAfterWarmUp) {
+  const OptimConfig c = schedule(10);
+  for (int s = 10; s < 100; ++s) EXPECT_LE(learning_rate(c, s + 1, 100), learning_rate(c, s, 100)) << "step " << s;
+  EXPECT_LT(learning_rate(c, 99, 100), learning_rate(c, 10, 100));
+}
+
+TEST(LearningRate, WithoutWarmUpTheFirstStepUsesThePeak) {
+  const OptimConfig c = schedule(0);
+  EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), c.lr);
+}
+
+// ---------------------------------------------------------------- gradient clipping
+
+struct TwoParams {
+  ParamStore store;
+  ParamId a, b;
+  TwoParams() {
+    a = store.add("a", "weight", {3, 4}, Init::zeros, 0.0f, true);
+    b = store.add("b", "bias", {5}, Init::zeros, 0.0f, false);
+    store.allocate(1);
+    for (int i = 0; i < 12; ++i) store.grad(a)[i] = float(i % 5) - 2.0f + 0.25f;
+    for (int i = 0; i < 5; ++i) store.grad(b)[i] = 0.5f * float(i) + 0.1f;
+  }
+  double norm() {
+    double s = 0;
+    for (ParamId id : {a, b})
+      for (std::size_t i = 0; i < store.info(id).size; ++i) s += double(store.grad(id)[i]) * store.grad(id)[i];
+    return std::sqrt(s);
+  }
+  std::vector<float> grads() {
+    std::vector<float> g(store.grad(a), store.grad(a) + 12);
+    g.insert(g.end(), store.grad(b), store.grad(b) + 5);
+    return g;
+  }
+};
+
+TEST(ClipGradients, ScalesAGlobalNormAboveMaxNormDownToMaxNorm) {
+  auto be = make_cpu_backend();
+  TwoParams p;
+  const double norm = p.norm();
+  ASSERT_GT(norm, 2.0);
+  const auto before = p.grads();
+  const float factor = clip_gradients(*be, p.store, norm, 1.0f);
+  EXPECT_NEAR(p.norm(), 1.0, 1e-5);
+  EXPECT_NEAR(factor, 1.0 / norm, 1e-6);
+  const auto after = p.grads();
+  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] * factor) << i;
+}
+
+TEST(ClipGradients, LeavesANormAtOrBelowMaxNormUntouched) {
+  auto be = make_cpu_backend();
+  TwoParams p;
+  const auto before = p.grads();
+  EXPECT_EQ(clip_gradients(*be, p.store, p.norm(), float(p.norm()) * 2.0f), 1.0f);
+  EXPECT_EQ(clip_gradients(*be, p.store, p.norm(), 0.0f), 1.0f);  // 0 turns clipping off
+  EXPECT_EQ(p.grads(), before);
+}
+
+// ---------------------------------------------------------------- ParamStore
+
+std::map<std::string, std::vector<float>> values_by_name(ParamStore& s) {
+  std::map<std::string, std::vector<float>> out;
+  for (ParamId id = 0; id < ParamId(s.params().size()); ++id)
+    out[s.info(id).name] = std::vector<float>(s.value(id), s.value(id) + s.info(id).size);
+  return out;
+}
+
+TEST(ParamStore, ValuesDependOnSeedAndNameNotOnRegistrationOrderOrOtherParameters) {
+  ParamStore first, second;
+  first.add("enc", "weight", {3, 5}, Init::normal, 0.5f, true);
+  first.add("enc", "bias", {7}, Init::zeros, 0.0f, false);
+  first.add("dec", "weight", {4, 4}, Init::normal, 0.5f, true);
+  second.add("extra", "weight", {9}, Init::normal, 0.5f, true);
+  second.add("dec", "weight", {4, 4}, Init::normal, 0.5f, true);
+  second.add("enc", "bias", {7}, Init::zeros, 0.0f, false);
+  second.add("enc", "weight", {3, 5}, Init::normal, 0.5f, true);
+  first.allocate(42);
+  second.allocate(42);
+  auto a = values_by_name(first), b = values_by_name(second);
+  for (const char* name : {"enc.weight", "enc.bias", "dec.weight"}) EXPECT_EQ(a[name], b[name]) << name;
+  EXPECT_NE(first.info(0).offset, second.info(3).offset);  // enc.weight really moved
+}
+
+TEST(ParamStore, DifferentNamesOrSeedsGiveDifferentValues) {
+  ParamStore s, reseeded;
+  for (ParamStore* p : {&s, &reseeded}) {
+    p->add("x", "weight", {16}, Init::normal, 1.0f, true);
+    p->add("y", "weight", {16}, Init::normal, 1.0f, true);
+  }
+  s.allocate(1);
+  reseeded.allocate(2);
+  auto a = values_by_name(s), b = values_by_name(reseeded);
+  EXPECT_NE(a["x.weight"], a["y.weight"]);
+  EXPECT_NE(a["x.weight"], b["x.weight"]);
+}
+
+TEST(ParamStore, NormalInitHasTheRequestedStd) {
+  ParamStore s;
+  const ParamId id = s.add("w", "weight", {100, 100}, Init::normal, 0.02f, true);
+  s.allocate(7);
+  double sum = 0, sum_sq = 0;
+  for (int i = 0; i < 10000; ++i) sum += s.value(id)[i], sum_sq += double(s.value(id)[i]) * s.value(id)[i];
+  const double mean = sum / 10000, std = std::sqrt(sum_sq / 10000 - mean * mean);
+  EXPECT_NEAR(std, 0.02, 0.002);
+  EXPECT_NEAR(mean, 0.0, 0.001);  // 5 standard errors
+}
+
+TEST(ParamStore, OnesAndZerosInitsAreExact) {
+  ParamStore s;
+  const ParamId ones = s.add("n", "weight", {5}, Init::ones, 0.0f, false);
+  const ParamId zeros = s.add("n", "bias", {5}, Init::zeros, 0.0f, false);
+  s.allocate(3);
+  EXPECT_EQ(std::vector<float>(s.value(ones), s.value(ones) + 5), std::vector<float>(5, 1.0f));
+  EXPECT_EQ(std::vector<float>(s.value(zeros), s.value(zeros) + 5), std::vector<float>(5, 0.0f));
+}
+
+TEST(ParamStore, OffsetsAre16FloatAlignedAndDoNotOverlap) {
+  ParamStore s;
+  for (int size : {15, 1, 17, 16, 33}) s.add("p" + std::to_string(size), "weight", {size}, Init::normal, 1.0f, true);
+  s.allocate(1);
+  const auto& ps = s.params();
+  std::size_t end = 0;
+  for (ParamId id = 0; id < ParamId(ps.size()); ++id) {
+    EXPECT_EQ(ps[id].offset % 16, 0u) << ps[id].name;
+    EXPECT_GE(ps[id].offset, end) << ps[id].name << " overlaps the one before";
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(s.value(id)) % 64, 0u) << ps[id].name;
+    end = ps[id].offset + ps[id].size;
+  }
+  EXPECT_GE(s.total_size(), end);
+  EXPECT_EQ(s.total_size() % 16, 0u);
+}
+
+// ---------------------------------------------------------------- options and decks
+
+std::string write_deck(const TempDir& dir, const std::string& text) {
+  const std::string path = dir / "run.ini";
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* const kDeck =
+    "[data]\ndir = /deck/data\nval_fraction = 0.25\n"
+    "[model]\nwidth = 64\nheads = 2\n"
+    "[optim]\nlr = 0.01\n"
+    "[train]\nsteps = 7\nseed = 9\n";
+
+TEST(ParseOptions, DeckSectionsSetTheirFields) {
+  TempDir dir;
+  const auto parsed = parse_options({write_deck(dir, kDeck)});
+  const RunConfig& c = parsed.config;
+  EXPECT_EQ(c.data.dir, "/deck/data");
+  EXPECT_EQ(c.data.val_fraction, 0.25);
+  EXPECT_EQ(c.model.width, 64);
+  EXPECT_EQ(c.model.heads, 2);
+  EXPECT_EQ(c.optim.lr, 0.01f);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_EQ(c.train.seed, 9u);
+  EXPECT_EQ(c.model.depth, ModelConfig{}.depth);  // untouched keys keep their defaults
+}
+
+TEST(ParseOptions, CommandLineWinsOverTheDeck) {
+  TempDir dir;
+  const auto parsed = parse_options({write_deck(dir, kDeck), "--train.steps", "11", "--model.width", "96"});
+  EXPECT_EQ(parsed.config.train.steps, 11);
+  EXPECT_EQ(parsed.config.model.width, 96);
+  EXPECT_EQ(parsed.config.train.seed, 9u);
+}
+
+TEST(ParseOptions, ShortFormsSetTheirKeysAndWinOverTheDeck) {
+  TempDir dir;
+  const auto parsed = parse_options({"--config", write_deck(dir, kDeck), "--data", "/cli/data", "--out", "/cli/out",
+                                     "--steps", "12", "--seed", "77", "--threads", "3"});
+  const RunConfig& c = parsed.config;
+  EXPECT_EQ(c.data.dir, "/cli/data");
+  EXPECT_EQ(c.train.out, "/cli/out");
+  EXPECT_EQ(c.train.steps, 12);
+  EXPECT_EQ(c.train.seed, 77u);
+  EXPECT_EQ(c.train.threads, 3);
+}
+
+TEST(ParseOptions, ShortFormAndItsDottedKeyTogetherAreAnError) {
+  EXPECT_THROW(parse_options({"--steps", "3", "--train.steps", "4"}), Error);
+}
+
+std::string error_of(const std::vector<std::string>& args) {
+  try {
+    parse_options(args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ParseOptions, UnknownDeckKeyIsAnErrorNamingTheKeyAndTheDeck) {
+  TempDir dir;
+  const std::string deck = write_deck(dir, "[train]\nsteps = 3\nstpes = 4\n");
+  const std::string message = error_of({deck});
+  EXPECT_NE(message.find("stpes"), std::string::npos) << message;
+  EXPECT_NE(message.find(deck), std::string::npos) << message;
+}
+
+TEST(ParseOptions, UnknownCommandLineOptionIsAnErrorNamingIt) {
+  const std::string message = error_of({"--train.stpes", "4"});
+  EXPECT_NE(message.find("train.stpes"), std::string::npos) << message;
+}
+
+TEST(ParseOptions, BadValueIsAnError) {
+  EXPECT_NE(error_of({"--train.steps", "many"}).find("train.steps"), std::string::npos);
+  TempDir dir;
+  const std::string message = error_of({write_deck(dir, "[model]\nwidth = wide\n")});
+  EXPECT_NE(message.find("model.width"), std::string::npos) << message;
+}
+
+TEST(ParseOptions, MissingDeckIsAnErrorNamingIt) {
+  const std::string message = error_of({"/nonexistent/deck.ini"});
+  EXPECT_NE(message.find("/nonexistent/deck.ini"), std::string::npos) << message;
+}
+
+TEST(ParseOptions, HelpReturnsTextWithEverySection) {
+  const auto parsed = parse_options({"--help"});
+  ASSERT_TRUE(parsed.help.has_value());
+  for (const char* section : {"General", "[data] shard set", "[model] AVNet architecture",
+                              "[optim] AdamW and schedule", "[train] step loop"})
+    EXPECT_NE(parsed.help->find(section), std::string::npos) << section;
+}
+
+TEST(ParseOptions, ResolvedJsonHoldsEveryDottedKeyWithItsFinalValue) {
+  // Every --section.key in --help is in the resolved JSON, and nothing else is.
+  std::set<std::string> help_keys;
+  std::istringstream help(*parse_options({"--help"}).help);
+  for (std::string word; help >> word;)
+    if (word.rfind("--", 0) == 0 && word.find('.') != std::string::npos) help_keys.insert(word.substr(2));
+  ASSERT_GE(help_keys.size(), 20u);
+
+  TempDir dir;
+  const auto parsed = parse_options({write_deck(dir, kDeck), "--train.steps", "11", "--seed", "77"});
+  std::set<std::string> resolved_keys;
+  for (const auto& [key, value] : parsed.resolved.items()) resolved_keys.insert(key);
+  EXPECT_EQ(resolved_keys, help_keys);
+  EXPECT_EQ(parsed.resolved["train.steps"], 11);                // command line over deck
+  EXPECT_EQ(parsed.resolved["train.seed"], 77);                 // short form over deck
+  EXPECT_EQ(parsed.resolved["model.width"], 64);                // deck
+  EXPECT_EQ(parsed.resolved["data.dir"], "/deck/data");         // deck
+  EXPECT_EQ(parsed.resolved["model.depth"], ModelConfig{}.depth);  // default
+}
+
+// ---------------------------------------------------------------- trace files
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  std::istringstream in(line);
+  while (std::getline(in, field, ',')) fields.push_back(field);
+  if (!line.empty() && line.back() == ',') fields.push_back("");
+  return fields;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST(TraceWriter, HeadersAreTheDocumentedColumns) {
+  TempDir dir;
+  TraceWriter writer(dir / "out/nested");  // parents are created
+  EXPECT_EQ(read_lines(dir / "out/nested/trace.csv"),
+            std::vector<std::string>{"step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
+                                     "samples_per_s,mem_peak_mb,val_loss,val_acc"});
+  EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"),
+            std::vector<std::string>{"step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite"});
+}
+
+TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
+  TempDir dir;
+  TraceWriter writer(dir.str());
+  StepRow with_val;
+  with_val.step = 41;
+  with_val.epoch = 2;
+  with_val.loss = 1.0 / 3.0;
+  with_val.grad_norm = 0.1;
+  with_val.loss_scale = 65536.0;
+  with_val.lr = 1.2345678e-4f;
+  with_val.val_loss = M_PI;
+  with_val.val_acc = 1e-300;
+  StepRow without_val = with_val;
+  without_val.step = 42;
+  without_val.val_loss.reset();
+  without_val.val_acc.reset();
+  writer.write_step(with_val);
+  writer.write_step(without_val);
+
+  const auto lines = read_lines(dir / "trace.csv");
+  ASSERT_EQ(lines.size(), 3u);
+  const auto f = split_csv(lines[1]);
+  ASSERT_EQ(f.size(), 14u) << lines[1];
+  EXPECT_EQ(f[0], "41");
+  EXPECT_EQ(f[1], "2");
+  EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val.loss)) << f[2];
+  EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), with_val.grad_norm)) << f[3];
+  EXPECT_TRUE(same_bits(std::strtod(f[4].c_str(), nullptr), with_val.loss_scale)) << f[4];
+  EXPECT_EQ(std::strtof(f[6].c_str(), nullptr), with_val.lr) << f[6];
+  EXPECT_TRUE(same_bits(std::strtod(f[12].c_str(), nullptr), *with_val.val_loss)) << f[12];
+  EXPECT_TRUE(same_bits(std::strtod(f[13].c_str(), nullptr), *with_val.val_acc)) << f[13];
+
+  const auto g = split_csv(lines[2]);
+  ASSERT_EQ(g.size(), 14u) << lines[2];
+  EXPECT_EQ(g[0], "42");
+  EXPECT_EQ(g[12], "");
+  EXPECT_EQ(g[13], "");
+}
+
+TEST(TraceWriter, LayerRowsReadBackBitExactWithEmptyActAbsmaxWhenAbsent) {
+  TempDir dir;
+  TraceWriter writer(dir.str());
+  LayerRow measured;
+  measured.layer = "blocks.0.attn.qkv";
+  measured.grad_norm = 2.0 / 7.0;
+  measured.param_norm = 1e10 / 3.0;
+  measured.act_absmax = 3.14159274f;
+  measured.grad_underflow_frac = 0.125;
+  measured.nonfinite = 3;
+  LayerRow unmeasured = measured;
+  unmeasured.layer = "head.cls";
+  unmeasured.act_absmax.reset();
+  writer.write_layers(5, {measured, unmeasured});
+
+  const auto lines = read_lines(dir / "layers.csv");
+  ASSERT_EQ(lines.size(), 3u);
+  const auto f = split_csv(lines[1]);
+  ASSERT_EQ(f.size(), 7u) << lines[1];
+  EXPECT_EQ(f[0], "5");
+  EXPECT_EQ(f[1], "blocks.0.attn.qkv");
+  EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), measured.grad_norm)) << f[2];
+  EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), measured.param_norm)) << f[3];
+  EXPECT_EQ(std::strtof(f[4].c_str(), nullptr), *measured.act_absmax) << f[4];
+  EXPECT_TRUE(same_bits(std::strtod(f[5].c_str(), nullptr), 0.125)) << f[5];
+  EXPECT_EQ(f[6], "3");
+  const auto g = split_csv(lines[2]);
+  ASSERT_EQ(g.size(), 7u) << lines[2];
+  EXPECT_EQ(g[1], "head.cls");
+  EXPECT_EQ(g[4], "");
+}
+
+TEST(WriteFileAtomically, ReplacesTheFileAndLeavesNoTmp) {
+  TempDir dir;
+  const std::string path = dir / "run.json";
+  write_file_atomically(path, "first\n");
+  write_file_atomically(path, "second");
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "second");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+}  // namespace
+}  // namespace avtrain
