@@ -12,26 +12,17 @@ namespace avtrain {
 
 enum class Trans { no, yes };
 
-// Strided batch of matrix products: C_i = alpha * op(A_i) op(B_i) + beta * C_i, i < count.
-struct GemmBatch {
-  int count = 1;
-  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual void set_threads(int threads) = 0;
-  // Floating-point operations issued through gemm/gemm_batched so far (2 M N K each).
+  // Floating-point operations issued through matrix products so far (2 M N K each).
   virtual double gemm_flops() const = 0;
 
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
   virtual void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) = 0;
-  virtual void gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
-                            int lda, const float* B, int ldb, float beta, float* C, int ldc,
-                            const GemmBatch& batch) = 0;
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;
@@ -47,7 +38,7 @@ class Backend {
   struct TensorStats {
     double sum_squares = 0;
     std::size_t nonfinite = 0;
-    std::size_t nonzero = 0;
+    std::size_t nonzero = 0;  // entries != 0, NaN included
     std::size_t below = 0;  // nonzero entries with |x| < the threshold
   };
   virtual TensorStats tensor_stats(const float* x, std::size_t n, float threshold) = 0;
@@ -80,20 +71,6 @@ class Backend {
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
   virtual void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B,
                                   int L, int H, int hd) = 0;
-
-  // ---- attention pieces. qkv[B, L, 3, H, hd] <-> q, k, v each [B, H, L, hd]
-  virtual void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
-                           int hd) = 0;
-  virtual void merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B,
-                                int L, int H, int hd) = 0;
-  // o[B, H, L, hd] -> y[B, L, H*hd] and back
-  virtual void heads_to_tokens(const float* o, float* y, int B, int L, int H, int hd) = 0;
-  virtual void tokens_to_heads(const float* y, float* o, int B, int L, int H, int hd) = 0;
-  // In place on s[B, H, L, L]: p = softmax_over_keys(s), keys with key_mask[b, j] = 0 get p = 0.
-  virtual void masked_softmax_forward(float* s, const std::uint8_t* key_mask, int B, int H,
-                                      int L) = 0;
-  // In place: dp -> ds = p * (dp - sum_j dp*p)
-  virtual void softmax_backward(float* dp, const float* p, int rows, int L) = 0;
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

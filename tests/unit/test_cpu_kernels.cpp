@@ -112,46 +112,12 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.beta == 0.0f ? "_beta0" : "_beta1");
     });
 
-TEST_F(CpuKernels, GemmBatchedComputesEachProductAtItsStride) {
-  const int M = 3, N = 4, K = 5, count = 3;
-  const int lda = M + 1, ldb = N + 2, ldc = N + 1;  // A transposed: [K, M] per batch
-  GemmBatch batch;
-  batch.count = count;
-  batch.stride_a = std::int64_t(K) * lda + 3;
-  batch.stride_b = std::int64_t(K) * ldb + 5;
-  batch.stride_c = std::int64_t(M) * ldc + 2;
-  const auto A = random_floats(std::size_t(batch.stride_a) * count, "batched.A");
-  const auto B = random_floats(std::size_t(batch.stride_b) * count, "batched.B");
-  const auto C0 = random_floats(std::size_t(batch.stride_c) * count, "batched.C");
-  std::vector<float> C = C0;
-  be->gemm_batched(Trans::yes, Trans::no, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), ldc, batch);
-
-  std::vector<float> got;
-  std::vector<double> want;
-  for (int b = 0; b < count; ++b)
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) {
-        double dot = 0;
-        for (int k = 0; k < K; ++k)
-          dot += double(A[b * batch.stride_a + std::size_t(k) * lda + i]) * B[b * batch.stride_b + std::size_t(k) * ldb + j];
-        const std::size_t c = b * batch.stride_c + std::size_t(i) * ldc + j;
-        got.push_back(C[c]);
-        want.push_back(0.5 * dot + C0[c]);
-      }
-  EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5));
-}
-
 TEST_F(CpuKernels, GemmFlopsCountsTwoMNKPerProduct) {
   const auto A = random_floats(6 * 4, "flops.A"), B = random_floats(4 * 5, "flops.B");
   std::vector<float> C(6 * 5 * 3);
   EXPECT_EQ(be->gemm_flops(), 0.0);
   be->gemm(Trans::no, Trans::no, 6, 5, 4, 1.0f, A.data(), 4, B.data(), 5, 0.0f, C.data(), 5);
   EXPECT_EQ(be->gemm_flops(), 2.0 * 6 * 5 * 4);
-  GemmBatch batch;
-  batch.count = 3;
-  batch.stride_c = 6 * 5;
-  be->gemm_batched(Trans::no, Trans::no, 6, 5, 4, 1.0f, A.data(), 4, B.data(), 5, 0.0f, C.data(), 5, batch);
-  EXPECT_EQ(be->gemm_flops(), 2.0 * 6 * 5 * 4 * 4);
 }
 
 // ---------------------------------------------------------------- elementwise and reductions
@@ -397,101 +363,96 @@ TEST_F(CpuKernels, BatchNormEvalUsesRunningStatsAndZeroesMaskedRows) {
   for (int c = 0; c < ch; ++c) EXPECT_EQ(y[2 * ch + c], 0.0f);
 }
 
-// ---------------------------------------------------------------- attention layout and softmax
+// ---------------------------------------------------------------- fused attention
 
-constexpr int kB = 2, kL = 3, kH = 2, kHd = 4, kD = kH * kHd;
-
-std::size_t head_index(int b, int h, int l, int d) { return ((std::size_t(b) * kH + h) * kL + l) * kHd + d; }
-std::size_t qkv_index(int b, int l, int s, int h, int d) {
-  return (((std::size_t(b) * kL + l) * 3 + s) * kH + h) * kHd + d;
-}
-std::size_t token_index(int b, int l, int h, int d) { return (std::size_t(b) * kL + l) * kD + h * kHd + d; }
-
-TEST_F(CpuKernels, SplitHeadsMovesEachQkvElementToItsHeadPosition) {
-  const auto qkv = random_floats(std::size_t(kB) * kL * 3 * kD, "split_heads");
-  std::vector<float> out[3] = {poisoned(qkv.size() / 3), poisoned(qkv.size() / 3), poisoned(qkv.size() / 3)};
-  be->split_heads(qkv.data(), out[0].data(), out[1].data(), out[2].data(), kB, kL, kH, kHd);
-  for (int s = 0; s < 3; ++s) {
-    std::vector<float> want(out[s].size());
-    for (int b = 0; b < kB; ++b)
-      for (int h = 0; h < kH; ++h)
-        for (int l = 0; l < kL; ++l)
-          for (int d = 0; d < kHd; ++d) want[head_index(b, h, l, d)] = qkv[qkv_index(b, l, s, h, d)];
-    EXPECT_TRUE(all_equal(out[s], want)) << "q, k, v [" << s << "]";
+// Reference multi-head attention in double on qkv[B, L, 3, H, hd]: p[b,h,i,j], ctx[b,i,h*hd+e].
+struct AttentionReference {
+  int B, L, H, hd;
+  std::vector<double> p, ctx, dqkv;
+  std::size_t qkv_at(int b, int l, int s, int h, int e) const {
+    return ((std::size_t(b) * L + l) * 3 + s) * std::size_t(H) * hd + std::size_t(h) * hd + e;
   }
-}
+  std::size_t p_at(int b, int h, int i, int j) const { return ((std::size_t(b) * H + h) * L + i) * L + j; }
+  std::size_t ctx_at(int b, int l, int h, int e) const { return (std::size_t(b) * L + l) * H * hd + std::size_t(h) * hd + e; }
 
-TEST_F(CpuKernels, MergeHeadsGradIsTheInverseOfSplitHeads) {
-  const auto qkv = random_floats(std::size_t(kB) * kL * 3 * kD, "merge_heads");
-  const std::size_t n = qkv.size() / 3;
-  std::vector<float> q = poisoned(n), k = poisoned(n), v = poisoned(n), back = poisoned(qkv.size());
-  be->split_heads(qkv.data(), q.data(), k.data(), v.data(), kB, kL, kH, kHd);
-  be->merge_heads_grad(q.data(), k.data(), v.data(), back.data(), kB, kL, kH, kHd);
-  EXPECT_TRUE(all_equal(back, qkv));
-}
-
-TEST_F(CpuKernels, HeadsToTokensFollowsTheIndexFormulaAndTokensToHeadsUndoesIt) {
-  const auto o = random_floats(std::size_t(kB) * kL * kD, "heads_to_tokens");
-  auto y = poisoned(o.size()), back = poisoned(o.size());
-  be->heads_to_tokens(o.data(), y.data(), kB, kL, kH, kHd);
-  std::vector<float> want(o.size());
-  for (int b = 0; b < kB; ++b)
-    for (int h = 0; h < kH; ++h)
-      for (int l = 0; l < kL; ++l)
-        for (int d = 0; d < kHd; ++d) want[token_index(b, l, h, d)] = o[head_index(b, h, l, d)];
-  EXPECT_TRUE(all_equal(y, want));
-  be->tokens_to_heads(y.data(), back.data(), kB, kL, kH, kHd);
-  EXPECT_TRUE(all_equal(back, o));
-}
-
-TEST_F(CpuKernels, MaskedSoftmaxGivesMaskedKeysExactlyZeroAndMatchesReference) {
-  const int B = 3, H = 2, L = 5;
-  // Batch 2 has every key masked: its rows are all zero, not NaN.
-  const std::vector<std::uint8_t> key_mask = {1, 1, 0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0};
-  const auto s0 = random_floats(std::size_t(B) * H * L * L, "softmax", -4.0, 4.0);
-  auto p = s0;
-  be->masked_softmax_forward(p.data(), key_mask.data(), B, H, L);
-  std::vector<double> want(p.size(), 0.0);
-  for (int b = 0; b < B; ++b)
-    for (int row = 0; row < H * L; ++row) {
-      const std::size_t base = (std::size_t(b) * H * L + row) * L;
-      double sum = 0;
-      for (int j = 0; j < L; ++j)
-        if (key_mask[b * L + j]) sum += std::exp(double(s0[base + j]));
-      double total = 0;
-      for (int j = 0; j < L; ++j) {
-        if (key_mask[b * L + j]) {
-          want[base + j] = std::exp(double(s0[base + j])) / sum;
-          total += p[base + j];
-        } else {
-          EXPECT_EQ(p[base + j], 0.0f) << "masked key b " << b << " row " << row << " key " << j;
+  void forward(const std::vector<float>& qkv, const std::vector<std::uint8_t>& mask) {
+    p.assign(std::size_t(B) * H * L * L, 0.0);
+    ctx.assign(std::size_t(B) * L * H * hd, 0.0);
+    const double scale = 1.0 / std::sqrt(double(hd));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < L; ++i) {
+          double sum = 0;
+          std::vector<double> e(L, 0.0);
+          for (int j = 0; j < L; ++j) {
+            if (!mask[std::size_t(b) * L + j]) continue;
+            double dot = 0;
+            for (int d = 0; d < hd; ++d) dot += double(qkv[qkv_at(b, i, 0, h, d)]) * qkv[qkv_at(b, j, 1, h, d)];
+            sum += e[j] = std::exp(dot * scale);
+          }
+          for (int j = 0; j < L; ++j) p[p_at(b, h, i, j)] = e[j] / sum;
+          for (int d = 0; d < hd; ++d)
+            for (int j = 0; j < L; ++j) ctx[ctx_at(b, i, h, d)] += p[p_at(b, h, i, j)] * qkv[qkv_at(b, j, 2, h, d)];
         }
-      }
-      if (b < 2) {
-        EXPECT_NEAR(total, 1.0, 1e-6) << "b " << b << " row " << row;
-      }
+  }
+
+  void backward(const std::vector<float>& qkv, const std::vector<float>& dctx) {
+    dqkv.assign(qkv.size(), 0.0);
+    const double scale = 1.0 / std::sqrt(double(hd));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < L; ++i) {
+          std::vector<double> dp(L, 0.0);
+          double dot = 0;
+          for (int j = 0; j < L; ++j) {
+            for (int d = 0; d < hd; ++d) {
+              dp[j] += double(dctx[ctx_at(b, i, h, d)]) * qkv[qkv_at(b, j, 2, h, d)];
+              dqkv[qkv_at(b, j, 2, h, d)] += p[p_at(b, h, i, j)] * dctx[ctx_at(b, i, h, d)];
+            }
+            dot += dp[j] * p[p_at(b, h, i, j)];
+          }
+          for (int j = 0; j < L; ++j) {
+            const double ds = p[p_at(b, h, i, j)] * (dp[j] - dot) * scale;
+            for (int d = 0; d < hd; ++d) {
+              dqkv[qkv_at(b, i, 0, h, d)] += ds * qkv[qkv_at(b, j, 1, h, d)];
+              dqkv[qkv_at(b, j, 1, h, d)] += ds * qkv[qkv_at(b, i, 0, h, d)];
+            }
+          }
+        }
+  }
+};
+
+TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero) {
+  const int B = 3, L = 7, H = 2, hd = 4;
+  const std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 0, 1,  1, 1, 1, 1, 1, 1, 1,  0, 0, 0, 1, 0, 0, 0};
+  const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention.qkv", -2.0, 2.0);
+  auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(std::size_t(B) * L * H * hd);
+  be->attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  AttentionReference ref{B, L, H, hd, {}, {}, {}};
+  ref.forward(qkv, mask);
+  EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
+  EXPECT_TRUE(all_close(ctx, ref.ctx, 1e-6, 2e-6));
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < L; ++j) {
+      if (mask[std::size_t(b) * L + j]) continue;
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < L; ++i) EXPECT_EQ(p[ref.p_at(b, h, i, j)], 0.0f);
     }
-  EXPECT_TRUE(all_close(p, want, 1e-7, 2e-6));
+  EXPECT_EQ(be->gemm_flops(), 4.0 * B * H * L * L * hd);
 }
 
-TEST_F(CpuKernels, SoftmaxBackwardMatchesReference) {
-  const int rows = 4, L = 6;
-  auto p = random_floats(std::size_t(rows) * L, "softmax_backward.p", 0.1, 1.0);
-  for (int r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int j = 0; j < L; ++j) sum += p[r * L + j];
-    for (int j = 0; j < L; ++j) p[r * L + j] = float(p[r * L + j] / sum);
-  }
-  const auto dp = random_floats(p.size(), "softmax_backward.dp");
-  auto ds = dp;
-  be->softmax_backward(ds.data(), p.data(), rows, L);
-  std::vector<double> want;
-  for (int r = 0; r < rows; ++r) {
-    double dot = 0;
-    for (int j = 0; j < L; ++j) dot += double(dp[r * L + j]) * p[r * L + j];
-    for (int j = 0; j < L; ++j) want.push_back(p[r * L + j] * (dp[r * L + j] - dot));
-  }
-  EXPECT_TRUE(all_close(ds, want, 1e-7, 1e-5));
+TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
+  const int B = 2, L = 6, H = 3, hd = 4;
+  const std::vector<std::uint8_t> mask = {1, 1, 1, 0, 1, 0,  1, 1, 1, 1, 1, 1};
+  const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_backward.qkv", -2.0, 2.0);
+  const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_backward.dctx");
+  auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
+  be->attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_backward(qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+  AttentionReference ref{B, L, H, hd, {}, {}, {}};
+  ref.forward(qkv, mask);
+  ref.backward(qkv, dctx);
+  EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-6, 1e-5));
 }
 
 // ---------------------------------------------------------------- audio front end and video

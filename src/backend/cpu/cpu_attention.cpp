@@ -1,89 +1,94 @@
-// Head layout changes and the masked softmax of attention.
+// Multi-head attention, one (sample, head) per OpenMP iteration: its products are cblas_sgemm
+// calls that read q, k, v in place inside qkv (leading dimension 3D) and write the context in
+// place inside ctx (leading dimension D), so no head is ever copied out, and the L x L scores stay
+// in cache between the two products and the softmax.
+#include <cblas.h>
+
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/vector_math.hpp"
 
 namespace avtrain {
 
-void CpuBackend::split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
-                             int hd) {
-  const int D = H * hd;
-  float* out[3] = {q, k, v};
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int l = 0; l < L; ++l)
-      for (int s = 0; s < 3; ++s)
-        for (int h = 0; h < H; ++h)
-          std::memcpy(out[s] + ((std::size_t(b) * H + h) * L + l) * hd,
-                      qkv + (std::size_t(b) * L + l) * 3 * D + s * D + h * hd, hd * sizeof(float));
-}
+namespace {
 
-void CpuBackend::merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B,
-                                  int L, int H, int hd) {
-  const int D = H * hd;
-  const float* in[3] = {dq, dk, dv};
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int l = 0; l < L; ++l)
-      for (int s = 0; s < 3; ++s)
-        for (int h = 0; h < H; ++h)
-          std::memcpy(dqkv + (std::size_t(b) * L + l) * 3 * D + s * D + h * hd,
-                      in[s] + ((std::size_t(b) * H + h) * L + l) * hd, hd * sizeof(float));
-}
-
-void CpuBackend::heads_to_tokens(const float* o, float* y, int B, int L, int H, int hd) {
-  const int D = H * hd;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int l = 0; l < L; ++l)
-      for (int h = 0; h < H; ++h)
-        std::memcpy(y + (std::size_t(b) * L + l) * D + h * hd, o + ((std::size_t(b) * H + h) * L + l) * hd,
-                    hd * sizeof(float));
-}
-
-void CpuBackend::tokens_to_heads(const float* y, float* o, int B, int L, int H, int hd) {
-  const int D = H * hd;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int l = 0; l < L; ++l)
-      for (int h = 0; h < H; ++h)
-        std::memcpy(o + ((std::size_t(b) * H + h) * L + l) * hd, y + (std::size_t(b) * L + l) * D + h * hd,
-                    hd * sizeof(float));
-}
-
-void CpuBackend::masked_softmax_forward(float* s, const std::uint8_t* key_mask, int B, int H, int L) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b) {
-    for (int hl = 0; hl < H * L; ++hl) {
-      const std::uint8_t* mask = key_mask + std::size_t(b) * L;
-      float* row = s + (std::size_t(b) * H * L + hl) * L;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < L; ++j)
-        if (mask[j] && row[j] > m) m = row[j];
-      float sum = 0;
+// In place on one row of scores: softmax over the keys with mask = 1; masked keys get exactly 0.
+void masked_softmax_row(float* row, const std::uint8_t* mask, int L) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < L; ++j) m = mask[j] && row[j] > m ? row[j] : m;
+  float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < L; ++j) {
-        float e = mask[j] ? vmath::exp(row[j] - m) : 0.0f;
-        row[j] = e;
-        sum += e;
-      }
-      float inv = sum > 0 ? 1.0f / sum : 0.0f;
-      for (int j = 0; j < L; ++j) row[j] *= inv;
-    }
+  for (int j = 0; j < L; ++j) {
+    const float e = mask[j] ? vmath::exp(row[j] - m) : 0.0f;
+    row[j] = e;
+    sum += e;
   }
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+#pragma omp simd
+  for (int j = 0; j < L; ++j) row[j] *= inv;
 }
 
-void CpuBackend::softmax_backward(float* dp, const float* p, int rows, int L) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; ++r) {
-    float* d = dp + std::size_t(r) * L;
-    const float* pr = p + std::size_t(r) * L;
-    float dot = 0;
-    for (int j = 0; j < L; ++j) dot += d[j] * pr[j];
-    for (int j = 0; j < L; ++j) d[j] = pr[j] * (d[j] - dot);
+}  // namespace
+
+void CpuBackend::attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B,
+                                   int L, int H, int hd) {
+  const int D = H * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const float* q = qkv + std::size_t(b) * L * 3 * D + h * hd;
+      const float* k = q + D;
+      const float* v = q + 2 * D;
+      float* s = p + (std::size_t(b) * H + h) * L * L;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
+      for (int i = 0; i < L; ++i) masked_softmax_row(s + std::size_t(i) * L, key_mask + std::size_t(b) * L, L);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
+                  ctx + std::size_t(b) * L * D + h * hd, D);
+    }
+}
+
+// dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
+void CpuBackend::attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L,
+                                    int H, int hd) {
+  const int D = H * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
+#pragma omp parallel
+  {
+    std::vector<float> ds(std::size_t(L) * L);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const std::size_t row0 = std::size_t(b) * L * 3 * D + h * hd;
+        const float* q = qkv + row0;
+        const float* k = q + D;
+        const float* v = q + 2 * D;
+        float* dq = dqkv + row0;
+        float* dk = dq + D;
+        float* dv = dq + 2 * D;
+        const float* pr = p + (std::size_t(b) * H + h) * L * L;
+        const float* dout = dctx + std::size_t(b) * L * D + h * hd;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, 1.0f, pr, L, dout, D, 0.0f, dv, 3 * D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, 1.0f, dout, D, v, 3 * D, 0.0f, ds.data(), L);
+        for (int i = 0; i < L; ++i) {
+          float* d = ds.data() + std::size_t(i) * L;
+          const float* pi = pr + std::size_t(i) * L;
+          float dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int j = 0; j < L; ++j) dot += d[j] * pi[j];
+#pragma omp simd
+          for (int j = 0; j < L; ++j) d[j] = pi[j] * (d[j] - dot);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, k, 3 * D, 0.0f, dq,
+                    3 * D);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, q, 3 * D, 0.0f, dk,
+                    3 * D);
+      }
   }
 }
 

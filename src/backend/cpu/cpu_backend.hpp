@@ -12,9 +12,6 @@ class CpuBackend final : public Backend {
 
   void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;
-  void gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
-                    const float* B, int ldb, float beta, float* C, int ldc,
-                    const GemmBatch& batch) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
@@ -47,14 +44,6 @@ class CpuBackend final : public Backend {
                          int H, int hd) override;
   void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
                           int hd) override;
-  void split_heads(const float* qkv, float* q, float* k, float* v, int B, int L, int H,
-                   int hd) override;
-  void merge_heads_grad(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int L,
-                        int H, int hd) override;
-  void heads_to_tokens(const float* o, float* y, int B, int L, int H, int hd) override;
-  void tokens_to_heads(const float* y, float* o, int B, int L, int H, int hd) override;
-  void masked_softmax_forward(float* s, const std::uint8_t* key_mask, int B, int H, int L) override;
-  void softmax_backward(float* dp, const float* p, int rows, int L) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
                     int T, int win, int hop) override;
