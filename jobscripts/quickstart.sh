@@ -5,7 +5,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
-"$here/build.sh" cpu
+"$here/build.sh" cpu avtrain avtrain-shards
 bin="$root/build/cpu/bin"
 data="$root/runs/quickstart-shards"
 out="$root/runs/quickstart"

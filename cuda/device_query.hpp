@@ -1,0 +1,14 @@
+#pragma once
+// What the CUDA runtime sees on this node. The CUDA backend (kernels, cuBLAS, NCCL) builds on this.
+#include <string>
+
+namespace avtrain::cuda {
+
+// Number of visible CUDA devices; throws avtrain::Error with the runtime's message when the
+// driver or runtime cannot answer (no GPU, no driver).
+int device_count();
+
+// "NAME (sm_XY, N GiB)" of device `index`.
+std::string describe_device(int index);
+
+}  // namespace avtrain::cuda
