@@ -9,7 +9,7 @@ void CpuBackend::adamw(float* w, const float* g, float* m, float* v, std::size_t
                        float beta1, float beta2, float eps, float weight_decay, int step) {
   const float bc1 = 1.0f - std::pow(beta1, float(step));
   const float bc2 = 1.0f - std::pow(beta2, float(step));
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
     v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];

@@ -4,6 +4,10 @@
 
 namespace avtrain {
 
+// Loops over fewer elements than this run on one thread: below it, starting a parallel region
+// costs more than the second core saves.
+inline constexpr std::size_t kParallelMinElements = 16384;
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }

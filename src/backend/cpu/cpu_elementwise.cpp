@@ -14,7 +14,7 @@ void CpuBackend::fill(float* x, std::size_t n, float value) {
 }
 
 void CpuBackend::add(float* y, const float* x, std::size_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
@@ -23,14 +23,14 @@ void CpuBackend::scale(float* x, std::size_t n, float a) {
 }
 
 void CpuBackend::fill_rows(float* y, const float* row, int rows, int cols) {
-#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols > 65536)
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols >= kParallelMinElements)
   for (int r = 0; r < rows; ++r) std::memcpy(y + std::size_t(r) * cols, row, sizeof(float) * cols);
 }
 
 // Each thread sums a band of columns over all rows.
 void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
   constexpr int band = 64;
-#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols > 65536)
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols >= kParallelMinElements)
   for (int c0 = 0; c0 < cols; c0 += band) {
     const int c1 = std::min(cols, c0 + band);
     float sum[band] = {};
@@ -45,14 +45,14 @@ void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
 
 // GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact form, as PyTorch's default).
 void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 32768)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
 }
 
 // d/dx x*Phi(x) = Phi(x) + x * phi(x)
 void CpuBackend::gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) {
   constexpr float inv_sqrt_2pi = 0.3989422804014327f;
-#pragma omp parallel for simd schedule(static) if (n > 32768)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     float cdf = 0.5f * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
     float pdf = inv_sqrt_2pi * vmath::exp(-0.5f * x[i] * x[i]);
@@ -62,7 +62,7 @@ void CpuBackend::gelu_backward(const float* dy, const float* x, float* dx, std::
 
 double CpuBackend::sum_squares(const float* x, std::size_t n) {
   double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
   return s;
 }
@@ -71,7 +71,7 @@ double CpuBackend::sum_squares(const float* x, std::size_t n) {
 // pattern lies above +inf, so one integer max finds the largest magnitude and any NaN at once.
 float CpuBackend::abs_max(const float* x, std::size_t n) {
   std::uint32_t m = 0;
-#pragma omp parallel for simd reduction(max : m) if (n > 65536)
+#pragma omp parallel for simd reduction(max : m) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, x + i, sizeof bits);
@@ -87,7 +87,7 @@ float CpuBackend::abs_max(const float* x, std::size_t n) {
 Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
   double sum_squares = 0;
   std::size_t nonfinite = 0, nonzero = 0, below = 0;
-#pragma omp parallel for simd reduction(+ : sum_squares, nonfinite, nonzero, below) if (n > 65536)
+#pragma omp parallel for simd reduction(+ : sum_squares, nonfinite, nonzero, below) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
     sum_squares += double(x[i]) * x[i];

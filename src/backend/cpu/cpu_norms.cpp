@@ -9,7 +9,7 @@ namespace avtrain {
 
 void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                                    float* mean, float* rstd, int rows, int dim, float eps) {
-#pragma omp parallel for schedule(static) if (rows > 256)
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * dim >= kParallelMinElements)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * dim;
     float* yr = y + std::size_t(r) * dim;
@@ -29,7 +29,7 @@ void CpuBackend::layernorm_forward(const float* x, const float* gamma, const flo
 void CpuBackend::layernorm_backward(const float* dy, const float* x, const float* gamma,
                                     const float* mean, const float* rstd, float* dx, float* dgamma,
                                     float* dbeta, int rows, int dim) {
-#pragma omp parallel for schedule(static) if (rows > 256)
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * dim >= kParallelMinElements)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * dim;
     const float* dyr = dy + std::size_t(r) * dim;
@@ -50,7 +50,7 @@ void CpuBackend::layernorm_backward(const float* dy, const float* x, const float
   }
   // Parameter gradients: each thread sums a band of features over all rows.
   constexpr int band = 64;
-#pragma omp parallel for schedule(static) if (std::size_t(rows) * dim > 65536)
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * dim >= kParallelMinElements)
   for (int i0 = 0; i0 < dim; i0 += band) {
     const int i1 = std::min(dim, i0 + band);
     float dg[band] = {}, db[band] = {};
