@@ -50,7 +50,7 @@ TraceWriter::~TraceWriter() {
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_, "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.6f,%.6f,%.6f,%.6f,%.3f,%s,%s\n",
+  std::fprintf(trace_, "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
                static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
                r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb,
                optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
