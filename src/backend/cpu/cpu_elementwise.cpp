@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -60,12 +61,31 @@ void CpuBackend::gelu_backward(const float* dy, const float* x, float* dx, std::
   }
 }
 
-double CpuBackend::sum_squares(const float* x, std::size_t n) {
+namespace {
+// Sums of squares are taken in fixed blocks and the block sums added in order, so the result does
+// not depend on how many threads ran.
+constexpr std::size_t kSumBlock = 4096;
+
+double block_sum_squares(const float* x, std::size_t n) {
   double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kParallelMinElements)
+#pragma omp simd reduction(+ : s)
   for (std::size_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
   return s;
 }
+
+double ordered_sum_squares(const float* x, std::size_t n) {
+  const std::size_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(blocks);
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (std::size_t b = 0; b < blocks; ++b)
+    partial[b] = block_sum_squares(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+  double s = 0;
+  for (double p : partial) s += p;
+  return s;
+}
+}  // namespace
+
+double CpuBackend::sum_squares(const float* x, std::size_t n) { return ordered_sum_squares(x, n); }
 
 // On the bit patterns of |x|: integer order is float order for non-negative floats, and every NaN
 // pattern lies above +inf, so one integer max finds the largest magnitude and any NaN at once.
@@ -85,17 +105,15 @@ float CpuBackend::abs_max(const float* x, std::size_t n) {
 }
 
 Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
-  double sum_squares = 0;
-  std::size_t nonfinite = 0, nonzero = 0, below = 0;
-#pragma omp parallel for simd reduction(+ : sum_squares, nonfinite, nonzero, below) if (n >= kParallelMinElements)
+  std::size_t nonfinite = 0, nonzero = 0, below = 0;  // integer counts: any order gives the same
+#pragma omp parallel for simd reduction(+ : nonfinite, nonzero, below) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
-    sum_squares += double(x[i]) * x[i];
     nonfinite += !(a <= 3.402823466e38f);
     nonzero += a != 0.0f;
     below += a != 0.0f && a < threshold;
   }
-  return {sum_squares, nonfinite, nonzero, below};
+  return {ordered_sum_squares(x, n), nonfinite, nonzero, below};
 }
 
 }  // namespace avtrain
