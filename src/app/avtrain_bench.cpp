@@ -63,6 +63,7 @@ int run(int argc, char** argv) {
     std::cout << opts;
     return 0;
   }
+  avtrain::require(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
 
   avtrain::ParsedOptions parsed = avtrain::parse_options(
       {deck, "--train.threads", std::to_string(threads),

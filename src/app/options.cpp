@@ -2,7 +2,9 @@
 
 #include <boost/program_options.hpp>
 #include <fstream>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -84,6 +86,49 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[train] step loop", "train.out", &c.train.out, "trace directory (run.json, trace.csv, layers.csv); --out");
 }
 
+// Every value is checked here, once, so a bad one stops the run before any work, naming the option.
+template <class T>
+void require_range(const char* key, T value, T low, T high, const char* range) {
+  if (!(value >= low && value <= high)) {
+    std::ostringstream s;
+    s << "option " << key << " = " << value << ": must be " << range;
+    throw Error(s.str());
+  }
+}
+
+void validate(const RunConfig& c) {
+  constexpr int big = std::numeric_limits<int>::max();
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  require_range("data.val_fraction", c.data.val_fraction, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
+  require_range("data.prefetch_steps", c.data.prefetch_steps, 0, big, ">= 0");
+  require_range("model.width", c.model.width, 1, big, ">= 1");
+  require_range("model.depth", c.model.depth, 0, big, ">= 0");
+  require_range("model.heads", c.model.heads, 1, big, ">= 1");
+  require_range("model.mlp_ratio", c.model.mlp_ratio, 1, big, ">= 1");
+  require_range("model.audio_window", c.model.audio_window, 2, big, ">= 2");
+  require_range("model.audio_hop", c.model.audio_hop, 1, big, ">= 1");
+  require_range("model.mel_bins", c.model.mel_bins, 1, big, ">= 1");
+  require_range("model.tubelet_frames", c.model.tubelet_frames, 1, big, ">= 1");
+  require_range("model.patch", c.model.patch, 1, big, ">= 1");
+  require_range("model.nce_temperature", c.model.nce_temperature, std::nextafter(0.0, 1.0), inf, "> 0");
+  require_range("model.nce_weight", c.model.nce_weight, 0.0, inf, ">= 0");
+  require_range("model.init_std", c.model.init_std, 0.0, inf, ">= 0");
+  require_range("optim.lr", c.optim.lr, 0.0, inf, ">= 0");
+  require_range("optim.min_lr", c.optim.min_lr, 0.0, inf, ">= 0");
+  require_range("optim.warmup_steps", c.optim.warmup_steps, 0, big, ">= 0");
+  require_range("optim.weight_decay", c.optim.weight_decay, 0.0, inf, ">= 0");
+  require_range("optim.beta1", c.optim.beta1, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
+  require_range("optim.beta2", c.optim.beta2, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
+  require_range("optim.eps", c.optim.eps, std::nextafter(0.0, 1.0), inf, "> 0");
+  require_range("optim.clip_norm", c.optim.clip_norm, 0.0, inf, ">= 0");
+  require_range("train.steps", c.train.steps, 0, big, ">= 0");
+  require_range("train.micro_batch", c.train.micro_batch, 1, big, ">= 1");
+  require_range("train.micro_batches", c.train.micro_batches, 1, big, ">= 1");
+  require_range("train.eval_interval", c.train.eval_interval, 0, big, ">= 0");
+  require_range("train.log_interval", c.train.log_interval, 0, big, ">= 0");
+  require_range("train.threads", c.train.threads, 1, 1024, "in [1, 1024]");
+}
+
 // Short forms a user types often, and the dotted key each stands for.
 const std::pair<const char*, const char*> kShortForms[] = {
     {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
@@ -155,6 +200,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("steps")) c.train.steps = short_steps;
   if (vm.count("seed")) c.train.seed = short_seed;
   if (vm.count("threads")) c.train.threads = short_threads;
+  validate(c);
   table.dump(parsed.resolved);
   return parsed;
 }

@@ -31,7 +31,7 @@ class Backend {
   virtual void fill_rows(float* y, const float* row, int rows, int cols) = 0; // y[r,:] = row
   virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
   virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
-  virtual void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) = 0;  // dx = dy*gelu'(x)
+  virtual void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) = 0;  // dx = dy*gelu'(x); dx may be x
   virtual double sum_squares(const float* x, std::size_t n) = 0;
   virtual float abs_max(const float* x, std::size_t n) = 0;
   // One pass of the numbers layers.csv reports for a gradient tensor.

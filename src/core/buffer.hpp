@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 
 namespace avtrain {
 
@@ -12,8 +13,18 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(std::size_t n) { resize(n); }
+  Buffer(Buffer&& other) noexcept
+      : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)),
+        capacity_(std::exchange(other.capacity_, 0)) {}
+  Buffer& operator=(Buffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    return *this;
+  }
 
-  // Grows (never shrinks) capacity; contents are not kept. New memory is zeroed.
+  // Sets the size; capacity only grows. Growing drops the contents (the new memory is zeroed);
+  // staying within capacity keeps them.
   void resize(std::size_t n) {
     if (n > capacity_) {
       std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;

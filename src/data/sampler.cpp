@@ -29,7 +29,8 @@ Sampler::Sampler(std::int64_t total, double val_fraction, std::uint64_t seed, st
   std::sort(train_.begin(), train_.end());
   steps_per_epoch_ = train_size() / global_batch_;
   require(steps_per_epoch_ >= 1, "the training split has " + std::to_string(train_size()) +
-                                     " samples, fewer than one global batch of " + std::to_string(global_batch));
+                                     " samples, fewer than one global batch of " + std::to_string(global_batch) +
+                                     " (train.micro_batch x train.micro_batches); lower them or data.val_fraction");
 }
 
 std::vector<std::int64_t> Sampler::batch(std::int64_t step) {

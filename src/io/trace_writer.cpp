@@ -36,36 +36,31 @@ TraceWriter::TraceWriter(const std::string& dir) : dir_(dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create output directory " + dir + ": " + ec.message());
-  trace_ = open_for_writing(dir + "/trace.csv");
-  layers_ = open_for_writing(dir + "/layers.csv");
-  std::fprintf(trace_, "%s\n", trace_header());
-  std::fprintf(layers_, "%s\n", layers_header());
-  std::fflush(trace_);
-  std::fflush(layers_);
-}
-
-TraceWriter::~TraceWriter() {
-  if (trace_) std::fclose(trace_);
-  if (layers_) std::fclose(layers_);
+  trace_.reset(open_for_writing(dir + "/trace.csv"));
+  layers_.reset(open_for_writing(dir + "/layers.csv"));
+  std::fprintf(trace_.get(), "%s\n", trace_header());
+  std::fprintf(layers_.get(), "%s\n", layers_header());
+  std::fflush(trace_.get());
+  std::fflush(layers_.get());
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_, "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
+  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
                static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
                r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb,
                optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
-  if (std::fflush(trace_) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
+  if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }
 
 void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& rows) {
   for (const LayerRow& r : rows) {
     char act[32] = "";
     if (r.act_absmax) std::snprintf(act, sizeof act, "%.9g", double(*r.act_absmax));
-    std::fprintf(layers_, "%lld,%s,%.17g,%.17g,%s,%.17g,%llu\n", static_cast<long long>(step), r.layer.c_str(),
+    std::fprintf(layers_.get(), "%lld,%s,%.17g,%.17g,%s,%.17g,%llu\n", static_cast<long long>(step), r.layer.c_str(),
                  r.grad_norm, r.param_norm, act, r.grad_underflow_frac,
                  static_cast<unsigned long long>(r.nonfinite));
   }
-  if (std::fflush(layers_) != 0) throw Error("cannot write " + dir_ + "/layers.csv: " + std::strerror(errno));
+  if (std::fflush(layers_.get()) != 0) throw Error("cannot write " + dir_ + "/layers.csv: " + std::strerror(errno));
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

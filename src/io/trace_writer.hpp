@@ -4,6 +4,7 @@
 // read back to the same bits.
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +33,6 @@ class TraceWriter {
  public:
   // Creates DIR (and parents) and starts both files with their headers.
   explicit TraceWriter(const std::string& dir);
-  ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
   void write_step(const StepRow& row);
@@ -42,9 +42,12 @@ class TraceWriter {
   static const char* layers_header();
 
  private:
+  struct Close {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  using File = std::unique_ptr<std::FILE, Close>;
   std::string dir_;
-  std::FILE* trace_ = nullptr;
-  std::FILE* layers_ = nullptr;
+  File trace_, layers_;
 };
 
 // Writes text to path through path.tmp and a rename, so a reader never sees half a file.

@@ -75,7 +75,6 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   // Tokens.
   flow.B = B;
   flow.L = L;
-  flow.D = D;
   flow.audio_tokens = Ta;
   flow.x.resize(std::size_t(B) * L * D);
   be_.embed_forward(st.audio_tokens.data(), st.video_tokens.data(), params_.value(pos_),

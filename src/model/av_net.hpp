@@ -21,7 +21,8 @@ class AVNet {
   const TokenGeometry& geometry() const { return geometry_; }
   std::vector<std::unique_ptr<LayerState>> make_states() const;
 
-  // Forward through all layers; in train mode also backward. Returns the flow (loss, correct).
+  // Forward through all layers (the head leaves the loss and, in train mode, its gradient in the
+  // flow); backward through them in reverse.
   void forward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states);
   void backward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states);
 

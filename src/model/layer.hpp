@@ -22,7 +22,7 @@ using ActivationStats = std::map<std::string, float>;
 struct Flow {
   const data::MicroBatch* batch = nullptr;  // the input layer reads samples, the head labels
   Mode mode = Mode::train;
-  int B = 0, L = 0, D = 0, audio_tokens = 0;
+  int B = 0, L = 0, audio_tokens = 0;
   Buffer x;                           // tokens [B, L, D]
   Buffer dx;                          // their gradient
   std::vector<std::uint8_t> key_mask; // [B, L], 1 for a real token

@@ -14,8 +14,6 @@ class Linear {
   // Accumulates dW, db; writes dx when it is not null.
   void backward(Backend& be, const float* x, const float* dy, float* dx, int rows);
   const std::string& module() const { return module_; }
-  int in() const { return in_; }
-  int out() const { return out_; }
 
  private:
   ParamStore& params_;

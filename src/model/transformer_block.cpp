@@ -9,10 +9,10 @@ namespace avtrain {
 namespace {
 struct BlockState final : LayerState {
   Buffer x, a, ln1_mean, ln1_rstd, qkv, p, ctx, h, b, ln2_mean, ln2_rstd, f1, g;
-  Buffer dgelu, dln2, dqkv;  // backward scratch
+  Buffer dg, db, dqkv;  // backward scratch: d(g), d(b), d(qkv)
   std::size_t bytes() const override {
     return buffer_bytes({&x, &a, &ln1_mean, &ln1_rstd, &qkv, &p, &ctx, &h, &b, &ln2_mean, &ln2_rstd, &f1, &g,
-                         &dgelu, &dln2, &dqkv});
+                         &dg, &db, &dqkv});
   }
 };
 
@@ -79,20 +79,19 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   const std::size_t n = std::size_t(rows) * D;
   // Scratch reuses buffers whose forward values are no longer needed, in reverse order of use.
   Buffer& dout = flow.dx;                  // d(out) = d(h) via the residual
-  Buffer& dg = st.f1;                      // d(f1) overwrites f1 once GELU' has read it
-  Buffer& dgelu = st.dgelu;
-  dgelu.resize(std::size_t(rows) * hidden_);
-  fc2_.backward(be_, st.g.data(), dout.data(), dgelu.data(), rows);
-  be_.gelu_backward(dgelu.data(), st.f1.data(), dg.data(), dgelu.size());  // dg: d(f1), in place of f1
-  Buffer& db = st.b;                       // b (ln2 output) is consumed by fc1 backward
-  Buffer& dln2 = st.dln2;
-  dln2.resize(n);
-  fc1_.backward(be_, st.b.data(), dg.data(), dln2.data(), rows);
-  Buffer& dh = db;
-  ln2_.backward(be_, st.h.data(), dln2.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
+  Buffer& df1 = st.f1;                     // d(f1) overwrites f1 once GELU' has read it
+  Buffer& dg = st.dg;
+  dg.resize(std::size_t(rows) * hidden_);
+  fc2_.backward(be_, st.g.data(), dout.data(), dg.data(), rows);
+  be_.gelu_backward(dg.data(), st.f1.data(), df1.data(), dg.size());  // in place: dx == x is allowed
+  Buffer& db = st.db;                      // d(b), b = ln2(h)
+  db.resize(n);
+  fc1_.backward(be_, st.b.data(), df1.data(), db.data(), rows);
+  Buffer& dh = st.b;                       // b is consumed by fc1 backward: reuse it for d(h)
+  ln2_.backward(be_, st.h.data(), db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
   be_.add(dh.data(), dout.data(), n);      // dh = dout + d(ln2 path)
 
-  Buffer& dctx = dln2;                     // ln2's input gradient is consumed: reuse it for d(ctx)
+  Buffer& dctx = db;                       // d(b) is consumed: reuse it for d(ctx)
   proj_.backward(be_, st.ctx.data(), dh.data(), dctx.data(), rows);
   Buffer& dqkv = st.dqkv;
   dqkv.resize(3 * n);

@@ -12,9 +12,6 @@ class AdamW {
  public:
   AdamW(Backend& be, ParamStore& params, const OptimConfig& config);
   void step(float lr);  // one update from params.grads()
-  int steps_taken() const { return t_; }
-  Buffer& first_moment() { return m_; }
-  Buffer& second_moment() { return v_; }
 
  private:
   Backend& be_;

@@ -107,15 +107,21 @@ struct Trainer::Impl {
   Evaluation evaluate(data::Prefetcher& reader, const std::vector<std::int64_t>& val) {
     Evaluation e;
     if (val.empty()) return e;
-    const int mb = config.train.micro_batch;
-    std::vector<std::future<data::MicroBatch>> pending;
-    for (std::size_t i = 0; i < val.size(); i += mb)
-      pending.push_back(reader.submit({val.begin() + i, val.begin() + std::min(val.size(), i + mb)}));
+    // A few micro-batches are read ahead, never the whole split: memory stays bounded.
+    const std::size_t mb = std::size_t(config.train.micro_batch);
+    const std::size_t ahead = std::size_t(std::max(1, config.data.prefetch_steps) * config.train.micro_batches);
+    std::deque<std::future<data::MicroBatch>> pending;
+    std::size_t next = 0;
+    auto refill = [&] {
+      for (; next < val.size() && pending.size() < ahead; next += mb)
+        pending.push_back(reader.submit({val.begin() + next, val.begin() + std::min(val.size(), next + mb)}));
+    };
     double loss_sum = 0;
     std::int64_t correct = 0;
-    for (auto& f : pending) {
-      data::MicroBatch batch = f.get();
-      Flow flow;
+    Flow flow;
+    for (refill(); !pending.empty(); refill()) {
+      data::MicroBatch batch = pending.front().get();
+      pending.pop_front();
       flow.batch = &batch;
       flow.mode = Mode::eval;
       net.forward(flow, states);
@@ -129,11 +135,7 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards)
-    : impl_(std::make_unique<Impl>(config, backend, shards)) {
-  require(config.train.micro_batch >= 1, "train.micro_batch must be >= 1");
-  require(config.train.micro_batches >= 1, "train.micro_batches must be >= 1");
-  require(config.train.steps >= 0, "train.steps must be >= 0");
-}
+    : impl_(std::make_unique<Impl>(config, backend, shards)) {}
 
 Trainer::~Trainer() = default;
 
@@ -177,11 +179,13 @@ void Trainer::describe(std::ostream& out) {
   probe.label.assign(B, 0);
   probe.index.assign(B, 0);
   auto states = d.net.make_states();
+  const std::vector<float> saved(d.params.values().data(), d.params.values().data() + d.params.values().size());
   Flow flow;
   flow.batch = &probe;
   d.net.forward(flow, states);
   d.net.backward(flow, states);
   d.params.zero_grads();
+  std::copy(saved.begin(), saved.end(), d.params.values().data());  // the probe moved BatchNorm's running stats
   std::size_t act = flow.x.size() * 4 + flow.dx.size() * 4;
   for (const auto& st : states) act += st->bytes();
   const double p4 = double(d.params.total_size()) * 4;

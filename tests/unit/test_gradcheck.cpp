@@ -134,7 +134,7 @@ TEST_P(GradCheck, TransformerBlockParametersAndInput) {
   std::vector<std::uint8_t> mask = {1, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1};
   auto state = block.make_state();
   auto run = [&](Flow& f) {
-    f.B = B, f.L = L, f.D = D, f.audio_tokens = 3, f.key_mask = mask;
+    f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);
@@ -171,7 +171,7 @@ TEST_P(GradCheck, HeadParametersAndInputWithBothLosses) {
   auto state = head.make_state();
   auto run = [&](Flow& f) {
     f.batch = &mb;
-    f.B = B, f.L = L, f.D = D, f.audio_tokens = 3, f.key_mask = mask;
+    f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     head.forward(f, *state);
@@ -228,7 +228,7 @@ TEST(GradCheckTightness, RejectsAGradientOffByThreePercent) {
   fill_random(r, x0.size(), 5, "r");
   auto state = block.make_state();
   auto run = [&](Flow& f) {
-    f.B = B, f.L = L, f.D = D, f.key_mask.assign(L, 1);
+    f.B = B, f.L = L, f.key_mask.assign(L, 1);
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);

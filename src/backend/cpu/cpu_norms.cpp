@@ -1,4 +1,4 @@
-// LayerNorm and masked BatchNorm; statistics in fp32 with double accumulation over rows.
+// LayerNorm (float statistics per row) and masked BatchNorm (double accumulation over rows).
 #include <algorithm>
 #include <cmath>
 #include <vector>
