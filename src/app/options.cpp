@@ -17,9 +17,24 @@ namespace avtrain {
 namespace {
 
 // One table binds each option to its field, its section of --help and its run.json entry.
+// The values an option accepts, and how the error message says so.
+template <class T>
+struct Range {
+  T low, high;
+  const char* text;
+};
+
+constexpr int kIntMax = std::numeric_limits<int>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Range<int> kAtLeast0{0, kIntMax, ">= 0"};
+constexpr Range<int> kAtLeast1{1, kIntMax, ">= 1"};
+constexpr Range<double> kNonNegative{0.0, kInf, ">= 0"};
+constexpr Range<double> kPositive{std::numeric_limits<double>::denorm_min(), kInf, "> 0"};
+const Range<double> kUnitInterval{0.0, std::nextafter(1.0, 0.0), "in [0, 1)"};
+
 class OptionTable {
  public:
-
+  // Binds an option to its field, its section of --help and its run.json entry.
   template <class T>
   void add(const std::string& section, const std::string& key, T* field, const std::string& help) {
     po::options_description& group = section_(section);
@@ -27,6 +42,23 @@ class OptionTable {
     shown << *field;
     group.add_options()(key.c_str(), po::value<T>(field)->default_value(*field, shown.str()), help.c_str());
     dump_.push_back([key, field](nlohmann::json& j) { j[key] = *field; });
+  }
+
+  // The same, with the range check that stops a run before any work when the value is outside it.
+  template <class T>
+  void add(const std::string& section, const std::string& key, T* field, const std::string& help,
+           const Range<T>& range) {
+    add(section, key, field, help);
+    checks_.push_back([key, field, range] {
+      if (*field >= range.low && *field <= range.high) return;
+      std::ostringstream s;
+      s << "option " << key << " = " << *field << ": must be " << range.text;
+      throw Error(s.str());
+    });
+  }
+
+  void check() const {
+    for (const auto& c : checks_) c();
   }
 
   std::vector<po::options_description*> sections() {
@@ -47,86 +79,72 @@ class OptionTable {
   }
   std::vector<std::pair<std::string, std::unique_ptr<po::options_description>>> sections_;
   std::vector<std::function<void(nlohmann::json&)>> dump_;
+  std::vector<std::function<void()>> checks_;
 };
 
 void bind(OptionTable& t, RunConfig& c) {
   t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1); short form --data");
-  t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation");
-  t.add("[data] shard set", "data.prefetch_steps", &c.data.prefetch_steps, "steps read ahead by the reader thread");
+  t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation",
+        kUnitInterval);
+  t.add("[data] shard set", "data.prefetch_steps", &c.data.prefetch_steps, "steps read ahead by the reader thread",
+        kAtLeast0);
 
-  t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D");
-  t.add("[model] AVNet architecture", "model.depth", &c.model.depth, "transformer blocks");
-  t.add("[model] AVNet architecture", "model.heads", &c.model.heads, "attention heads (divide model.width)");
-  t.add("[model] AVNet architecture", "model.mlp_ratio", &c.model.mlp_ratio, "MLP hidden width / D");
-  t.add("[model] AVNet architecture", "model.audio_window", &c.model.audio_window, "audio frame length (samples)");
-  t.add("[model] AVNet architecture", "model.audio_hop", &c.model.audio_hop, "audio frame hop (samples)");
-  t.add("[model] AVNet architecture", "model.mel_bins", &c.model.mel_bins, "mel filters (HTK formula)");
-  t.add("[model] AVNet architecture", "model.tubelet_frames", &c.model.tubelet_frames, "video frames per tubelet");
-  t.add("[model] AVNet architecture", "model.patch", &c.model.patch, "tubelet height and width (pixels)");
-  t.add("[model] AVNet architecture", "model.nce_temperature", &c.model.nce_temperature, "InfoNCE temperature");
-  t.add("[model] AVNet architecture", "model.nce_weight", &c.model.nce_weight, "InfoNCE weight; 0 turns it off");
-  t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation");
+  t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.depth", &c.model.depth, "transformer blocks",
+        kAtLeast0);
+  t.add("[model] AVNet architecture", "model.heads", &c.model.heads, "attention heads (divide model.width)",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.mlp_ratio", &c.model.mlp_ratio, "MLP hidden width / D",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.audio_window", &c.model.audio_window, "audio frame length (samples)",
+        Range<int>{2, kIntMax, ">= 2"});
+  t.add("[model] AVNet architecture", "model.audio_hop", &c.model.audio_hop, "audio frame hop (samples)",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.mel_bins", &c.model.mel_bins, "mel filters (HTK formula)",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.tubelet_frames", &c.model.tubelet_frames, "video frames per tubelet",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.patch", &c.model.patch, "tubelet height and width (pixels)",
+        kAtLeast1);
+  t.add("[model] AVNet architecture", "model.nce_temperature", &c.model.nce_temperature, "InfoNCE temperature",
+        kPositive);
+  t.add("[model] AVNet architecture", "model.nce_weight", &c.model.nce_weight, "InfoNCE weight; 0 turns it off",
+        kNonNegative);
+  t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation",
+        kNonNegative);
 
-  t.add("[optim] AdamW and schedule", "optim.lr", &c.optim.lr, "peak learning rate");
-  t.add("[optim] AdamW and schedule", "optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine");
-  t.add("[optim] AdamW and schedule", "optim.warmup_steps", &c.optim.warmup_steps, "linear warm-up steps");
-  t.add("[optim] AdamW and schedule", "optim.weight_decay", &c.optim.weight_decay, "decoupled decay (not norms, biases)");
-  t.add("[optim] AdamW and schedule", "optim.beta1", &c.optim.beta1, "AdamW beta1");
-  t.add("[optim] AdamW and schedule", "optim.beta2", &c.optim.beta2, "AdamW beta2");
-  t.add("[optim] AdamW and schedule", "optim.eps", &c.optim.eps, "AdamW epsilon");
-  t.add("[optim] AdamW and schedule", "optim.clip_norm", &c.optim.clip_norm, "global gradient-norm clip; 0 is off");
+  t.add("[optim] AdamW and schedule", "optim.lr", &c.optim.lr, "peak learning rate",
+        kNonNegative);
+  t.add("[optim] AdamW and schedule", "optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine",
+        kNonNegative);
+  t.add("[optim] AdamW and schedule", "optim.warmup_steps", &c.optim.warmup_steps, "linear warm-up steps",
+        kAtLeast0);
+  t.add("[optim] AdamW and schedule", "optim.weight_decay", &c.optim.weight_decay, "decoupled decay (not norms, biases)",
+        kNonNegative);
+  t.add("[optim] AdamW and schedule", "optim.beta1", &c.optim.beta1, "AdamW beta1",
+        kUnitInterval);
+  t.add("[optim] AdamW and schedule", "optim.beta2", &c.optim.beta2, "AdamW beta2",
+        kUnitInterval);
+  t.add("[optim] AdamW and schedule", "optim.eps", &c.optim.eps, "AdamW epsilon",
+        kPositive);
+  t.add("[optim] AdamW and schedule", "optim.clip_norm", &c.optim.clip_norm, "global gradient-norm clip; 0 is off",
+        kNonNegative);
 
-  t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps; short form --steps");
-  t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch");
-  t.add("[train] step loop", "train.micro_batches", &c.train.micro_batches, "micro-batches per step (accumulated)");
+  t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps; short form --steps",
+        kAtLeast0);
+  t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch",
+        kAtLeast1);
+  t.add("[train] step loop", "train.micro_batches", &c.train.micro_batches, "micro-batches per step (accumulated)",
+        kAtLeast1);
   t.add("[train] step loop", "train.seed", &c.train.seed, "seed of weights, split and shuffle; short form --seed");
-  t.add("[train] step loop", "train.eval_interval", &c.train.eval_interval, "steps between validation passes");
-  t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines");
-  t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads");
+  t.add("[train] step loop", "train.eval_interval", &c.train.eval_interval, "steps between validation passes",
+        kAtLeast0);
+  t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines",
+        kAtLeast0);
+  t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads",
+        Range<int>{1, 1024, "in [1, 1024]"});
   t.add("[train] step loop", "train.out", &c.train.out, "trace directory (run.json, trace.csv, layers.csv); --out");
-}
-
-// Every value is checked here, once, so a bad one stops the run before any work, naming the option.
-template <class T>
-void require_range(const char* key, T value, T low, T high, const char* range) {
-  if (!(value >= low && value <= high)) {
-    std::ostringstream s;
-    s << "option " << key << " = " << value << ": must be " << range;
-    throw Error(s.str());
-  }
-}
-
-void validate(const RunConfig& c) {
-  constexpr int big = std::numeric_limits<int>::max();
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  require_range("data.val_fraction", c.data.val_fraction, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
-  require_range("data.prefetch_steps", c.data.prefetch_steps, 0, big, ">= 0");
-  require_range("model.width", c.model.width, 1, big, ">= 1");
-  require_range("model.depth", c.model.depth, 0, big, ">= 0");
-  require_range("model.heads", c.model.heads, 1, big, ">= 1");
-  require_range("model.mlp_ratio", c.model.mlp_ratio, 1, big, ">= 1");
-  require_range("model.audio_window", c.model.audio_window, 2, big, ">= 2");
-  require_range("model.audio_hop", c.model.audio_hop, 1, big, ">= 1");
-  require_range("model.mel_bins", c.model.mel_bins, 1, big, ">= 1");
-  require_range("model.tubelet_frames", c.model.tubelet_frames, 1, big, ">= 1");
-  require_range("model.patch", c.model.patch, 1, big, ">= 1");
-  require_range("model.nce_temperature", c.model.nce_temperature, std::nextafter(0.0, 1.0), inf, "> 0");
-  require_range("model.nce_weight", c.model.nce_weight, 0.0, inf, ">= 0");
-  require_range("model.init_std", c.model.init_std, 0.0, inf, ">= 0");
-  require_range("optim.lr", c.optim.lr, 0.0, inf, ">= 0");
-  require_range("optim.min_lr", c.optim.min_lr, 0.0, inf, ">= 0");
-  require_range("optim.warmup_steps", c.optim.warmup_steps, 0, big, ">= 0");
-  require_range("optim.weight_decay", c.optim.weight_decay, 0.0, inf, ">= 0");
-  require_range("optim.beta1", c.optim.beta1, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
-  require_range("optim.beta2", c.optim.beta2, 0.0, std::nextafter(1.0, 0.0), "in [0, 1)");
-  require_range("optim.eps", c.optim.eps, std::nextafter(0.0, 1.0), inf, "> 0");
-  require_range("optim.clip_norm", c.optim.clip_norm, 0.0, inf, ">= 0");
-  require_range("train.steps", c.train.steps, 0, big, ">= 0");
-  require_range("train.micro_batch", c.train.micro_batch, 1, big, ">= 1");
-  require_range("train.micro_batches", c.train.micro_batches, 1, big, ">= 1");
-  require_range("train.eval_interval", c.train.eval_interval, 0, big, ">= 0");
-  require_range("train.log_interval", c.train.log_interval, 0, big, ">= 0");
-  require_range("train.threads", c.train.threads, 1, 1024, "in [1, 1024]");
 }
 
 // Short forms a user types often, and the dotted key each stands for.
@@ -200,7 +218,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("steps")) c.train.steps = short_steps;
   if (vm.count("seed")) c.train.seed = short_seed;
   if (vm.count("threads")) c.train.threads = short_threads;
-  validate(c);
+  table.check();
   table.dump(parsed.resolved);
   return parsed;
 }

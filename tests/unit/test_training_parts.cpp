@@ -359,6 +359,19 @@ TEST(ParseOptions, UnknownCommandLineOptionIsAnErrorNamingIt) {
   EXPECT_NE(message.find("train.stpes"), std::string::npos) << message;
 }
 
+TEST(ParseOptions, ValuesOutsideTheirRangeAreErrorsNamingTheOption) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--data.val_fraction", "1"}, {"--model.mlp_ratio", "0"}, {"--model.depth", "-1"},
+      {"--model.audio_window", "1"}, {"--model.nce_temperature", "0"}, {"--optim.beta1", "1"},
+      {"--optim.eps", "0"}, {"--optim.lr", "-1e-3"}, {"--train.micro_batch", "0"}, {"--train.threads", "0"}};
+  for (const auto& [option, value] : bad) {
+    const std::string message = error_of({option, value});
+    EXPECT_NE(message.find("option " + option.substr(2) + " = "), std::string::npos) << option << ": " << message;
+  }
+  // The edges themselves are accepted.
+  EXPECT_NO_THROW(parse_options({"--data.val_fraction", "0", "--model.depth", "0", "--optim.beta1", "0"}));
+}
+
 TEST(ParseOptions, BadValueIsAnError) {
   EXPECT_NE(error_of({"--train.steps", "many"}).find("train.steps"), std::string::npos);
   TempDir dir;
