@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
-          libboost-program-options-dev libopenblas-openmp-dev nlohmann-json3-dev
+          libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
           libgtest-dev python3 python3-numpy python3-h5py)
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-matplotlib)

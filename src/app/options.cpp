@@ -61,6 +61,20 @@ class OptionTable {
     for (const auto& c : checks_) c();
   }
 
+  // The same for a word from a fixed list.
+  void add(const std::string& section, const std::string& key, std::string* field, const std::string& help,
+           std::vector<std::string> choices) {
+    add(section, key, field, help);
+    checks_.push_back([key, field, choices] {
+      std::string list;
+      for (const std::string& c : choices) {
+        if (*field == c) return;
+        list += (list.empty() ? "" : ", ") + c;
+      }
+      throw Error("option " + key + " = " + *field + ": must be one of " + list);
+    });
+  }
+
   std::vector<po::options_description*> sections() {
     std::vector<po::options_description*> out;
     for (auto& [name, s] : sections_) out.push_back(s.get());
@@ -131,6 +145,30 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[optim] AdamW and schedule", "optim.clip_norm", &c.optim.clip_norm, "global gradient-norm clip; 0 is off",
         kNonNegative);
 
+  const std::string P = "[precision] mixed precision and loss scaling";
+  t.add(P, "precision.mode", &c.precision.mode,
+        "compute type of matrix products and activations: fp32, fp16 or bf16 (fp32 master weights and "
+        "gradients); short form --precision",
+        std::vector<std::string>{"fp32", "fp16", "bf16"});
+  t.add(P, "precision.fp32_layers", &c.precision.fp32_layers,
+        "comma-separated globs over module names kept wholly in fp32, e.g. 'head.*,blocks.0.*'");
+  t.add(P, "precision.loss_scale", &c.precision.loss_scale,
+        "auto (fp16: dynamic, else none), dynamic, none, or a fixed scale such as 256");
+  t.add(P, "precision.init_scale", &c.precision.init_scale, "dynamic scaling: first scale", kPositive);
+  t.add(P, "precision.growth_factor", &c.precision.growth_factor,
+        "dynamic scaling: factor after growth_interval clean steps", Range<double>{1.0, kInf, ">= 1"});
+  t.add(P, "precision.backoff_factor", &c.precision.backoff_factor, "dynamic scaling: factor after an overflow",
+        Range<double>{std::numeric_limits<double>::denorm_min(), 1.0, "in (0, 1]"});
+  t.add(P, "precision.growth_interval", &c.precision.growth_interval, "dynamic scaling: clean steps before growth",
+        kAtLeast1);
+  t.add(P, "precision.hysteresis", &c.precision.hysteresis,
+        "dynamic scaling: overflowing steps before the scale backs off", kAtLeast1);
+  t.add(P, "precision.min_scale", &c.precision.min_scale,
+        "dynamic scaling: an overflow at this scale stops the run", kPositive);
+  t.add(P, "precision.detect_anomaly", &c.precision.detect_anomaly,
+        "check every module's output, forward and backward; stop at the first inf/NaN naming step, module, "
+        "direction; short form --detect-anomaly");
+
   t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps; short form --steps",
         kAtLeast0);
   t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch",
@@ -150,7 +188,7 @@ void bind(OptionTable& t, RunConfig& c) {
 // Short forms a user types often, and the dotted key each stands for.
 const std::pair<const char*, const char*> kShortForms[] = {
     {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
-    {"threads", "train.threads"}};
+    {"threads", "train.threads"}, {"precision", "precision.mode"}};
 
 }  // namespace
 
@@ -161,7 +199,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   bind(table, c);
 
   po::options_description general("General");
-  std::string short_data, short_out;
+  std::string short_data, short_out, short_precision;
+  bool short_detect_anomaly = false;
   int short_steps = 0, short_threads = 0;
   std::uint64_t short_seed = 0;
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
@@ -171,7 +210,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
                                                                   "= --train.out")(
       "steps", po::value<int>(&short_steps), "= --train.steps")("seed", po::value<std::uint64_t>(&short_seed),
                                                                "= --train.seed")(
-      "threads", po::value<int>(&short_threads), "= --train.threads");
+      "threads", po::value<int>(&short_threads), "= --train.threads")(
+      "precision", po::value<std::string>(&short_precision), "= --precision.mode")(
+      "detect-anomaly", po::bool_switch(&short_detect_anomaly), "= --precision.detect_anomaly 1");
 
   po::options_description deck_keys;
   for (auto* s : table.sections()) deck_keys.add(*s);
@@ -218,6 +259,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("steps")) c.train.steps = short_steps;
   if (vm.count("seed")) c.train.seed = short_seed;
   if (vm.count("threads")) c.train.threads = short_threads;
+  if (vm.count("precision")) c.precision.mode = short_precision;
+  if (short_detect_anomaly) c.precision.detect_anomaly = true;
   table.check();
   table.dump(parsed.resolved);
   return parsed;

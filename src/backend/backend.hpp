@@ -8,9 +8,18 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.hpp"
+
 namespace avtrain {
 
 enum class Trans { no, yes };
+
+// A matrix operand in its storage type: fp32 values, or fp16/bf16 bit patterns.
+struct Operand {
+  const void* data;
+  DType dtype;
+};
+inline Operand fp32(const float* x) { return {x, DType::f32}; }
 
 class Backend {
  public:
@@ -20,9 +29,24 @@ class Backend {
   // Floating-point operations issued through matrix products so far (2 M N K each).
   virtual double gemm_flops() const = 0;
 
-  // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
-  virtual void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
-                    const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.
+  // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
+  // or bf16 operands, fp32 accumulation). Operands may be stored in fp32 or in `compute`; an fp32
+  // operand of a 16-bit product must hold values exact in `compute` (the layers round them first).
+  virtual void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+                    Operand B, int ldb, float beta, float* C, int ldc) = 0;
+  void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+            int ldb, float beta, float* C, int ldc) {
+    gemm(DType::f32, ta, tb, M, N, K, alpha, fp32(A), lda, fp32(B), ldb, beta, C, ldc);
+  }
+  // The engine 16-bit products of this type run on, for logs and run.json.
+  virtual std::string gemm_engine(DType compute) const = 0;
+
+  // ---- storage conversions (round to nearest even, subnormals, overflow to inf, NaN kept)
+  // x rounded to `dtype` in place; the 16-bit patterns also written to packed unless it is null.
+  virtual void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) = 0;
+  virtual void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) = 0;
+  virtual void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) = 0;
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;

@@ -69,5 +69,9 @@ void floats_to_half(const float* in, std::uint16_t* out, std::size_t n);
 void half_to_floats(const std::uint16_t* in, float* out, std::size_t n);
 void floats_to_bf16(const float* in, std::uint16_t* out, std::size_t n);
 void bf16_to_floats(const std::uint16_t* in, float* out, std::size_t n);
+// x[i] = the fp32 value of x[i] rounded to fp16 / bf16, in place; when packed is not null the
+// 16-bit patterns are written there too (one pass for a value that is both used and kept).
+void round_to_half(float* x, std::uint16_t* packed, std::size_t n);
+void round_to_bf16(float* x, std::uint16_t* packed, std::size_t n);
 
 }  // namespace avtrain

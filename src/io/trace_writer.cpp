@@ -26,7 +26,7 @@ std::string optional_double(const std::optional<double>& v) {
 
 const char* TraceWriter::trace_header() {
   return "step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,samples_per_s,"
-         "mem_peak_mb,val_loss,val_acc";
+         "mem_peak_mb,act_mb,val_loss,val_acc";
 }
 const char* TraceWriter::layers_header() {
   return "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite";
@@ -45,9 +45,9 @@ TraceWriter::TraceWriter(const std::string& dir) : dir_(dir) {
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
+  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
                static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
-               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb,
+               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb, r.act_mb,
                optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
   if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }

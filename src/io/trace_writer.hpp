@@ -17,7 +17,7 @@ struct StepRow {
   double loss = 0, grad_norm = 0, loss_scale = 1;
   int skipped = 0;
   float lr = 0;
-  double step_ms = 0, data_wait_ms = 0, comm_ms = 0, samples_per_s = 0, mem_peak_mb = 0;
+  double step_ms = 0, data_wait_ms = 0, comm_ms = 0, samples_per_s = 0, mem_peak_mb = 0, act_mb = 0;
   std::optional<double> val_loss, val_acc;
 };
 

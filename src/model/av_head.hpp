@@ -3,17 +3,20 @@
 //   head.ln -> masked mean pool of audio tokens (pa) and of video tokens (pv)
 //   head.cls([pa | pv]) -> cross-entropy with the labels
 //   + nce_weight * symmetric InfoNCE(pa, pv) over the micro-batch at nce_temperature.
+// Pooling and both losses run in fp32; the logits are rounded to head.cls's type first.
 #include "backend/backend.hpp"
 #include "model/layer.hpp"
 #include "model/layer_norm.hpp"
 #include "model/linear.hpp"
 #include "model/model_config.hpp"
+#include "precision/precision_policy.hpp"
 
 namespace avtrain {
 
 class AVHead final : public Layer {
  public:
-  AVHead(Backend& be, ParamStore& params, const ModelConfig& m, int num_classes);
+  AVHead(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
+         int num_classes);
   std::unique_ptr<LayerState> make_state() const override;
   // Train mode computes the loss gradient here too; backward then carries it to the tokens.
   void forward(Flow& flow, LayerState& state) override;
@@ -21,6 +24,7 @@ class AVHead final : public Layer {
 
  private:
   Backend& be_;
+  Workspace& ws_;
   int D_, classes_;
   float tau_, nce_weight_;
   LayerNorm ln_;

@@ -1,30 +1,35 @@
 #include "model/av_input.hpp"
 
 #include "core/error.hpp"
+#include "model/saved_tensor.hpp"
 
 namespace avtrain {
 
 namespace {
 struct AVInputState final : LayerState {
   std::vector<std::uint8_t> frame_mask, audio_mask, video_mask;
-  Buffer logmel, col, conv_out, bn_out, bn_mean, bn_rstd, audio_tokens, patches, video_tokens;
-  Buffer d_audio, d_video, d_bn;
+  SavedTensor col, conv_out, bn_out, patches;
+  Buffer bn_mean, bn_rstd;
   std::size_t bytes() const override {
-    return buffer_bytes({&logmel, &col, &conv_out, &bn_out, &bn_mean, &bn_rstd, &audio_tokens, &patches,
-                         &video_tokens, &d_audio, &d_video, &d_bn}) +
-           frame_mask.size() + audio_mask.size() + video_mask.size();
+    return total_bytes(col, conv_out, bn_out, patches, bn_mean, bn_rstd) + frame_mask.size() + audio_mask.size() +
+           video_mask.size();
   }
 };
+
+// Workspace slots.
+enum Slot { kLogmel, kCol, kConv, kBn, kAudio, kPatches, kVideo };
 }  // namespace
 
-AVInput::AVInput(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s)
-    : Layer("input"), be_(be), params_(params), g_(TokenGeometry::of(m, s)), set_(s), D_(m.width),
+AVInput::AVInput(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
+                 const data::SetInfo& s)
+    : Layer("input"), be_(be), ws_(ws), params_(params), g_(TokenGeometry::of(m, s)), set_(s), D_(m.width),
       frontend_(g_, m.mel_bins, s.sample_rate),
-      conv_(params, "audio.conv", m.mel_bins, m.width, 3, 2, 1, m.init_std),
-      bn_(params, "audio.bn", m.width),
-      patch_(params, "video.patch", g_.patch_dim, m.width, m.init_std) {
+      conv_(params, "audio.conv", m.mel_bins, m.width, 3, 2, 1, m.init_std, policy.of("audio.conv")),
+      bn_(params, "audio.bn", m.width, policy.of("audio.bn")),
+      patch_(params, "video.patch", g_.patch_dim, m.width, m.init_std, policy.of("video.patch")) {
   pos_ = params.add("embed", "pos", {g_.tokens, m.width}, Init::normal, m.init_std, true);
   modality_ = params.add("embed", "modality", {2, m.width}, Init::normal, m.init_std, true);
+  embed_dtype_ = policy.of("embed");
 }
 
 std::unique_ptr<LayerState> AVInput::make_state() const { return std::make_unique<AVInputState>(); }
@@ -48,56 +53,83 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   }
 
   // Audio branch.
-  st.logmel.resize(std::size_t(B) * Tf * frontend_.mel_bins());
-  frontend_.forward(be_, mb.audio.data(), set_.audio_samples, st.frame_mask.data(), st.logmel.data(), B);
-  st.col.resize(std::size_t(B) * Ta * conv_.col_width());
-  st.conv_out.resize(std::size_t(B) * Ta * D);
-  conv_.forward(be_, st.logmel.data(), st.col.data(), st.conv_out.data(), B, Tf);
-  note_activation(be_, flow, conv_.module(), st.conv_out.data(), st.conv_out.size());
-  st.bn_out.resize(std::size_t(B) * Ta * D);
+  const std::size_t na = std::size_t(B) * Ta * D;
+  Buffer& logmel = ws_[kLogmel];
+  logmel.resize(std::size_t(B) * Tf * frontend_.mel_bins());
+  frontend_.forward(be_, mb.audio.data(), set_.audio_samples, st.frame_mask.data(), logmel.data(), B);
+  Buffer& conv_out = ws_[kConv];
+  conv_out.resize(na);
+  conv_.forward(be_, logmel.data(), ws_[kCol], conv_out.data(), B, Tf);
+  note_activation(be_, flow, conv_.module(), conv_out.data(), na);
+  st.col.keep(be_, ws_[kCol], conv_.dtype());
+  const float* conv_values = st.conv_out.keep(be_, conv_out, conv_.dtype());
+  Buffer& bn_out = ws_[kBn];
+  bn_out.resize(na);
   st.bn_mean.resize(D);
   st.bn_rstd.resize(D);
-  bn_.forward(be_, st.conv_out.data(), st.audio_mask.data(), st.bn_out.data(), st.bn_mean.data(),
-              st.bn_rstd.data(), B * Ta, flow.mode == Mode::train);
-  st.audio_tokens.resize(std::size_t(B) * Ta * D);
-  be_.gelu_forward(st.bn_out.data(), st.audio_tokens.data(), st.audio_tokens.size());
-  note_activation(be_, flow, bn_.module(), st.audio_tokens.data(), st.audio_tokens.size());
+  bn_.forward(be_, conv_values, st.audio_mask.data(), bn_out.data(), st.bn_mean.data(), st.bn_rstd.data(), B * Ta,
+              flow.mode == Mode::train);
+  const float* bn_values = st.bn_out.keep(be_, bn_out, bn_.dtype());
+  Buffer& audio = ws_[kAudio];
+  audio.resize(na);
+  be_.gelu_forward(bn_values, audio.data(), na);
+  be_.round_to(bn_.dtype(), audio.data(), nullptr, na);
+  note_activation(be_, flow, bn_.module(), audio.data(), na);
 
   // Video branch.
-  st.patches.resize(std::size_t(B) * Nv * g_.patch_dim);
-  be_.video_patches(mb.video.data(), st.patches.data(), B, set_.frames, set_.height, set_.width,
-                    set_.channels, g_.tubelet_frames, g_.patch);
-  st.video_tokens.resize(std::size_t(B) * Nv * D);
-  patch_.forward(be_, st.patches.data(), st.video_tokens.data(), B * Nv);
-  be_.mask_rows(st.video_tokens.data(), st.video_mask.data(), B * Nv, D);
-  note_activation(be_, flow, patch_.module(), st.video_tokens.data(), st.video_tokens.size());
+  const std::size_t nv = std::size_t(B) * Nv * D;
+  Buffer& patches = ws_[kPatches];
+  patches.resize(std::size_t(B) * Nv * g_.patch_dim);
+  be_.video_patches(mb.video.data(), patches.data(), B, set_.frames, set_.height, set_.width, set_.channels,
+                    g_.tubelet_frames, g_.patch);
+  st.patches.round_and_keep(be_, patches, patch_.dtype());
+  Buffer& video = ws_[kVideo];
+  video.resize(nv);
+  patch_.forward(be_, st.patches.operand(), video.data(), B * Nv);
+  be_.mask_rows(video.data(), st.video_mask.data(), B * Nv, D);
+  note_activation(be_, flow, patch_.module(), video.data(), nv);
 
   // Tokens.
   flow.B = B;
   flow.L = L;
   flow.audio_tokens = Ta;
   flow.x.resize(std::size_t(B) * L * D);
-  be_.embed_forward(st.audio_tokens.data(), st.video_tokens.data(), params_.value(pos_),
-                    params_.value(modality_), flow.x.data(), B, Ta, L, D);
+  be_.embed_forward(audio.data(), video.data(), params_.value(pos_), params_.value(modality_), flow.x.data(), B, Ta,
+                    L, D);
+  be_.round_to(embed_dtype_, flow.x.data(), nullptr, flow.x.size());
+  flow.x_dtype = embed_dtype_;
   note_activation(be_, flow, "embed", flow.x.data(), flow.x.size());
 }
 
 void AVInput::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<AVInputState&>(state_base);
   const int B = flow.B, D = D_, Ta = g_.audio_tokens, Nv = g_.video_tokens, L = g_.tokens;
-  st.d_audio.resize(std::size_t(B) * Ta * D);
-  st.d_video.resize(std::size_t(B) * Nv * D);
-  be_.embed_backward(flow.dx.data(), st.d_audio.data(), st.d_video.data(), params_.grad(pos_),
-                     params_.grad(modality_), B, Ta, L, D);
-  be_.mask_rows(st.d_video.data(), st.video_mask.data(), B * Nv, D);
-  patch_.backward(be_, st.patches.data(), st.d_video.data(), nullptr, B * Nv);
+  const std::size_t na = std::size_t(B) * Ta * D, nv = std::size_t(B) * Nv * D;
+  be_.round_to(embed_dtype_, flow.dx.data(), nullptr, flow.dx.size());
+  Buffer& d_audio = ws_[kAudio];
+  Buffer& d_video = ws_[kVideo];
+  d_audio.resize(na);
+  d_video.resize(nv);
+  be_.embed_backward(flow.dx.data(), d_audio.data(), d_video.data(), params_.grad(pos_), params_.grad(modality_), B,
+                     Ta, L, D);
+  be_.mask_rows(d_video.data(), st.video_mask.data(), B * Nv, D);
+  be_.round_to(patch_.dtype(), d_video.data(), nullptr, nv);
+  patch_.backward(be_, st.patches.operand(), d_video.data(), nullptr, B * Nv);
 
-  st.d_bn.resize(std::size_t(B) * Ta * D);
-  be_.gelu_backward(st.d_audio.data(), st.bn_out.data(), st.d_bn.data(), st.d_bn.size());
-  // d_audio is reused for the BatchNorm input gradient.
-  bn_.backward(be_, st.conv_out.data(), st.audio_mask.data(), st.d_bn.data(), st.bn_mean.data(),
-               st.bn_rstd.data(), st.d_audio.data(), B * Ta);
-  conv_.backward(be_, st.col.data(), st.d_audio.data(), nullptr, B, g_.frames);
+  be_.round_to(bn_.dtype(), d_audio.data(), nullptr, na);
+  const float* bn_out = st.bn_out.load(be_, ws_[kBn]);
+  Buffer& d_bn = ws_[kLogmel];
+  d_bn.resize(na);
+  be_.gelu_backward(d_audio.data(), bn_out, d_bn.data(), na);
+  be_.round_to(bn_.dtype(), d_bn.data(), nullptr, na);
+  note_gradient(be_, flow, bn_.module() + " (GELU)", d_bn.data(), na);
+  const float* conv_out = st.conv_out.load(be_, ws_[kConv]);
+  Buffer& d_conv = d_audio;  // d_audio has been read
+  bn_.backward(be_, conv_out, st.audio_mask.data(), d_bn.data(), st.bn_mean.data(), st.bn_rstd.data(),
+               d_conv.data(), B * Ta);
+  be_.round_to(conv_.dtype(), d_conv.data(), nullptr, na);
+  note_gradient(be_, flow, bn_.module(), d_conv.data(), na);
+  conv_.backward(be_, st.col.operand(), d_conv.data(), nullptr, B, g_.frames);
 }
 
 }  // namespace avtrain

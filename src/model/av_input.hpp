@@ -3,6 +3,7 @@
 //   audio -> log-mel (fp32) -> audio.conv (Conv1d k=3 s=2) -> audio.bn (masked BatchNorm1d) -> GELU
 //   video -> tubelets t x p x p x C -> video.patch (linear)
 //   [audio tokens | video tokens] + embed.pos[L] + embed.modality[0|1], with the key-padding mask.
+// The log-mel front end always runs in fp32; GELU's output takes the type of audio.bn.
 #include "backend/backend.hpp"
 #include "model/batch_norm.hpp"
 #include "model/conv1d.hpp"
@@ -10,12 +11,14 @@
 #include "model/linear.hpp"
 #include "model/log_mel_frontend.hpp"
 #include "model/model_config.hpp"
+#include "precision/precision_policy.hpp"
 
 namespace avtrain {
 
 class AVInput final : public Layer {
  public:
-  AVInput(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s);
+  AVInput(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
+          const data::SetInfo& s);
   std::unique_ptr<LayerState> make_state() const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
@@ -23,6 +26,7 @@ class AVInput final : public Layer {
 
  private:
   Backend& be_;
+  Workspace& ws_;
   ParamStore& params_;
   TokenGeometry g_;
   data::SetInfo set_;
@@ -32,6 +36,7 @@ class AVInput final : public Layer {
   BatchNorm1d bn_;
   Linear patch_;
   ParamId pos_, modality_;
+  DType embed_dtype_;  // of the token sum
 };
 
 }  // namespace avtrain

@@ -8,18 +8,24 @@
 #include "model/layer.hpp"
 #include "model/model_config.hpp"
 #include "model/param_store.hpp"
+#include "precision/precision_policy.hpp"
 
 namespace avtrain {
 
 class AVNet {
  public:
-  // Registers every parameter in `params`; call params.allocate(seed) afterwards.
-  AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s);
+  // Registers every parameter in `params`; call params.allocate(seed) and params.refresh_working()
+  // afterwards. Each module computes in the type `policy` gives it; a pattern of
+  // precision.fp32_layers that names no module is an error.
+  AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s,
+        const PrecisionPolicy& policy = PrecisionPolicy());
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
   // The parameters layer i registered: ids [first, second). A stage owns the union of its layers'.
   std::pair<ParamId, ParamId> param_range(std::size_t i) const { return param_ranges_[i]; }
   const TokenGeometry& geometry() const { return geometry_; }
   std::vector<std::unique_ptr<LayerState>> make_states() const;
+  // fp32 scratch shared by all layers (not per micro-batch).
+  const Workspace& workspace() const { return workspace_; }
 
   // Forward through all layers (the head leaves the loss and, in train mode, its gradient in the
   // flow); backward through them in reverse.
@@ -28,6 +34,7 @@ class AVNet {
 
  private:
   TokenGeometry geometry_;
+  Workspace workspace_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::pair<ParamId, ParamId>> param_ranges_;
 };

@@ -2,8 +2,9 @@
 
 namespace avtrain {
 
-BatchNorm1d::BatchNorm1d(ParamStore& params, std::string module, int channels, float eps, float momentum)
-    : params_(params), module_(std::move(module)), ch_(channels), eps_(eps), momentum_(momentum) {
+BatchNorm1d::BatchNorm1d(ParamStore& params, std::string module, int channels, DType dtype, float eps,
+                         float momentum)
+    : params_(params), module_(std::move(module)), ch_(channels), dtype_(dtype), eps_(eps), momentum_(momentum) {
   gamma_ = params.add(module_, "weight", {channels}, Init::ones, 0, false);
   beta_ = params.add(module_, "bias", {channels}, Init::zeros, 0, false);
   running_mean_ = params.add(module_, "running_mean", {channels}, Init::zeros, 0, false, false);
@@ -20,12 +21,14 @@ void BatchNorm1d::forward(Backend& be, const float* x, const std::uint8_t* row_m
     be.batchnorm_forward_eval(x, row_mask, params_.value(gamma_), params_.value(beta_),
                               params_.value(running_mean_), params_.value(running_var_), y, rows, ch_, eps_);
   }
+  be.round_to(dtype_, y, nullptr, std::size_t(rows) * ch_);
 }
 
 void BatchNorm1d::backward(Backend& be, const float* x, const std::uint8_t* row_mask, const float* dy,
                            const float* mean, const float* rstd, float* dx, int rows) {
   be.batchnorm_backward(dy, x, row_mask, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),
                         params_.grad(beta_), rows, ch_);
+  be.round_to(dtype_, dx, nullptr, std::size_t(rows) * ch_);
 }
 
 }  // namespace avtrain

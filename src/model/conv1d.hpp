@@ -12,13 +12,15 @@ namespace avtrain {
 class Conv1d {
  public:
   Conv1d(ParamStore& params, std::string module, int in_channels, int out_channels, int kernel,
-         int stride, int pad, float init_std);
+         int stride, int pad, float init_std, DType dtype);
   int output_length(int T) const { return (T + 2 * pad_ - kernel_) / stride_ + 1; }
-  // col must hold B * To * C * k floats and is kept for backward.
-  void forward(Backend& be, const float* x, float* col, float* y, int B, int T);
+  // col gets the im2col matrix [B * To, C * k] rounded to the module's type: the caller keeps it for
+  // backward. y is rounded to the module's type.
+  void forward(Backend& be, const float* x, Buffer& col, float* y, int B, int T);
   // Accumulates the weight and bias gradients; writes dx[B, T, C] when dx is not null.
-  void backward(Backend& be, const float* col, const float* dy, float* dx, int B, int T);
+  void backward(Backend& be, Operand col, const float* dy, float* dx, int B, int T);
   const std::string& module() const { return linear_.module(); }
+  DType dtype() const { return linear_.dtype(); }
   int col_width() const { return in_ * kernel_; }
 
  private:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/buffer.hpp"
+#include "core/dtype.hpp"
 #include "data/shard_set.hpp"
 
 namespace avtrain {
@@ -22,8 +23,11 @@ using ActivationStats = std::map<std::string, float>;
 struct Flow {
   const data::MicroBatch* batch = nullptr;  // the input layer reads samples, the head labels
   Mode mode = Mode::train;
+  std::int64_t step = 0;              // for messages
+  bool detect_anomaly = false;        // check every module's output, forward and backward
   int B = 0, L = 0, audio_tokens = 0;
   Buffer x;                           // tokens [B, L, D]
+  DType x_dtype = DType::f32;         // the type x's values are exact in (the producer's)
   Buffer dx;                          // their gradient
   std::vector<std::uint8_t> key_mask; // [B, L], 1 for a real token
   float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
@@ -37,11 +41,24 @@ struct LayerState {
   virtual std::size_t bytes() const = 0;  // memory held for one micro-batch in flight
 };
 
-inline std::size_t buffer_bytes(std::initializer_list<const Buffer*> buffers) {
-  std::size_t n = 0;
-  for (const Buffer* b : buffers) n += b->size() * sizeof(float);
-  return n;
+template <typename... T>
+std::size_t total_bytes(const T&... tensors) {
+  return (tensors.bytes() + ... + 0);
 }
+
+// fp32 scratch shared by the layers of a net, which run one at a time: values being computed before
+// they are kept, saved tensors read back, gradients on their way. Its size does not grow with the
+// micro-batches in flight.
+struct Workspace {
+  static constexpr int kSlots = 10;
+  Buffer slot[kSlots];
+  Buffer& operator[](int i) { return slot[i]; }
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const Buffer& b : slot) n += b.bytes();
+    return n;
+  }
+};
 
 class Layer {
  public:
@@ -56,9 +73,13 @@ class Layer {
   std::string name_;
 };
 
-// Records the |max| of a leaf's output into the flow's statistics.
+// Records the |max| of a module's output into the flow's statistics; with detect_anomaly, a
+// non-finite value stops the run naming the step, the module and the direction.
 class Backend;
 void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
                      std::size_t n);
+// With detect_anomaly, checks the gradient a module's backward produced.
+void note_gradient(Backend& backend, const Flow& flow, const std::string& module, const float* dx,
+                   std::size_t n);
 
 }  // namespace avtrain

@@ -1,24 +1,28 @@
 #pragma once
-// LayerNorm over the last dimension; statistics in fp32, saved for backward by the caller.
+// LayerNorm over the last dimension; statistics in fp32 (saved for backward by the caller), y and dx
+// rounded to the module's type.
 #include <string>
 
 #include "backend/backend.hpp"
+#include "core/dtype.hpp"
 #include "model/param_store.hpp"
 
 namespace avtrain {
 
 class LayerNorm {
  public:
-  LayerNorm(ParamStore& params, std::string module, int dim, float eps = 1e-5f);
+  LayerNorm(ParamStore& params, std::string module, int dim, DType dtype, float eps = 1e-5f);
   void forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows);
   void backward(Backend& be, const float* x, const float* dy, const float* mean, const float* rstd,
                 float* dx, int rows);
   const std::string& module() const { return module_; }
+  DType dtype() const { return dtype_; }
 
  private:
   ParamStore& params_;
   std::string module_;
   int dim_;
+  DType dtype_;
   float eps_;
   ParamId gamma_, beta_;
 };

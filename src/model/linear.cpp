@@ -2,23 +2,29 @@
 
 namespace avtrain {
 
-Linear::Linear(ParamStore& params, std::string module, int in, int out, float init_std, bool bias)
-    : params_(params), module_(std::move(module)), in_(in), out_(out) {
+Linear::Linear(ParamStore& params, std::string module, int in, int out, float init_std, DType dtype, bool bias)
+    : params_(params), module_(std::move(module)), in_(in), out_(out), dtype_(dtype) {
   weight_ = params.add(module_, "weight", {out, in}, Init::normal, init_std, true);
+  params.set_working_dtype(weight_, dtype);
   if (bias) bias_ = params.add(module_, "bias", {out}, Init::zeros, 0, false);
 }
 
-void Linear::forward(Backend& be, const float* x, float* y, int rows) {
+void Linear::forward(Backend& be, Operand x, float* y, int rows) {
   // Start from the bias and accumulate (beta = 1): no separate pass to zero y or to add the bias.
   if (bias_ >= 0) be.fill_rows(y, params_.value(bias_), rows, out_);
-  be.gemm(Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.value(weight_), in_,
+  be.gemm(dtype_, Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.operand(weight_), in_,
           bias_ >= 0 ? 1.0f : 0.0f, y, out_);
+  be.round_to(dtype_, y, nullptr, std::size_t(rows) * out_);
 }
 
-void Linear::backward(Backend& be, const float* x, const float* dy, float* dx, int rows) {
-  be.gemm(Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy, out_, x, in_, 1.0f, params_.grad(weight_), in_);
+void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows) {
+  be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 1.0f,
+          params_.grad(weight_), in_);
   if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
-  if (dx) be.gemm(Trans::no, Trans::no, rows, in_, out_, 1.0f, dy, out_, params_.value(weight_), in_, 0.0f, dx, in_);
+  if (!dx) return;
+  be.gemm(dtype_, Trans::no, Trans::no, rows, in_, out_, 1.0f, fp32(dy), out_, params_.operand(weight_), in_, 0.0f,
+          dx, in_);
+  be.round_to(dtype_, dx, nullptr, std::size_t(rows) * in_);
 }
 
 }  // namespace avtrain

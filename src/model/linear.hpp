@@ -1,5 +1,7 @@
 #pragma once
-// y[rows, out] = x[rows, in] W^T + b, W stored [out, in] as PyTorch does.
+// y[rows, out] = x[rows, in] W^T + b, W stored [out, in] as PyTorch does. The module computes in
+// its type: products of its type's operands (W from the working copy) accumulated in fp32, the bias
+// added in fp32, y and dx rounded to the type; dW and db accumulate in fp32 into the main grads.
 #include <string>
 
 #include "backend/backend.hpp"
@@ -9,16 +11,21 @@ namespace avtrain {
 
 class Linear {
  public:
-  Linear(ParamStore& params, std::string module, int in, int out, float init_std, bool bias = true);
-  void forward(Backend& be, const float* x, float* y, int rows);
-  // Accumulates dW, db; writes dx when it is not null.
-  void backward(Backend& be, const float* x, const float* dy, float* dx, int rows);
+  Linear(ParamStore& params, std::string module, int in, int out, float init_std, DType dtype,
+         bool bias = true);
+  // x: values exact in the module's type; y: written, rounded to it.
+  void forward(Backend& be, Operand x, float* y, int rows);
+  // Accumulates dW, db; writes dx (rounded to the module's type) when it is not null. dy's values
+  // must be exact in the module's type.
+  void backward(Backend& be, Operand x, const float* dy, float* dx, int rows);
   const std::string& module() const { return module_; }
+  DType dtype() const { return dtype_; }
 
  private:
   ParamStore& params_;
   std::string module_;
   int in_, out_;
+  DType dtype_;
   ParamId weight_, bias_ = -1;
 };
 

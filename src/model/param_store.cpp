@@ -32,6 +32,7 @@ void ParamStore::allocate(std::uint64_t seed) {
   grads_.resize(total_);
   values_.zero();
   grads_.zero();
+  working_.resize(working_total_);
   for (const ParamInfo& p : params_) {
     float* v = values_.data() + p.offset;
     switch (p.init) {
@@ -39,6 +40,28 @@ void ParamStore::allocate(std::uint64_t seed) {
       case Init::ones: for (std::size_t i = 0; i < p.size; ++i) v[i] = 1.0f; break;
       case Init::normal: fill_normal_keyed(v, p.size, seed, p.name, p.init_std); break;
     }
+  }
+}
+
+void ParamStore::set_working_dtype(ParamId id, DType dtype) {
+  require(values_.size() == 0, "internal: working type of " + params_[id].name + " set after allocation");
+  ParamInfo& p = params_[id];
+  p.working = dtype;
+  if (dtype == DType::f32) return;
+  p.working_offset = working_total_;
+  working_total_ += (p.size + 31) / 32 * 32;  // 64-byte aligned
+}
+
+Operand ParamStore::operand(ParamId id) const {
+  const ParamInfo& p = params_[id];
+  if (p.working == DType::f32) return fp32(value(id));
+  return {working_.data() + p.working_offset, p.working};
+}
+
+void ParamStore::refresh_working(Backend& be) {
+  for (ParamId id = 0; id < ParamId(params_.size()); ++id) {
+    const ParamInfo& p = params_[id];
+    if (p.working != DType::f32) be.pack(p.working, value(id), working_.data() + p.working_offset, p.size);
   }
 }
 

@@ -1,12 +1,15 @@
 #pragma once
 // Named parameters in flat fp32 buffers: values (the master weights) and gradients (the main
-// grads, accumulated over micro-batches). Layers register what they need at construction and
+// grads, accumulated over micro-batches), plus, in mixed precision, a working copy of the matrix
+// weights in the compute type, refreshed from the masters after every update. Layers register what they need at construction and
 // address it by ParamId; checkpoints, traces and option patterns speak the names.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/buffer.hpp"
+#include "core/dtype.hpp"
 
 namespace avtrain {
 
@@ -23,6 +26,8 @@ struct ParamInfo {
   float init_std = 0;
   bool trainable = true;         // false: state such as BatchNorm running statistics
   bool weight_decay = true;      // false for norms and biases
+  DType working = DType::f32;    // fp16/bf16: matrix products read a working copy in that type
+  std::size_t working_offset = 0;
 };
 
 class ParamStore {
@@ -32,6 +37,13 @@ class ParamStore {
   // Allocates the buffers and initialises every parameter from (seed, name) alone, so any
   // later cut of the layer list into stages starts from the same weights.
   void allocate(std::uint64_t seed);
+  // Before allocate(): matrix products read `id` from a working copy in `dtype` (f32: the master).
+  void set_working_dtype(ParamId id, DType dtype);
+  // What a matrix product reads: the working copy, or the fp32 master.
+  Operand operand(ParamId id) const;
+  // Rounds the masters into the working copies (after allocation and every update).
+  void refresh_working(Backend& be);
+  std::size_t working_bytes() const { return working_.bytes(); }
 
   float* value(ParamId id) { return values_.data() + params_[id].offset; }
   const float* value(ParamId id) const { return values_.data() + params_[id].offset; }
@@ -48,6 +60,8 @@ class ParamStore {
   std::vector<ParamInfo> params_;
   std::size_t total_ = 0;
   Buffer values_, grads_;
+  Buffer16 working_;
+  std::size_t working_total_ = 0;
 };
 
 // Deterministic N(0, std^2) values keyed by (seed, name), independent of the platform's <random>.

@@ -4,102 +4,150 @@
 #include <string>
 #include <utility>
 
+#include "model/saved_tensor.hpp"
+
 namespace avtrain {
 
 namespace {
 struct BlockState final : LayerState {
-  Buffer x, a, ln1_mean, ln1_rstd, qkv, p, ctx, h, b, ln2_mean, ln2_rstd, f1, g;
-  Buffer dg, db, dqkv;  // backward scratch: d(g), d(b), d(qkv)
+  SavedTensor x, a, qkv, p, ctx, h, b, f1, g;
+  Buffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
   std::size_t bytes() const override {
-    return buffer_bytes({&x, &a, &ln1_mean, &ln1_rstd, &qkv, &p, &ctx, &h, &b, &ln2_mean, &ln2_rstd, &f1, &g,
-                         &dg, &db, &dqkv});
+    return total_bytes(x, a, qkv, p, ctx, h, b, f1, g, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd);
   }
 };
+
+// Workspace slots, named by what they hold in forward.
+enum Slot { kA, kQkv, kP, kCtx, kH, kB, kF1, kG };
 
 std::string block_name(int index) { return "blocks." + std::to_string(index); }
 }  // namespace
 
-TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, const ModelConfig& m, int index)
-    : Layer(block_name(index)), be_(be), D_(m.width), H_(m.heads), hd_(m.width / m.heads),
+TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
+                                   const ModelConfig& m, int index)
+    : Layer(block_name(index)), be_(be), ws_(ws), D_(m.width), H_(m.heads), hd_(m.width / m.heads),
       hidden_(m.width * m.mlp_ratio),
-      ln1_(params, block_name(index) + ".ln1", m.width),
-      qkv_(params, block_name(index) + ".attn.qkv", m.width, 3 * m.width, m.init_std),
+      ln1_(params, block_name(index) + ".ln1", m.width, policy.of(block_name(index) + ".ln1")),
+      qkv_(params, block_name(index) + ".attn.qkv", m.width, 3 * m.width, m.init_std,
+           policy.of(block_name(index) + ".attn.qkv")),
       // Residual-branch outputs scaled down with depth (GPT-2).
       proj_(params, block_name(index) + ".attn.proj", m.width, m.width,
-            m.init_std / std::sqrt(2.0f * std::max(1, m.depth))),
-      ln2_(params, block_name(index) + ".ln2", m.width),
-      fc1_(params, block_name(index) + ".mlp.fc1", m.width, m.width * m.mlp_ratio, m.init_std),
+            m.init_std / std::sqrt(2.0f * std::max(1, m.depth)), policy.of(block_name(index) + ".attn.proj")),
+      ln2_(params, block_name(index) + ".ln2", m.width, policy.of(block_name(index) + ".ln2")),
+      fc1_(params, block_name(index) + ".mlp.fc1", m.width, m.width * m.mlp_ratio, m.init_std,
+           policy.of(block_name(index) + ".mlp.fc1")),
       fc2_(params, block_name(index) + ".mlp.fc2", m.width * m.mlp_ratio, m.width,
-           m.init_std / std::sqrt(2.0f * std::max(1, m.depth))) {}
+           m.init_std / std::sqrt(2.0f * std::max(1, m.depth)), policy.of(block_name(index) + ".mlp.fc2")) {}
 
 std::unique_ptr<LayerState> TransformerBlock::make_state() const { return std::make_unique<BlockState>(); }
 
 void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
-  const std::size_t n = std::size_t(rows) * D;
-  std::swap(st.x, flow.x);  // keep the input for backward; flow.x becomes the output
-  st.a.resize(n);
+  const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
+  const float* x = st.x.keep(be_, flow.x, flow.x_dtype);
+
+  Buffer& a = ws_[kA];
+  a.resize(n);
   st.ln1_mean.resize(rows);
   st.ln1_rstd.resize(rows);
-  ln1_.forward(be_, st.x.data(), st.a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows);
-  note_activation(be_, flow, ln1_.module(), st.a.data(), n);
+  ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows);
+  note_activation(be_, flow, ln1_.module(), a.data(), n);
+  st.a.keep(be_, a, ln1_.dtype());
 
-  st.qkv.resize(3 * n);
-  qkv_.forward(be_, st.a.data(), st.qkv.data(), rows);
-  note_activation(be_, flow, qkv_.module(), st.qkv.data(), 3 * n);
-  st.p.resize(std::size_t(B) * H * L * L);
-  st.ctx.resize(n);
-  be_.attention_forward(st.qkv.data(), flow.key_mask.data(), st.p.data(), st.ctx.data(), B, L, H, hd);
+  Buffer& qkv = ws_[kQkv];
+  qkv.resize(3 * n);
+  qkv_.forward(be_, st.a.operand(), qkv.data(), rows);
+  note_activation(be_, flow, qkv_.module(), qkv.data(), 3 * n);
+  const float* qkv_values = st.qkv.keep(be_, qkv, qkv_.dtype());
+  Buffer& p = ws_[kP];
+  Buffer& ctx = ws_[kCtx];
+  p.resize(std::size_t(B) * H * L * L);
+  ctx.resize(n);
+  be_.attention_forward(qkv_values, flow.key_mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  st.p.round_and_keep(be_, p, qkv_.dtype());
+  st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
-  st.h.resize(n);
-  proj_.forward(be_, st.ctx.data(), st.h.data(), rows);
-  note_activation(be_, flow, proj_.module(), st.h.data(), n);
-  be_.add(st.h.data(), st.x.data(), n);
+  Buffer& h = ws_[kH];
+  h.resize(n);
+  proj_.forward(be_, st.ctx.operand(), h.data(), rows);
+  note_activation(be_, flow, proj_.module(), h.data(), n);
+  be_.add(h.data(), x, n);
+  const float* h_values = st.h.round_and_keep(be_, h, proj_.dtype());
 
-  st.b.resize(n);
+  Buffer& b = ws_[kB];
+  b.resize(n);
   st.ln2_mean.resize(rows);
   st.ln2_rstd.resize(rows);
-  ln2_.forward(be_, st.h.data(), st.b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows);
-  note_activation(be_, flow, ln2_.module(), st.b.data(), n);
-  st.f1.resize(std::size_t(rows) * hidden_);
-  st.g.resize(std::size_t(rows) * hidden_);
-  fc1_.forward(be_, st.b.data(), st.f1.data(), rows);
-  note_activation(be_, flow, fc1_.module(), st.f1.data(), st.f1.size());
-  be_.gelu_forward(st.f1.data(), st.g.data(), st.g.size());
-  flow.x.resize(n);
-  fc2_.forward(be_, st.g.data(), flow.x.data(), rows);
+  ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows);
+  note_activation(be_, flow, ln2_.module(), b.data(), n);
+  st.b.keep(be_, b, ln2_.dtype());
+
+  Buffer& f1 = ws_[kF1];
+  f1.resize(nh);
+  fc1_.forward(be_, st.b.operand(), f1.data(), rows);
+  note_activation(be_, flow, fc1_.module(), f1.data(), nh);
+  const float* f1_values = st.f1.keep(be_, f1, fc1_.dtype());
+  Buffer& g = ws_[kG];
+  g.resize(nh);
+  be_.gelu_forward(f1_values, g.data(), nh);
+  st.g.round_and_keep(be_, g, fc1_.dtype());
+
+  flow.x.resize(n);  // x's storage is no longer read after the first residual add
+  fc2_.forward(be_, st.g.operand(), flow.x.data(), rows);
   note_activation(be_, flow, fc2_.module(), flow.x.data(), n);
-  be_.add(flow.x.data(), st.h.data(), n);
+  be_.add(flow.x.data(), h_values, n);
+  be_.round_to(fc2_.dtype(), flow.x.data(), nullptr, n);
+  flow.x_dtype = fc2_.dtype();
 }
 
 void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
-  const std::size_t n = std::size_t(rows) * D;
-  // Scratch reuses buffers whose forward values are no longer needed, in reverse order of use.
-  Buffer& dout = flow.dx;                  // d(out) = d(h) via the residual
-  Buffer& df1 = st.f1;                     // d(f1) overwrites f1 once GELU' has read it
-  Buffer& dg = st.dg;
-  dg.resize(std::size_t(rows) * hidden_);
-  fc2_.backward(be_, st.g.data(), dout.data(), dg.data(), rows);
-  be_.gelu_backward(dg.data(), st.f1.data(), df1.data(), dg.size());  // in place: dx == x is allowed
-  Buffer& db = st.db;                      // d(b), b = ln2(h)
+  const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
+  // Each gradient is rounded to the type of the value it is the gradient of; workspace slots are
+  // reused once what they held has been read.
+  Buffer& dout = flow.dx;
+  be_.round_to(fc2_.dtype(), dout.data(), nullptr, n);
+  Buffer& dg = ws_[kG];
+  dg.resize(nh);
+  fc2_.backward(be_, st.g.operand(), dout.data(), dg.data(), rows);
+  note_gradient(be_, flow, fc2_.module(), dg.data(), nh);
+  const float* f1 = st.f1.load(be_, ws_[kF1]);
+  be_.gelu_backward(dg.data(), f1, dg.data(), nh);  // d(f1), in place
+  be_.round_to(fc1_.dtype(), dg.data(), nullptr, nh);
+  Buffer& db = ws_[kB];
   db.resize(n);
-  fc1_.backward(be_, st.b.data(), df1.data(), db.data(), rows);
-  Buffer& dh = st.b;                       // b is consumed by fc1 backward: reuse it for d(h)
-  ln2_.backward(be_, st.h.data(), db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
-  be_.add(dh.data(), dout.data(), n);      // dh = dout + d(ln2 path)
+  fc1_.backward(be_, st.b.operand(), dg.data(), db.data(), rows);
+  note_gradient(be_, flow, fc1_.module(), db.data(), n);
 
-  Buffer& dctx = db;                       // d(b) is consumed: reuse it for d(ctx)
-  proj_.backward(be_, st.ctx.data(), dh.data(), dctx.data(), rows);
-  Buffer& dqkv = st.dqkv;
+  const float* h = st.h.load(be_, ws_[kH]);
+  Buffer& dh = ws_[kA];
+  dh.resize(n);
+  ln2_.backward(be_, h, db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
+  be_.add(dh.data(), dout.data(), n);  // dh = dout + d(ln2 path)
+  be_.round_to(proj_.dtype(), dh.data(), nullptr, n);
+  note_gradient(be_, flow, ln2_.module(), dh.data(), n);
+
+  Buffer& dctx = db;
+  proj_.backward(be_, st.ctx.operand(), dh.data(), dctx.data(), rows);
+  note_gradient(be_, flow, proj_.module(), dctx.data(), n);
+  const float* qkv = st.qkv.load(be_, ws_[kQkv]);
+  const float* p = st.p.load(be_, ws_[kP]);
+  Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
-  be_.attention_backward(st.qkv.data(), st.p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
-  Buffer& da = st.ctx;                     // ctx was proj's input, no longer needed
-  qkv_.backward(be_, st.a.data(), dqkv.data(), da.data(), rows);
-  ln1_.backward(be_, st.x.data(), da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
-  be_.add(dout.data(), dh.data(), n);      // dx = dh + d(ln1 path)
+  be_.attention_backward(qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
+  be_.round_to(qkv_.dtype(), dqkv.data(), nullptr, 3 * n);
+  note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
+  Buffer& da = ws_[kF1];
+  da.resize(n);
+  qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows);
+  note_gradient(be_, flow, qkv_.module(), da.data(), n);
+  const float* x = st.x.load(be_, ws_[kQkv]);
+  ln1_.backward(be_, x, da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
+  be_.add(dout.data(), dh.data(), n);  // dx = dh + d(ln1 path)
+  be_.round_to(st.x.dtype(), dout.data(), nullptr, n);
+  note_gradient(be_, flow, ln1_.module(), dout.data(), n);
 }
 
 }  // namespace avtrain

@@ -2,23 +2,28 @@
 // Pre-LayerNorm transformer block on tokens [B, L, D] with a key-padding mask:
 //   h   = x + attn.proj(MHSA(ln1(x)))        MHSA: qkv = attn.qkv(.), softmax(q k^T / sqrt(hd)) v
 //   out = h + mlp.fc2(GELU(mlp.fc1(ln2(h))))
+// Each module computes in its type (precision policy); the attention core (softmax in fp32) stores
+// its probabilities and output in the type of attn.qkv, GELU's output in that of mlp.fc1.
 #include "backend/backend.hpp"
 #include "model/layer.hpp"
 #include "model/layer_norm.hpp"
 #include "model/linear.hpp"
 #include "model/model_config.hpp"
+#include "precision/precision_policy.hpp"
 
 namespace avtrain {
 
 class TransformerBlock final : public Layer {
  public:
-  TransformerBlock(Backend& be, ParamStore& params, const ModelConfig& m, int index);
+  TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
+                   const ModelConfig& m, int index);
   std::unique_ptr<LayerState> make_state() const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
 
  private:
   Backend& be_;
+  Workspace& ws_;
   int D_, H_, hd_, hidden_;
   // Declared in forward order: parameters register, and layers.csv lists them, in this order.
   LayerNorm ln1_;

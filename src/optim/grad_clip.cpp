@@ -2,14 +2,20 @@
 
 namespace avtrain {
 
-float clip_gradients(Backend& be, ParamStore& params, double norm, float max_norm) {
+float clip_factor(double norm, float max_norm) {
   if (max_norm <= 0 || !(norm > max_norm)) return 1.0f;
-  const float factor = float(max_norm / (norm + 1e-6));
+  return float(max_norm / (norm + 1e-6));
+}
+
+float unscale_and_clip(Backend& be, ParamStore& params, double norm, double loss_scale, float max_norm) {
+  const float clip = clip_factor(norm, max_norm);
+  const float factor = float(double(clip) / loss_scale);
+  if (factor == 1.0f) return clip;
   for (ParamId id = 0; id < ParamId(params.params().size()); ++id) {
     const ParamInfo& p = params.info(id);
     if (p.trainable) be.scale(params.grad(id), p.size, factor);
   }
-  return factor;
+  return clip;
 }
 
 }  // namespace avtrain

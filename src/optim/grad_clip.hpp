@@ -1,12 +1,17 @@
 #pragma once
-// Global-norm gradient clipping; the norm itself comes from the per-layer statistics the trainer
+// The last touch on the gradients before the update: divide by the loss scale and clip to the
+// global norm, in one pass. The norm itself comes from the per-layer statistics the trainer
 // gathers anyway (a later cut into stages sums their squares across stages).
 #include "backend/backend.hpp"
 #include "model/param_store.hpp"
 
 namespace avtrain {
 
-// Scales every gradient by max_norm / norm when norm > max_norm > 0; returns the factor used.
-float clip_gradients(Backend& be, ParamStore& params, double norm, float max_norm);
+// The clip factor: max_norm / norm when norm > max_norm > 0, else 1. `norm` is the unscaled norm.
+float clip_factor(double norm, float max_norm);
+
+// Multiplies every gradient by clip_factor(norm, max_norm) / loss_scale (no pass when that is 1);
+// returns the clip factor.
+float unscale_and_clip(Backend& be, ParamStore& params, double norm, double loss_scale, float max_norm);
 
 }  // namespace avtrain

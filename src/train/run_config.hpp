@@ -5,6 +5,7 @@
 
 #include "model/model_config.hpp"
 #include "optim/optim_config.hpp"
+#include "precision/precision_config.hpp"
 
 namespace avtrain {
 
@@ -29,6 +30,7 @@ struct RunConfig {
   std::string deck;           // the input deck read, if any
   ModelConfig model;
   OptimConfig optim;
+  PrecisionConfig precision;
   DataConfig data;
   TrainConfig train;
   bool dry_run = false;

@@ -14,6 +14,7 @@ namespace avtrain {
 
 struct TrainSummary {
   int steps = 0;
+  std::int64_t skipped = 0;  // steps skipped for non-finite gradients (fp16/bf16)
   double final_loss = 0, val_loss = 0, val_acc = 0;
   double median_step_ms = 0;
   std::vector<double> step_ms;  // training part of each step (evaluation excluded)

@@ -98,7 +98,8 @@ TEST_P(GradCheck, InputLayerParameters) {
   auto s = tiny_set(GetParam());
   auto m = tiny_model();
   ParamStore params;
-  AVInput layer(*be, params, m, s);
+  Workspace ws;
+  AVInput layer(*be, params, ws, PrecisionPolicy(), m, s);
   params.allocate(11);
   auto mb = random_batch(s, 3, 5);
   auto state = layer.make_state();
@@ -125,7 +126,8 @@ TEST_P(GradCheck, TransformerBlockParametersAndInput) {
   auto be = make_cpu_backend();
   auto m = tiny_model();
   ParamStore params;
-  TransformerBlock block(*be, params, m, 0);
+  Workspace ws;
+  TransformerBlock block(*be, params, ws, PrecisionPolicy(), m, 0);
   params.allocate(12);
   const int B = 2, L = 7, D = m.width;
   Buffer x0, r;
@@ -161,7 +163,8 @@ TEST_P(GradCheck, HeadParametersAndInputWithBothLosses) {
   auto s = tiny_set(GetParam());
   auto m = tiny_model();
   ParamStore params;
-  AVHead head(*be, params, m, s.num_classes);
+  Workspace ws;
+  AVHead head(*be, params, ws, PrecisionPolicy(), m, s.num_classes);
   params.allocate(13);
   const int B = 4, L = 6, D = m.width;
   auto mb = random_batch(s, B, 9);
@@ -197,19 +200,19 @@ INSTANTIATE_TEST_SUITE_P(Channels, GradCheck, ::testing::Values(1, 3));
 TEST(GradCheckConv1d, InputGradient) {
   auto be = make_cpu_backend();
   ParamStore params;
-  Conv1d conv(params, "conv", 5, 7, 3, 2, 1, 0.4f);
+  Conv1d conv(params, "conv", 5, 7, 3, 2, 1, 0.4f, DType::f32);
   params.allocate(3);
   const int B = 2, T = 9, To = conv.output_length(T);
-  Buffer x, r, col(std::size_t(B) * To * conv.col_width()), y(std::size_t(B) * To * 7), dx(std::size_t(B) * T * 5);
+  Buffer x, r, col, y(std::size_t(B) * To * 7), dx(std::size_t(B) * T * 5);
   fill_random(x, std::size_t(B) * T * 5, 1, "x");
   fill_random(r, y.size(), 2, "r");
   auto loss = [&] {
-    conv.forward(*be, x.data(), col.data(), y.data(), B, T);
+    conv.forward(*be, x.data(), col, y.data(), B, T);
     return dot(y, r);
   };
   loss();
   params.zero_grads();
-  conv.backward(*be, col.data(), r.data(), dx.data(), B, T);
+  conv.backward(*be, fp32(col.data()), r.data(), dx.data(), B, T);
   auto rx = check_gradient("conv input", x.data(), dx.data(), x.size(), loss, 64);
   EXPECT_LE(rx.worst, 1.0) << rx.where;
   expect_all_params_pass(params, loss);
@@ -220,7 +223,8 @@ TEST(GradCheckTightness, RejectsAGradientOffByThreePercent) {
   auto be = make_cpu_backend();
   auto m = tiny_model();
   ParamStore params;
-  TransformerBlock block(*be, params, m, 0);
+  Workspace ws;
+  TransformerBlock block(*be, params, ws, PrecisionPolicy(), m, 0);
   params.allocate(12);
   const int B = 1, L = 5, D = m.width;
   Buffer x0, r;

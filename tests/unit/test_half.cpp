@@ -146,5 +146,24 @@ TEST(BFloat16, ArrayPathsGiveTheScalarBits) {
   for (std::uint32_t i = 0; i < 65536; ++i) ASSERT_EQ(float_bits(back[i]), i << 16);
 }
 
+// Rounding in place (with and without the packed copy) gives the value of the scalar conversion.
+TEST(RoundInPlace, MatchesTheScalarConversions) {
+  const std::vector<float> in = probe_floats();
+  for (bool with_packed : {false, true}) {
+    std::vector<float> h = in, b = in;
+    std::vector<std::uint16_t> hp(in.size()), bp(in.size());
+    round_to_half(h.data(), with_packed ? hp.data() : nullptr, in.size());
+    round_to_bf16(b.data(), with_packed ? bp.data() : nullptr, in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      ASSERT_EQ(float_bits(h[i]), float_bits(half_to_float(float_to_half(in[i])))) << in[i];
+      ASSERT_EQ(float_bits(b[i]), float_bits(bf16_to_float(float_to_bf16(in[i])))) << in[i];
+      if (with_packed) {
+        ASSERT_EQ(hp[i], float_to_half(in[i])) << in[i];
+        ASSERT_EQ(bp[i], float_to_bf16(in[i])) << in[i];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace avtrain

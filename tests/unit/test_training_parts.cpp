@@ -194,7 +194,7 @@ TEST(ClipGradients, ScalesAGlobalNormAboveMaxNormDownToMaxNorm) {
   const double norm = p.norm();
   ASSERT_GT(norm, 2.0);
   const auto before = p.grads();
-  const float factor = clip_gradients(*be, p.store, norm, 1.0f);
+  const float factor = unscale_and_clip(*be, p.store, norm, 1.0, 1.0f);
   EXPECT_NEAR(p.norm(), 1.0, 1e-5);
   EXPECT_NEAR(factor, 1.0 / norm, 1e-6);
   const auto after = p.grads();
@@ -205,9 +205,24 @@ TEST(ClipGradients, LeavesANormBelowMaxNormOrWithClippingOffUntouched) {
   auto be = make_cpu_backend();
   TwoParams p;
   const auto before = p.grads();
-  EXPECT_EQ(clip_gradients(*be, p.store, p.norm(), float(p.norm()) * 2.0f), 1.0f);
-  EXPECT_EQ(clip_gradients(*be, p.store, p.norm(), 0.0f), 1.0f);  // 0 turns clipping off
+  EXPECT_EQ(unscale_and_clip(*be, p.store, p.norm(), 1.0, float(p.norm()) * 2.0f), 1.0f);
+  EXPECT_EQ(unscale_and_clip(*be, p.store, p.norm(), 1.0, 0.0f), 1.0f);  // 0 turns clipping off
   EXPECT_EQ(p.grads(), before);
+}
+
+// Scaled gradients are divided by the scale in the same pass; clipping looks at the unscaled norm.
+TEST(ClipGradients, UnscalesAndClipsInOnePass) {
+  auto be = make_cpu_backend();
+  TwoParams p;
+  const double norm = p.norm();
+  const auto before = p.grads();
+  const float factor = unscale_and_clip(*be, p.store, norm / 4.0, 4.0, float(norm / 8.0));
+  EXPECT_NEAR(factor, 0.5, 1e-6);
+  const auto after = p.grads();
+  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] * (factor / 4.0f)) << i;
+  TwoParams q;
+  EXPECT_EQ(unscale_and_clip(*be, q.store, q.norm() / 256.0, 256.0, 0.0f), 1.0f);  // no clip: unscale only
+  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(q.grads()[i], before[i] / 256.0f) << i;
 }
 
 // ---------------------------------------------------------------- ParamStore
@@ -437,7 +452,7 @@ TEST(TraceWriter, HeadersAreTheDocumentedColumns) {
   TraceWriter writer(dir / "out/nested");  // parents are created
   EXPECT_EQ(read_lines(dir / "out/nested/trace.csv"),
             std::vector<std::string>{"step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
-                                     "samples_per_s,mem_peak_mb,val_loss,val_acc"});
+                                     "samples_per_s,mem_peak_mb,act_mb,val_loss,val_acc"});
   EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"),
             std::vector<std::string>{"step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite"});
 }
@@ -464,21 +479,21 @@ TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   const auto lines = read_lines(dir / "trace.csv");
   ASSERT_EQ(lines.size(), 3u);
   const auto f = split_csv(lines[1]);
-  ASSERT_EQ(f.size(), 14u) << lines[1];
+  ASSERT_EQ(f.size(), 15u) << lines[1];
   EXPECT_EQ(f[0], "41");
   EXPECT_EQ(f[1], "2");
   EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val.loss)) << f[2];
   EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), with_val.grad_norm)) << f[3];
   EXPECT_TRUE(same_bits(std::strtod(f[4].c_str(), nullptr), with_val.loss_scale)) << f[4];
   EXPECT_EQ(std::strtof(f[6].c_str(), nullptr), with_val.lr) << f[6];
-  EXPECT_TRUE(same_bits(std::strtod(f[12].c_str(), nullptr), *with_val.val_loss)) << f[12];
-  EXPECT_TRUE(same_bits(std::strtod(f[13].c_str(), nullptr), *with_val.val_acc)) << f[13];
+  EXPECT_TRUE(same_bits(std::strtod(f[13].c_str(), nullptr), *with_val.val_loss)) << f[13];
+  EXPECT_TRUE(same_bits(std::strtod(f[14].c_str(), nullptr), *with_val.val_acc)) << f[14];
 
   const auto g = split_csv(lines[2]);
-  ASSERT_EQ(g.size(), 14u) << lines[2];
+  ASSERT_EQ(g.size(), 15u) << lines[2];
   EXPECT_EQ(g[0], "42");
-  EXPECT_EQ(g[12], "");
   EXPECT_EQ(g[13], "");
+  EXPECT_EQ(g[14], "");
 }
 
 TEST(TraceWriter, LayerRowsReadBackBitExactWithEmptyActAbsmaxWhenAbsent) {

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU backend: every matrix product through cblas_sgemm, loops elsewhere (OpenMP).
 #include "backend/backend.hpp"
+#include "core/buffer.hpp"
 
 namespace avtrain {
 
@@ -14,8 +15,13 @@ class CpuBackend final : public Backend {
   void set_threads(int threads) override;
   double gemm_flops() const override { return gemm_flops_; }
 
-  void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
-            const float* B, int ldb, float beta, float* C, int ldc) override;
+  using Backend::gemm;
+  void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+            Operand B, int ldb, float beta, float* C, int ldc) override;
+  std::string gemm_engine(DType compute) const override;
+  void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) override;
+  void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) override;
+  void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
@@ -81,7 +87,11 @@ class CpuBackend final : public Backend {
              float beta2, float eps, float weight_decay, int step) override;
 
  private:
+  void sgemm_bands(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                   int ldb, float beta, float* C, int ldc);
   double gemm_flops_ = 0;
+  Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
+  Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };
 
 }  // namespace avtrain

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/onednn_gemm.hpp"
+#include "core/error.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -12,7 +14,51 @@ namespace avtrain {
 
 namespace {
 CBLAS_TRANSPOSE to_cblas(Trans t) { return t == Trans::yes ? CblasTrans : CblasNoTrans; }
+
+// Elements spanned by a row-major operand of `rows` x `cols` (as stored) with leading dimension ld.
+std::size_t extent(Trans t, int rows, int cols, int ld) {
+  if (t == Trans::yes) std::swap(rows, cols);
+  return rows == 0 ? 0 : std::size_t(rows - 1) * ld + cols;
+}
 }  // namespace
+
+// 16-bit products: on oneDNN when it runs bf16 on matrix units (AVX512-BF16, AMX); otherwise the
+// operands are widened to fp32 (exactly) and multiplied by sgemm, which accumulates in fp32: the
+// same numbers, up to the order of the sums.
+void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+                      Operand B, int ldb, float beta, float* C, int ldc) {
+  require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
+  require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
+  const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
+  if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) {
+    auto narrow = [&](Operand op, std::size_t n, Buffer16& scratch) -> const std::uint16_t* {
+      if (op.dtype == DType::bf16) return static_cast<const std::uint16_t*>(op.data);
+      scratch.resize(n);
+      pack(DType::bf16, static_cast<const float*>(op.data), scratch.data(), n);  // exact: the values are bf16
+      return scratch.data();
+    };
+    gemm_flops_ += 2.0 * M * N * K;
+    cpu::onednn_gemm_bf16(ta, tb, M, N, K, alpha, narrow(A, na, packed_a_), lda, narrow(B, nb, packed_b_), ldb,
+                          beta, C, ldc);
+    return;
+  }
+  auto widen = [&](Operand op, std::size_t n, Buffer& scratch) -> const float* {
+    if (op.dtype == DType::f32) return static_cast<const float*>(op.data);
+    scratch.resize(n);
+    unpack(op.dtype, static_cast<const std::uint16_t*>(op.data), scratch.data(), n);
+    return scratch.data();
+  };
+  const float* a = widen(A, na, operand_a_);
+  const float* b = widen(B, nb, operand_b_);
+  sgemm_bands(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+}
+
+std::string CpuBackend::gemm_engine(DType compute) const {
+  if (compute == DType::f32) return "OpenBLAS sgemm";
+  if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) return "oneDNN bf16 matmul, fp32 accumulation";
+  return std::string(dtype_name(compute)) + " operands widened to fp32, OpenBLAS sgemm (" + cpu::onednn_description() +
+         ")";
+}
 
 // OpenBLAS itself always runs one thread: every product is cut here into bands whose shape
 // depends only on the product, so results are the same bits whatever the thread count.
@@ -25,8 +71,8 @@ void CpuBackend::set_threads(int threads) {
 // and at least 64 wide, each a one-thread sgemm, run over the threads. At this code's mid-size
 // shapes (3040 x 128 x 128..512) one-thread bands beat OpenBLAS's own two-thread split (one
 // block's twelve products: 25.7 vs 27.6 ms, best of 7, same run).
-void CpuBackend::gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
-                      const float* B, int ldb, float beta, float* C, int ldc) {
+void CpuBackend::sgemm_bands(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                             const float* B, int ldb, float beta, float* C, int ldc) {
   const double flops = 2.0 * M * N * K;
   gemm_flops_ += flops;
   const bool by_rows = M >= N;

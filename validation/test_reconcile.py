@@ -1,0 +1,398 @@
+#!/usr/bin/python3
+"""Self-checking test of avtrain-reconcile and plot_traces.py on synthetic trace directories.
+
+usage: test_reconcile.py        (exit 0 when every check passes, 1 otherwise)
+
+Writes run.json / trace.csv / layers.csv (and ranks.csv) shaped like a real CI-deck run into a
+temporary directory, runs both tools, and checks exit codes, messages, the report, the --json
+document and the PNG. A few cases run the scripts as commands; the rest call avtrain-reconcile's
+main() in this process, which keeps the test to a few seconds.
+"""
+import contextlib
+import copy
+import fnmatch
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from importlib.machinery import SourceFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECONCILE = os.path.join(HERE, "avtrain-reconcile")
+PLOT = os.path.join(HERE, "plot_traces.py")
+PY = "/usr/bin/python3"
+
+STEPS = 60
+DEPTH = 2
+LAYERS = (["audio.conv", "audio.bn", "video.patch", "embed"]
+          + [f"blocks.{i}.{m}" for i in range(DEPTH)
+             for m in ("ln1", "attn.qkv", "attn.proj", "ln2", "mlp.fc1", "mlp.fc2")]
+          + ["head.ln", "head.cls"])
+
+RUN_JSON = {
+    "build": {"blas": "OpenBLAS (OpenMP)", "build_type": "Release", "compiler": "GNU 12.2.0",
+              "git_commit": "21618523752e", "version": "0.1.0"},
+    "config": {
+        "data.dir": "/data/av", "data.prefetch_steps": 2, "data.val_fraction": 0.125,
+        "model.audio_hop": 128, "model.audio_window": 256, "model.depth": DEPTH, "model.heads": 4,
+        "model.init_std": 0.02, "model.mel_bins": 32, "model.mlp_ratio": 2,
+        "model.nce_temperature": 0.1, "model.nce_weight": 0.1, "model.patch": 8,
+        "model.tubelet_frames": 2, "model.width": 64,
+        "optim.beta1": 0.9, "optim.beta2": 0.95, "optim.clip_norm": 1.0, "optim.eps": 1e-08,
+        "optim.lr": 0.003, "optim.min_lr": 0.0003, "optim.warmup_steps": 5,
+        "optim.weight_decay": 0.05,
+        "train.eval_interval": 20, "train.log_interval": 10, "train.micro_batch": 16,
+        "train.micro_batches": 2, "train.out": "/runs/x", "train.seed": 7, "train.steps": STEPS,
+        "train.threads": 2,
+    },
+    "data": {
+        "audio_samples": 8000, "audio_type": "int16", "dir": "/data/av", "fps": 8.0,
+        "num_classes": 16, "sample_rate": 8000,
+        "shards": [{"bytes": 4268721, "name": "shard-00000.h5", "samples": 256},
+                   {"bytes": 4268564, "name": "shard-00001.h5", "samples": 256}],
+        "steps_per_epoch": 14, "total_samples": 512, "train_samples": 448, "val_samples": 64,
+        "video_shape": [8, 32, 32, 1],
+    },
+    "deck": "inputs/ci.ini",
+    "layout": {"device": "cpu", "dp": 1, "pp": 1, "threads": 2, "world_size": 1},
+    "model": {"audio_tokens": 31, "parameters": 89936, "tokens": 95, "video_tokens": 64},
+    "seed": 7,
+}
+
+TRACE_HEADER = ("step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
+                "samples_per_s,mem_peak_mb,val_loss,val_acc")
+LAYERS_HEADER = "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite"
+
+
+def base_series():
+    """Deterministic per-step values of a plausible run."""
+    rnd = random.Random(1)
+    steps = []
+    for s in range(STEPS):
+        loss = 0.3 + 2.8 * math.exp(-s / 15) * (1 + 0.05 * rnd.uniform(-1, 1))
+        gnorm = 1.5 + 2.5 * math.exp(-s / 10) * (1 + 0.2 * rnd.uniform(-1, 1))
+        layer = {name: 0.01 * (1 + i) * (1 + 0.1 * rnd.uniform(-1, 1)) for i, name in enumerate(LAYERS)}
+        steps.append({"step": s, "loss": loss, "grad_norm": gnorm, "loss_scale": 1.0, "skipped": 0,
+                      "layers": layer, "underflow": {n: 0.001 for n in LAYERS},
+                      "nonfinite": {n: 0 for n in LAYERS}})
+    return steps
+
+
+def write_run(path, series, meta=None, mode=None, ranks=None):
+    os.makedirs(path)
+    meta = copy.deepcopy(meta or RUN_JSON)
+    if mode is not None:
+        meta["config"]["precision.mode"] = mode
+    with open(os.path.join(path, "run.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+    with open(os.path.join(path, "trace.csv"), "w") as f:
+        f.write(TRACE_HEADER + "\n")
+        for r in series:
+            val = ("1.5,0.5" if r["step"] % 20 == 19 else ",")
+            f.write(f"{r['step']},{r['step'] // 14},{fmt(r['loss'])},{fmt(r['grad_norm'])},"
+                    f"{fmt(r['loss_scale'])},{r['skipped']},0.003,50.1,0.01,0,640.5,67.5,{val}\n")
+    with open(os.path.join(path, "layers.csv"), "w") as f:
+        f.write(LAYERS_HEADER + "\n")
+        for r in series:
+            for n in LAYERS:
+                f.write(f"{r['step']},{n},{fmt(r['layers'][n])},1.5,0.75,"
+                        f"{fmt(r['underflow'][n])},{r['nonfinite'][n]}\n")
+    if ranks is not None:
+        with open(os.path.join(path, "ranks.csv"), "w") as f:
+            f.write("step,rank,pp_rank,dp_rank,local_loss,loss_scale,grad_norm_local\n")
+            for step, rank, scale in ranks:
+                f.write(f"{step},{rank},0,{rank},1.25,{fmt(scale)},0.5\n")
+    return path
+
+
+def fmt(v):
+    if isinstance(v, str):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v == math.inf else "%.17g" % v)
+
+
+class Checker:
+    def __init__(self):
+        self.failures = []
+        self.count = 0
+
+    def check(self, ok, what):
+        self.count += 1
+        if not ok:
+            self.failures.append(what)
+            print(f"FAIL: {what}")
+
+
+def run_command(args):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def load_reconcile():
+    loader = SourceFileLoader("avtrain_reconcile", RECONCILE)
+    module = module_from_spec(spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def run_in_process(module, args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = module.main(args)
+        except SystemExit as e:  # argparse
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="test_reconcile.")
+    c = Checker()
+    try:
+        d = lambda name: os.path.join(tmp, name)
+        base = base_series()
+        write_run(d("base"), base)
+        write_run(d("same"), base, meta=dict(RUN_JSON, data=dict(RUN_JSON["data"], dir="/elsewhere")))
+
+        rnd = random.Random(2)
+        noisy = copy.deepcopy(base)
+        for r in noisy:
+            r["loss"] *= 1 + 0.01 * rnd.uniform(-1, 1)
+            r["grad_norm"] *= 1 + 0.03 * rnd.uniform(-1, 1)
+            for n in LAYERS:
+                r["layers"][n] *= 1 + 0.03 * rnd.uniform(-1, 1)
+        write_run(d("noisy"), noisy, mode="bf16")
+
+        def scaled(names, factor=0.1):
+            s = copy.deepcopy(noisy)
+            for r in s:
+                for n in names:
+                    r["layers"][n] *= factor
+            return s
+        write_run(d("two"), scaled(["audio.bn", "blocks.0.attn.qkv"]), mode="bf16")
+        write_run(d("group"), scaled([n for n in LAYERS if n.startswith(("blocks.1.", "head."))]
+                                     + ["blocks.0.ln2"]), mode="bf16")
+
+        def with_meta(edit):
+            m = copy.deepcopy(RUN_JSON)
+            edit(m)
+            return m
+        write_run(d("width"), base, meta=with_meta(lambda m: m["config"].update({"model.width": 32})))
+        write_run(d("seed"), base, meta=with_meta(lambda m: m.update(seed=8)))
+        write_run(d("data"), base, meta=with_meta(
+            lambda m: m["data"]["shards"][1].update(bytes=4268000)))
+        write_run(d("split"), base, meta=with_meta(
+            lambda m: m["config"].update({"train.micro_batch": 32, "train.micro_batches": 1})))
+        write_run(d("batch"), base, meta=with_meta(
+            lambda m: m["config"].update({"train.micro_batches": 1})))
+        write_run(d("dp"), base, meta=with_meta(lambda m: m["layout"].update(dp=2)))
+        write_run(d("tf32"), base, mode="tf32")
+        write_run(d("optim"), base, meta=with_meta(
+            lambda m: m["config"].update({"optim.lr": 0.001, "train.threads": 1})))
+
+        # fp16 with two skipped steps: non-finite loss / gradients there, scale halved after each
+        skip = copy.deepcopy(noisy)
+        scale = 65536.0
+        for r in skip:
+            if r["step"] in (5, 9):
+                r.update(skipped=1, loss="-nan", grad_norm="inf", loss_scale=scale)
+                r["layers"]["head.cls"] = "inf"
+                r["nonfinite"]["head.cls"] = 3
+                scale /= 2
+            else:
+                r["loss_scale"] = scale
+        write_run(d("skip"), skip, mode="fp16")
+        bad_loss = copy.deepcopy(noisy)
+        bad_loss[30]["loss"] = math.nan
+        write_run(d("nanloss"), bad_loss, mode="bf16")
+        late = copy.deepcopy(noisy)
+        for r in late[40:]:
+            r["loss"] *= 1.5
+        write_run(d("late"), late, mode="bf16")
+
+        good_ranks = [(s, r, 1024.0) for s in range(STEPS) for r in range(3)]
+        bad_ranks = [(s, r, 512.0 if (s == 17 and r == 2) else 1024.0) for s in range(STEPS) for r in range(3)]
+        write_run(d("ranks_ok"), noisy, mode="bf16", ranks=good_ranks)
+        write_run(d("ranks_bad"), noisy, mode="bf16", ranks=bad_ranks)
+
+        # malformed inputs
+        write_run(d("nonnum"), base)
+        lines = open(d("nonnum/trace.csv")).read().splitlines()
+        lines[4] = lines[4].replace(lines[4].split(",")[3], "abc", 1)
+        open(d("nonnum/trace.csv"), "w").write("\n".join(lines) + "\n")
+        write_run(d("badhdr"), base)
+        open(d("badhdr/trace.csv"), "w").write("step,epoch,loss\n0,0,1.0\n")
+        write_run(d("norows"), base)
+        open(d("norows/layers.csv"), "w").write(LAYERS_HEADER + "\n")
+        write_run(d("nolayers"), base)
+        os.remove(d("nolayers/layers.csv"))
+        write_run(d("badcount"), base)
+        with open(d("badcount/layers.csv"), "a") as f:
+            f.write("60,audio.conv,1,1,1,0,inf\n")
+        write_run(d("badjson"), base)
+        open(d("badjson/run.json"), "w").write("{\"config\": {")
+
+        R = lambda *a: [d(x) if i < 2 else x for i, x in enumerate(a)]
+        commands = {  # as a user runs them: the executable itself, through its #! line
+            "identical": [RECONCILE] + R("base", "base"),
+            "missing": [RECONCILE] + R("base", "does-not-exist"),
+            "plot": [PY, PLOT, d("base"), d("skip"), "--out", d("plot.png"), "--title", "test"],
+            "plot_missing": [PY, PLOT, d("base"), d("does-not-exist"), "--out", d("plot2.png")],
+        }
+        calls = {
+            "same": R("base", "same", "--json", d("same.json")),
+            "noisy": R("base", "noisy"),
+            "two": R("base", "two", "--json", d("two.json")),
+            "two_loose": R("base", "two", "--layer-rtol", "0.95"),
+            "group": R("base", "group"),
+            "width": R("base", "width"), "seed": R("base", "seed"), "data": R("base", "data"),
+            "split": R("base", "split"), "batch": R("base", "batch"), "dp": R("base", "dp"),
+            "optim": R("base", "optim"),
+            "tf32": R("base", "tf32"),
+            "tf32_flags": R("base", "tf32", "--loss-rtol", "0", "--gnorm-rtol", "0", "--layer-rtol", "0"),
+            "nonnum": R("base", "nonnum"), "badhdr": R("base", "badhdr"),
+            "norows": R("base", "norows"), "nolayers": R("nolayers", "base"),
+            "badjson": R("base", "badjson"), "badcount": R("base", "badcount"),
+            "skip": R("base", "skip", "--json", d("skip.json")),
+            "nanloss": R("base", "nanloss"),
+            "late": R("base", "late"), "late_30": R("base", "late", "--steps", "30"),
+            "ranks_ok": R("base", "ranks_ok"), "ranks_bad": R("base", "ranks_bad", "--json", d("ranks.json")),
+            "bad_window": R("base", "base", "--window", "0"),
+        }
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            pending = {name: pool.submit(run_command, cmd) for name, cmd in commands.items()}
+            module = load_reconcile()
+            res = {name: run_in_process(module, args) for name, args in calls.items()}
+            res.update({name: f.result() for name, f in pending.items()})
+
+        def expect(name, rc, stdout_re=None, stderr_re=None):
+            got, out, err = res[name]
+            c.check(got == rc, f"{name}: exit {got}, expected {rc}\n{out[-2000:]}{err}")
+            if stdout_re:
+                c.check(re.search(stdout_re, out, re.M), f"{name}: stdout lacks /{stdout_re}/\n{out}")
+            if stderr_re:
+                c.check(re.search(stderr_re, err, re.M), f"{name}: stderr lacks /{stderr_re}/\n{err}")
+            if rc == 2 and name != "bad_window":
+                c.check(len(err.strip().splitlines()) == 1 and out == "",
+                        f"{name}: expected one line on stderr, nothing on stdout\n{out}{err}")
+            elif rc in (0, 1):
+                last = out.strip().splitlines()[-1] if out.strip() else ""
+                c.check(last.startswith("verdict: PASS" if rc == 0 else "verdict: FAIL ("),
+                        f"{name}: last line is {last!r}")
+
+        expect("identical", 0, r"max rel diff 0 ")
+        expect("same", 0)  # only data.dir differs
+        expect("noisy", 0, r"\(bf16, 60 steps\)")
+        expect("two", 1, r"^suggest: precision\.fp32_layers = audio\.bn,blocks\.0\.attn\.qkv$")
+        expect("two_loose", 0)
+        expect("group", 1, r"^suggest: precision\.fp32_layers = blocks\.0\.ln2,blocks\.1\.\*,head\.\*$")
+        expect("width", 2, stderr_re=r"^avtrain-reconcile: runs are not comparable: model\.width differs \(64 vs 32\)$")
+        expect("seed", 2, stderr_re=r"not comparable: seed differs \(7 vs 8\)")
+        expect("data", 2, stderr_re=r"not comparable: data\.shards\[1\]\.bytes differs")
+        expect("split", 0)  # 16 x 2 and 32 x 1: the same global batch
+        expect("batch", 2, stderr_re=r"not comparable: global batch differs \(32 vs 16\)")
+        expect("dp", 2, stderr_re=r"not comparable: global batch differs \(32 vs 64\)")
+        expect("optim", 0)  # optimizer and threads may differ; these traces are the same
+        expect("tf32", 2, stderr_re=r"tf32/run\.json: precision\.mode 'tf32' has no default")
+        expect("tf32_flags", 0, r"loss_rtol 0 \(flag\)")
+        expect("missing", 2, stderr_re=r"does-not-exist: no such trace directory")
+        expect("nonnum", 2, stderr_re=r"nonnum/trace\.csv: line 5: non-numeric grad_norm 'abc'")
+        expect("badhdr", 2, stderr_re=r"badhdr/trace\.csv: bad header")
+        expect("norows", 2, stderr_re=r"norows/layers\.csv: no rows")
+        expect("nolayers", 2, stderr_re=r"nolayers/layers\.csv: missing")
+        expect("badcount", 2, stderr_re=r"badcount/layers\.csv: line \d+: nonfinite 'inf' is not a whole number")
+        expect("badjson", 2, stderr_re=r"badjson/run\.json: malformed JSON")
+        expect("skip", 0, r"^skipped: CAND 2 \[5, 9\], BASE 0 \[\]$")
+        expect("nanloss", 1, r"CAND loss is non-finite at 1 non-skipped step\(s\), first 30")
+        expect("late", 1, r"loss max rel diff .* \(first at step 4\d\)")
+        expect("late_30", 0, r"^steps: 30 in common \(0\.\.29\), 30 compared$")
+        expect("ranks_ok", 0, r"^ranks: BASE no ranks\.csv; CAND consistent$")
+        expect("ranks_bad", 1, r"CAND ranks disagree on loss_scale at 1 step\(s\), first step 17: "
+                               r"1024 on rank\(s\) 0,1; 512 on rank\(s\) 2")
+        expect("bad_window", 2, stderr_re=r"--window: must be >= 1")
+        expect("plot_missing", 2, stderr_re=r"^plot_traces\.py: .*does-not-exist: no such trace directory$")
+
+        # the metric itself: trailing mean, a non-finite value stays in its windows, the floor
+        sm = module.smooth([1.0, 2.0, 3.0, 4.0], 2).tolist()
+        c.check(sm == [1.0, 1.5, 2.5, 3.5], f"smooth: {sm}")
+        sm = module.smooth([1.0, math.inf, 3.0, 4.0], 2).tolist()
+        c.check(sm == [1.0, math.inf, math.inf, 3.5], f"smooth with inf: {sm}")
+        b = [1.0] * 5 + [1e-3] * 5  # a loss that falls near 0: the floor (0.1 x median) bounds it
+        rel = module.relative_difference(b, [x + 0.01 for x in b], 1)
+        floor = 0.1 * (1.0 + 1e-3) / 2
+        c.check(abs(rel[0] - 0.01) < 1e-12 and abs(rel[-1] - 0.01 / floor) < 1e-9,
+                f"relative_difference floor: {rel.tolist()}")
+        c.check(module.relative_difference([0.0, 0.0], [0.0, 1.0], 1).tolist() == [0.0, math.inf],
+                "relative_difference of 0 vs 0 and of 1 vs 0")
+
+        # group: the suggested globs select exactly the exceeding modules
+        line = [x for x in res["group"][1].splitlines() if x.startswith("suggest: ")][0]
+        patterns = line.split(" = ", 1)[1].split(",")
+        chosen = {n for n in LAYERS if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+        want = {n for n in LAYERS if n.startswith(("blocks.1.", "head."))} | {"blocks.0.ln2"}
+        c.check(chosen == want, f"group: globs select {sorted(chosen)}, expected {sorted(want)}")
+        c.check("suggest:" not in res["noisy"][1], "noisy: a suggestion line on a PASS")
+
+        # --json documents
+        docs = {}
+        for name in ("same", "two", "skip", "ranks"):
+            try:
+                with open(d(name + ".json")) as f:
+                    docs[name] = json.load(f)
+            except (OSError, ValueError) as e:
+                c.check(False, f"{name}.json: not written or not JSON ({e})")
+            c.check(not os.path.exists(d(name + ".json.tmp")), f"{name}.json.tmp left behind")
+        if "two" in docs:
+            j = docs["two"]
+            c.check(j["verdict"] == "FAIL" and j["reasons"], "two.json: verdict/reasons")
+            c.check(j["tolerances"] == {"loss_rtol": 0.05, "gnorm_rtol": 0.15, "layer_rtol": 0.15},
+                    f"two.json: tolerances {j['tolerances']}")
+            c.check(j["cand"]["precision_mode"] == "bf16" and j["base"]["precision_mode"] == "fp32",
+                    "two.json: modes")
+            c.check({L["name"] for L in j["layers"] if L["exceeds"]} == {"audio.bn", "blocks.0.attn.qkv"},
+                    "two.json: exceeding layers")
+            c.check(len(j["layers"]) == len(LAYERS) and j["layers"][0]["divergence"] > 0.8,
+                    "two.json: layers ranked with the 10x modules first")
+            c.check(j["suggestion"] == "precision.fp32_layers = audio.bn,blocks.0.attn.qkv",
+                    f"two.json: suggestion {j['suggestion']}")
+            c.check(len(j["per_step"]["loss_rel_diff"]) == STEPS == len(j["per_step"]["step"]),
+                    "two.json: per-step arrays")
+            for key in ("max_rel_diff", "median_rel_diff", "first_step_beyond", "max_step"):
+                c.check(key in j["loss"] and key in j["grad_norm"], f"two.json: loss/grad_norm lack {key}")
+        if "same" in docs:
+            c.check(docs["same"]["verdict"] == "PASS" and docs["same"]["suggestion"] is None
+                    and docs["same"]["loss"]["max_rel_diff"] == 0.0, "same.json: PASS, no suggestion, 0")
+        if "skip" in docs:
+            j = docs["skip"]
+            c.check(j["steps"]["skipped_cand"] == [5, 9] and 5 not in j["steps"]["compared"]
+                    and len(j["steps"]["compared"]) == STEPS - 2, "skip.json: skipped steps excluded")
+            head = [L for L in j["layers"] if L["name"] == "head.cls"][0]
+            c.check(head["nonfinite_cand"] == 6 and head["nonfinite_base"] == 0,
+                    "skip.json: nonfinite counts of head.cls")
+        if "ranks" in docs:
+            r = docs["ranks"]["ranks"]
+            c.check(not r["cand"]["consistent"] and r["cand"]["inconsistent"][0]["step"] == 17
+                    and not r["base"]["present"], "ranks.json: ranks check")
+
+        # the PNG
+        ok = res["plot"][0] == 0 and os.path.isfile(d("plot.png")) and os.path.getsize(d("plot.png")) > 10000
+        with open(d("plot.png"), "rb") if os.path.isfile(d("plot.png")) else open(os.devnull, "rb") as f:
+            ok = ok and f.read(8) == b"\x89PNG\r\n\x1a\n"
+        c.check(ok, f"plot: no PNG written (exit {res['plot'][0]}: {res['plot'][2]})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"test_reconcile: {c.count - len(c.failures)}/{c.count} checks passed")
+    return 1 if c.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
