@@ -123,6 +123,9 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast1);
   t.add("[model] AVNet architecture", "model.nce_temperature", &c.model.nce_temperature, "InfoNCE temperature",
         kPositive);
+  t.add("[model] AVNet architecture", "model.ce_weight", &c.model.ce_weight,
+        "weight of the cross-entropy term (the training loss is ce_weight * CE + nce_weight * InfoNCE)",
+        kPositive);
   t.add("[model] AVNet architecture", "model.nce_weight", &c.model.nce_weight, "InfoNCE weight; 0 turns it off",
         kNonNegative);
   t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation",

@@ -19,7 +19,7 @@ enum Slot { kY, kPa, kPv, kZ, kLogits };
 AVHead::AVHead(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
                int num_classes)
     : Layer("head"), be_(be), ws_(ws), D_(m.width), classes_(num_classes), tau_(m.nce_temperature),
-      nce_weight_(m.nce_weight), ln_(params, "head.ln", m.width, policy.of("head.ln")),
+      nce_weight_(m.nce_weight), ce_weight_(m.ce_weight), ln_(params, "head.ln", m.width, policy.of("head.ln")),
       cls_(params, "head.cls", 2 * m.width, num_classes, m.init_std, policy.of("head.cls")) {
   require(m.nce_temperature > 0, "model.nce_temperature must be > 0");
 }
@@ -55,7 +55,7 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   const bool training = flow.mode == Mode::train;
   st.dlogits.resize(logits.size());
   flow.ce_loss = be_.cross_entropy(logits.data(), flow.batch->label.data(), training ? st.dlogits.data() : nullptr, B,
-                                   classes_, flow.grad_scale, &flow.correct);
+                                   classes_, flow.grad_scale * ce_weight_, &flow.correct);
   flow.nce_loss = 0;
   st.dpa.resize(std::size_t(B) * D);
   st.dpv.resize(std::size_t(B) * D);
@@ -64,7 +64,7 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   if (training && nce_weight_ != 0.0f && B > 1)
     flow.nce_loss = be_.info_nce(pa.data(), pv.data(), st.dpa.data(), st.dpv.data(), B, D, tau_,
                                  flow.grad_scale * nce_weight_);
-  flow.loss = flow.ce_loss + double(nce_weight_) * flow.nce_loss;
+  flow.loss = double(ce_weight_) * flow.ce_loss + double(nce_weight_) * flow.nce_loss;
 }
 
 void AVHead::backward(Flow& flow, LayerState& state_base) {

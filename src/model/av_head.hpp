@@ -1,7 +1,7 @@
 #pragma once
 // The last layer of AVNet: tokens in, loss out.
 //   head.ln -> masked mean pool of audio tokens (pa) and of video tokens (pv)
-//   head.cls([pa | pv]) -> cross-entropy with the labels
+//   head.cls([pa | pv]) -> ce_weight * cross-entropy with the labels
 //   + nce_weight * symmetric InfoNCE(pa, pv) over the micro-batch at nce_temperature.
 // Pooling and both losses run in fp32; the logits are rounded to head.cls's type first.
 #include "backend/backend.hpp"
@@ -26,7 +26,7 @@ class AVHead final : public Layer {
   Backend& be_;
   Workspace& ws_;
   int D_, classes_;
-  float tau_, nce_weight_;
+  float tau_, nce_weight_, ce_weight_;
   LayerNorm ln_;
   Linear cls_;
 };

@@ -18,9 +18,23 @@ void Linear::forward(Backend& be, Operand x, float* y, int rows) {
 }
 
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows) {
-  be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 1.0f,
-          params_.grad(weight_), in_);
-  if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
+  if (dtype_ == DType::f32) {
+    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 1.0f,
+            params_.grad(weight_), in_);
+    if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
+  } else {
+    dw_.resize(std::size_t(out_) * in_);
+    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 0.0f, dw_.data(), in_);
+    be.round_to(dtype_, dw_.data(), nullptr, dw_.size());
+    be.add(params_.grad(weight_), dw_.data(), dw_.size());
+    if (bias_ >= 0) {
+      db_.resize(out_);
+      db_.zero();
+      be.bias_grad(dy, db_.data(), rows, out_);
+      be.round_to(dtype_, db_.data(), nullptr, db_.size());
+      be.add(params_.grad(bias_), db_.data(), db_.size());
+    }
+  }
   if (!dx) return;
   be.gemm(dtype_, Trans::no, Trans::no, rows, in_, out_, 1.0f, fp32(dy), out_, params_.operand(weight_), in_, 0.0f,
           dx, in_);

@@ -1,7 +1,9 @@
 #pragma once
 // y[rows, out] = x[rows, in] W^T + b, W stored [out, in] as PyTorch does. The module computes in
 // its type: products of its type's operands (W from the working copy) accumulated in fp32, the bias
-// added in fp32, y and dx rounded to the type; dW and db accumulate in fp32 into the main grads.
+// added in fp32, y and dx rounded to the type. dW and db of a micro-batch come out in the type too
+// (as PyTorch autocast's do; this is where fp16 gradients underflow) and are added to the fp32 main
+// grads; in fp32 they accumulate there directly.
 #include <string>
 
 #include "backend/backend.hpp"
@@ -27,6 +29,7 @@ class Linear {
   int in_, out_;
   DType dtype_;
   ParamId weight_, bias_ = -1;
+  Buffer dw_, db_;  // a micro-batch's dW, db in the module's type (16-bit types only)
 };
 
 }  // namespace avtrain

@@ -18,6 +18,7 @@ struct ModelConfig {
   int patch = 8;          // p
   double nce_temperature = 0.1;
   double nce_weight = 0.1;  // lambda; 0 turns InfoNCE off
+  double ce_weight = 1.0;   // weight of the classification term
   double init_std = 0.02;
 };
 
