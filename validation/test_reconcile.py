@@ -198,17 +198,23 @@ def main():
         write_run(d("optim"), base, meta=with_meta(
             lambda m: m["config"].update({"optim.lr": 0.001, "train.threads": 1})))
 
-        # fp16 with two skipped steps: non-finite loss / gradients there, scale halved after each
-        skip = copy.deepcopy(noisy)
+        # fp16 with two skipped steps: non-finite loss / gradients there, scale halved after each;
+        # the applied steps carry the noisy run's updates in order (runs align by update)
+        skip = []
         scale = 65536.0
-        for r in skip:
-            if r["step"] in (5, 9):
+        update = 0
+        for step in range(len(noisy)):
+            r = copy.deepcopy(noisy[update])
+            r["step"] = step
+            if step in (5, 9):
                 r.update(skipped=1, loss="-nan", grad_norm="inf", loss_scale=scale)
                 r["layers"]["head.cls"] = "inf"
                 r["nonfinite"]["head.cls"] = 3
                 scale /= 2
             else:
                 r["loss_scale"] = scale
+                update += 1
+            skip.append(r)
         write_run(d("skip"), skip, mode="fp16")
         bad_loss = copy.deepcopy(noisy)
         bad_loss[30]["loss"] = math.nan
@@ -313,7 +319,7 @@ def main():
         expect("skip", 0, r"^skipped: CAND 2 \[5, 9\], BASE 0 \[\]$")
         expect("nanloss", 1, r"CAND loss is non-finite at 1 non-skipped step\(s\), first 30")
         expect("late", 1, r"loss max rel diff .* \(first at step 4\d\)")
-        expect("late_30", 0, r"^steps: 30 in common \(0\.\.29\), 30 compared$")
+        expect("late_30", 0, r"^steps: 30 in common \(0\.\.29\), 30 updates compared ")
         expect("ranks_ok", 0, r"^ranks: BASE no ranks\.csv; CAND consistent$")
         expect("ranks_bad", 1, r"CAND ranks disagree on loss_scale at 1 step\(s\), first step 17: "
                                r"1024 on rank\(s\) 0,1; 512 on rank\(s\) 2")

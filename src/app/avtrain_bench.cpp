@@ -44,10 +44,11 @@ double sgemm_gflops(avtrain::Backend& be, int n, int repeats) {
 }
 
 int run(int argc, char** argv) {
-  std::string deck = "inputs/quickstart.ini", workdir;
+  std::string deck = "inputs/quickstart.ini", workdir, precision = "fp32";
   int warmup = 3, steps = 10, threads = 2;
-  po::options_description opts("avtrain-bench [--deck DECK] [--warmup N] [--steps N] [--threads N]");
+  po::options_description opts("avtrain-bench [--deck DECK] [--precision fp32|fp16|bf16] [--warmup N] [--steps N] [--threads N]");
   opts.add_options()("help,h", "print this help")("deck", po::value(&deck)->default_value(deck), "model deck")(
+      "precision", po::value(&precision)->default_value(precision), "precision.mode of the steps")(
       "warmup", po::value(&warmup)->default_value(warmup), "untimed steps first")(
       "steps", po::value(&steps)->default_value(steps), "timed steps")(
       "threads", po::value(&threads)->default_value(threads), "BLAS/OpenMP threads")(
@@ -66,7 +67,7 @@ int run(int argc, char** argv) {
   avtrain::require(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
 
   avtrain::ParsedOptions parsed = avtrain::parse_options(
-      {deck, "--train.threads", std::to_string(threads),
+      {deck, "--train.threads", std::to_string(threads), "--precision.mode", precision,
        "--train.eval_interval", "0", "--train.log_interval", "0", "--data.val_fraction", "0"});
   avtrain::RunConfig config = parsed.config;
   config.train.out.clear();
@@ -114,8 +115,8 @@ int run(int argc, char** argv) {
   const double floor_ms = flops_per_step / (rate * 1e9) * 1e3;
   const double ratio = median(ratios);
   const int samples = config.global_batch();
-  std::printf("avtrain-bench: %s, batch %d, %d threads, %d timed steps after %d warm-up\n", deck.c_str(), samples,
-              threads, int(timed.size()), warmup);
+  std::printf("avtrain-bench: %s, %s, batch %d, %d threads, %d timed steps after %d warm-up\n", deck.c_str(),
+              precision.c_str(), samples, threads, int(timed.size()), warmup);
   std::printf("  model GEMM FLOPs per step   %.3f GFLOP\n", flops_per_step / 1e9);
   std::printf("  large sgemm (2048^3)        %.1f GFLOP/s (median of %zu rounds)\n", rate, rates.size());
   std::printf("  GEMM floor                  %.1f ms\n", floor_ms);
@@ -123,7 +124,7 @@ int run(int argc, char** argv) {
               flops_per_step / (step_ms * 1e6), samples / (step_ms / 1e3));
   std::printf("  best step                   %.1f ms\n", best_ms);
   std::printf("  step / floor                %.2f  (median over steps, each against its round's sgemm rate)\n", ratio);
-  nlohmann::json j = {{"framework", "avtrain"},       {"precision", "fp32"},          {"median_step_ms", step_ms}, {"best_step_ms", best_ms},
+  nlohmann::json j = {{"framework", "avtrain"},       {"precision", precision},          {"median_step_ms", step_ms}, {"best_step_ms", best_ms},
                       {"gemm_gflop_per_step", flops_per_step / 1e9}, {"sgemm_gflops", rate},
                       {"floor_ms", floor_ms},         {"floor_ratio", ratio},         {"threads", threads},           {"batch", samples},
                       {"steps", steps}};
