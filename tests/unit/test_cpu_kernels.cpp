@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
 #include "backend/cpu/vector_math.hpp"
 #include "core/keyed_random.hpp"
 #include "model/log_mel_frontend.hpp"
@@ -120,6 +122,63 @@ INSTANTIATE_TEST_SUITE_P(AllTransposes, CpuGemm, ::testing::ValuesIn(gemm_cases(
                                   (c.beta == 0.0f ? "_beta0_" : "_beta1_") + std::to_string(c.M) + "x" +
                                   std::to_string(c.N) + "x" + std::to_string(c.K);
                          });
+
+// 16-bit products: A stored as 16-bit patterns, B as fp32 values exact in the type (both forms a
+// layer passes), accumulated in fp32 — against a double reference of the same values.
+class CpuGemm16 : public CpuKernels, public ::testing::WithParamInterface<std::tuple<DType, GemmCase>> {};
+
+TEST_P(CpuGemm16, MatchesReferenceOfTheRoundedValues) {
+  const auto [dtype, c] = GetParam();
+  const auto [ta, tb, beta, M, N, K] = c;
+  const int lda = ta == Trans::no ? K : M, ldb = tb == Trans::no ? N : K, ldc = N;
+  std::vector<float> A = random_floats(std::size_t(ta == Trans::no ? M : K) * lda, "gemm16.A");
+  std::vector<float> B = random_floats(std::size_t(tb == Trans::no ? K : N) * ldb, "gemm16.B");
+  const auto C0 = random_floats(std::size_t(M) * ldc, "gemm16.C");
+  std::vector<std::uint16_t> A16(A.size());
+  be->round_to(dtype, A.data(), A16.data(), A.size());
+  be->round_to(dtype, B.data(), nullptr, B.size());
+  std::vector<float> C = beta == 0.0f ? poisoned(C0.size()) : C0;
+  be->gemm(dtype, ta, tb, M, N, K, 0.5f, Operand{A16.data(), dtype}, lda, fp32(B.data()), ldb, beta, C.data(), ldc);
+  std::vector<double> want;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double dot = 0;
+      for (int k = 0; k < K; ++k) dot += op_at(A, ta, lda, i, k) * op_at(B, tb, ldb, k, j);
+      want.push_back(0.5 * dot + (beta == 0.0f ? 0.0 : beta * C0[std::size_t(i) * ldc + j]));
+    }
+  EXPECT_TRUE(all_close(C, want, 1e-4, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CpuGemm16,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::ValuesIn(gemm_cases())));
+
+TEST_F(CpuKernels, GemmRefusesAnOperandOfAnotherSixteenBitType) {
+  std::vector<std::uint16_t> a(4);
+  std::vector<float> b(4), c(4);
+  EXPECT_THROW(be->gemm(DType::bf16, Trans::no, Trans::no, 2, 2, 2, 1.0f, Operand{a.data(), DType::f16}, 2,
+                        fp32(b.data()), 2, 0.0f, c.data(), 2),
+               Error);
+}
+
+// Conversions through the backend give the bits of core/half's scalar conversions.
+TEST_F(CpuKernels, RoundPackAndUnpackGiveTheScalarConversions) {
+  const auto x = random_floats(40000, "convert", -70000.0, 70000.0);  // overflows fp16 at the ends
+  for (DType t : {DType::f16, DType::bf16}) {
+    std::vector<float> r = x, back(x.size());
+    std::vector<std::uint16_t> packed(x.size()), packed2(x.size());
+    be->round_to(t, r.data(), packed.data(), r.size());
+    be->pack(t, x.data(), packed2.data(), x.size());
+    be->unpack(t, packed.data(), back.data(), back.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::uint16_t want = t == DType::f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
+      const float value = t == DType::f16 ? half_to_float(want) : bf16_to_float(want);
+      ASSERT_EQ(packed[i], want) << x[i];
+      ASSERT_EQ(packed2[i], want) << x[i];
+      ASSERT_EQ(float_bits(r[i]), float_bits(value)) << x[i];
+      ASSERT_EQ(float_bits(back[i]), float_bits(value)) << x[i];
+    }
+  }
+}
 
 TEST_F(CpuKernels, GemmFlopsCountsTwoMNKPerProduct) {
   const auto A = random_floats(6 * 4, "flops.A"), B = random_floats(4 * 5, "flops.B");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "backend/cpu/onednn_gemm.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -40,7 +41,7 @@ std::string describe(const Case& c) {
 
 // A row-major bf16 operand holding op(X)[rows, cols]; padding between stored rows is NaN, so
 // reading it would show.
-struct Operand {
+struct Bf16Matrix {
   std::vector<std::uint16_t> bits;
   int ld;
   Trans t;
@@ -49,9 +50,9 @@ struct Operand {
   }
 };
 
-Operand make_operand(Trans t, int rows, int cols, int pad, std::mt19937& rng) {
+Bf16Matrix make_operand(Trans t, int rows, int cols, int pad, std::mt19937& rng) {
   const int stored_rows = t == Trans::yes ? cols : rows, stored_cols = t == Trans::yes ? rows : cols;
-  Operand x{std::vector<std::uint16_t>(std::size_t(stored_rows) * (stored_cols + pad), kBf16NaN), stored_cols + pad, t};
+  Bf16Matrix x{std::vector<std::uint16_t>(std::size_t(stored_rows) * (stored_cols + pad), kBf16NaN), stored_cols + pad, t};
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int r = 0; r < stored_rows; ++r)
     for (int c = 0; c < stored_cols; ++c) x.bits[std::size_t(r) * x.ld + c] = float_to_bf16(u(rng));
@@ -63,8 +64,8 @@ Operand make_operand(Trans t, int rows, int cols, int pad, std::mt19937& rng) {
 void check(const Case& c, std::uint32_t seed) {
   SCOPED_TRACE(describe(c));
   std::mt19937 rng(seed);
-  const Operand a = make_operand(c.ta, c.M, c.K, c.lda_pad, rng);
-  const Operand b = make_operand(c.tb, c.K, c.N, c.ldb_pad, rng);
+  const Bf16Matrix a = make_operand(c.ta, c.M, c.K, c.lda_pad, rng);
+  const Bf16Matrix b = make_operand(c.tb, c.K, c.N, c.ldb_pad, rng);
   const int ldc = c.N + c.ldc_pad;
   std::vector<float> C(std::size_t(c.M) * ldc, kCPadding);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -115,6 +116,32 @@ class OneDnnGemm : public ::testing::Test {
 };
 
 constexpr Trans kTrans[] = {Trans::no, Trans::yes};
+
+// The backend routes bf16 products here, in bands of C: an fp32 operand holding bf16 values is
+// narrowed exactly; the result matches the widened sgemm of the same values, and does not depend
+// on the thread count.
+TEST_F(OneDnnGemm, BackendBandsGiveTheWidenedProduct) {
+  auto be = make_cpu_backend();
+  EXPECT_NE(be->gemm_engine(DType::bf16).find("oneDNN"), std::string::npos);
+  const int M = 301, N = 67, K = 150;
+  std::vector<float> A(std::size_t(M) * K), B(std::size_t(K) * N);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : A) v = u(rng);
+  for (float& v : B) v = u(rng);
+  std::vector<std::uint16_t> A16(A.size());
+  be->round_to(DType::bf16, A.data(), A16.data(), A.size());
+  be->round_to(DType::bf16, B.data(), nullptr, B.size());
+  std::vector<float> want(std::size_t(M) * N), one(want.size()), two(want.size());
+  be->gemm(Trans::no, Trans::yes, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, want.data(), N);  // fp32 sgemm
+  for (auto [threads, out] : {std::pair{1, &one}, std::pair{2, &two}}) {
+    be->set_threads(threads);
+    be->gemm(DType::bf16, Trans::no, Trans::yes, M, N, K, 1.0f, Operand{A16.data(), DType::bf16}, K, fp32(B.data()),
+             K, 0.0f, out->data(), N);
+  }
+  EXPECT_EQ(one, two);
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(one[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+}
 
 TEST_F(OneDnnGemm, DescriptionSaysForced) {
   const std::string d = cpu::onednn_description();

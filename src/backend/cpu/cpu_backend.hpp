@@ -1,5 +1,6 @@
 #pragma once
-// The CPU backend: every matrix product through cblas_sgemm, loops elsewhere (OpenMP).
+// The CPU backend: matrix products through cblas_sgemm (and oneDNN for bf16 where the CPU has
+// bf16 units), loops elsewhere (OpenMP).
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
 
@@ -87,8 +88,6 @@ class CpuBackend final : public Backend {
              float beta2, float eps, float weight_decay, int step) override;
 
  private:
-  void sgemm_bands(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                   int ldb, float beta, float* C, int ldc);
   double gemm_flops_ = 0;
   Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN

@@ -1,4 +1,5 @@
-// Matrix products through CBLAS (OpenBLAS).
+// Matrix products: fp32 through CBLAS (OpenBLAS); bf16 through oneDNN where the CPU has bf16
+// matrix units; every other 16-bit product widened to fp32 for CBLAS.
 #include <cblas.h>
 #include <omp.h>
 
@@ -15,12 +16,44 @@ namespace avtrain {
 namespace {
 CBLAS_TRANSPOSE to_cblas(Trans t) { return t == Trans::yes ? CblasTrans : CblasNoTrans; }
 
-// Elements spanned by a row-major operand of `rows` x `cols` (as stored) with leading dimension ld.
+// Elements spanned by a row-major operand of `rows` x `cols` (as used) with leading dimension ld.
 std::size_t extent(Trans t, int rows, int cols, int ld) {
   if (t == Trans::yes) std::swap(rows, cols);
   return rows == 0 ? 0 : std::size_t(rows - 1) * ld + cols;
 }
+
+// C is cut into bands of rows (when M >= N, else columns), about eight of them, multiples of 8
+// and at least 64 wide, each a one-thread product, run over the threads. The bands depend only on
+// the product's shape, so results are the same bits whatever the thread count. At this code's
+// mid-size shapes (3040 x 128 x 128..512) one-thread bands beat OpenBLAS's own two-thread split
+// (one block's twelve products: 25.7 vs 27.6 ms, best of 7, same run).
+// product(m, n, a, b, c) computes the band C'[m, n] from the band's operands.
+template <typename T, typename Product>
+void in_bands(Trans ta, Trans tb, int M, int N, const T* A, int lda, const T* B, int ldb, float* C, int ldc,
+              Product product) {
+  const bool by_rows = M >= N;
+  const int extent = by_rows ? M : N;
+  const int band = std::max(64, ((extent + 7) / 8 + 7) / 8 * 8);
+  const int bands = (extent + band - 1) / band;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < bands; ++i) {
+    const int lo = i * band, hi = std::min(extent, lo + band);
+    if (by_rows) {
+      const T* a = ta == Trans::yes ? A + lo : A + std::size_t(lo) * lda;
+      product(hi - lo, N, a, B, C + std::size_t(lo) * ldc);
+    } else {
+      const T* b = tb == Trans::yes ? B + std::size_t(lo) * ldb : B + lo;
+      product(M, hi - lo, A, b, C + lo);
+    }
+  }
+}
 }  // namespace
+
+// OpenBLAS itself always runs one thread; the bands above are spread over the threads.
+void CpuBackend::set_threads(int threads) {
+  openblas_set_num_threads(1);
+  omp_set_num_threads(threads);
+}
 
 // 16-bit products: on oneDNN when it runs bf16 on matrix units (AVX512-BF16, AMX); otherwise the
 // operands are widened to fp32 (exactly) and multiplied by sgemm, which accumulates in fp32: the
@@ -29,6 +62,7 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
                       Operand B, int ldb, float beta, float* C, int ldc) {
   require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
   require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
+  gemm_flops_ += 2.0 * M * N * K;
   const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
   if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) {
     auto narrow = [&](Operand op, std::size_t n, Buffer16& scratch) -> const std::uint16_t* {
@@ -37,9 +71,12 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
       pack(DType::bf16, static_cast<const float*>(op.data), scratch.data(), n);  // exact: the values are bf16
       return scratch.data();
     };
-    gemm_flops_ += 2.0 * M * N * K;
-    cpu::onednn_gemm_bf16(ta, tb, M, N, K, alpha, narrow(A, na, packed_a_), lda, narrow(B, nb, packed_b_), ldb,
-                          beta, C, ldc);
+    const std::uint16_t* a = narrow(A, na, packed_a_);
+    const std::uint16_t* b = narrow(B, nb, packed_b_);
+    in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc,
+             [&](int m, int n, const std::uint16_t* a_band, const std::uint16_t* b_band, float* c_band) {
+               cpu::onednn_gemm_bf16(ta, tb, m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
+             });
     return;
   }
   auto widen = [&](Operand op, std::size_t n, Buffer& scratch) -> const float* {
@@ -50,7 +87,9 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
   };
   const float* a = widen(A, na, operand_a_);
   const float* b = widen(B, nb, operand_b_);
-  sgemm_bands(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc, [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
+    cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
+  });
 }
 
 std::string CpuBackend::gemm_engine(DType compute) const {
@@ -58,40 +97,6 @@ std::string CpuBackend::gemm_engine(DType compute) const {
   if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) return "oneDNN bf16 matmul, fp32 accumulation";
   return std::string(dtype_name(compute)) + " operands widened to fp32, OpenBLAS sgemm (" + cpu::onednn_description() +
          ")";
-}
-
-// OpenBLAS itself always runs one thread: every product is cut here into bands whose shape
-// depends only on the product, so results are the same bits whatever the thread count.
-void CpuBackend::set_threads(int threads) {
-  openblas_set_num_threads(1);
-  omp_set_num_threads(threads);
-}
-
-// C is cut into bands of rows (when M >= N, else columns), about eight of them, multiples of 8
-// and at least 64 wide, each a one-thread sgemm, run over the threads. At this code's mid-size
-// shapes (3040 x 128 x 128..512) one-thread bands beat OpenBLAS's own two-thread split (one
-// block's twelve products: 25.7 vs 27.6 ms, best of 7, same run).
-void CpuBackend::sgemm_bands(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
-                             const float* B, int ldb, float beta, float* C, int ldc) {
-  const double flops = 2.0 * M * N * K;
-  gemm_flops_ += flops;
-  const bool by_rows = M >= N;
-  const int extent = by_rows ? M : N;
-  const int band = std::max(64, ((extent + 7) / 8 + 7) / 8 * 8);
-  const int bands = (extent + band - 1) / band;
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < bands; ++i) {
-    const int lo = i * band, hi = std::min(extent, lo + band);
-    if (by_rows) {
-      const float* a = ta == Trans::yes ? A + lo : A + std::size_t(lo) * lda;
-      cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), hi - lo, N, K, alpha, a, lda, B, ldb, beta,
-                  C + std::size_t(lo) * ldc, ldc);
-    } else {
-      const float* b = tb == Trans::yes ? B + std::size_t(lo) * ldb : B + lo;
-      cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo,
-                  ldc);
-    }
-  }
 }
 
 }  // namespace avtrain
