@@ -13,29 +13,9 @@ class SavedTensor {
   // Keeps `values`, already rounded to `dtype`. fp32: the storage is swapped in (`values` gets this
   // tensor's old storage, to be resized before use); 16-bit: packed, `values` is left as it was.
   // Returns the fp32 values, valid until `values` or this tensor changes.
-  const float* keep(Backend& be, Buffer& values, DType dtype) {
-    dtype_ = dtype;
-    size_ = values.size();
-    if (dtype == DType::f32) {
-      std::swap(f32_, values);
-      return f32_.data();
-    }
-    packed_.resize(size_);
-    be.pack(dtype, values.data(), packed_.data(), size_);
-    return values.data();
-  }
+  const float* keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, false); }
   // Rounds `values` to `dtype` in place, then keeps them (one pass for 16-bit types).
-  const float* round_and_keep(Backend& be, Buffer& values, DType dtype) {
-    dtype_ = dtype;
-    size_ = values.size();
-    if (dtype == DType::f32) {
-      std::swap(f32_, values);
-      return f32_.data();
-    }
-    packed_.resize(size_);
-    be.round_to(dtype, values.data(), packed_.data(), size_);
-    return values.data();
-  }
+  const float* round_and_keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, true); }
   // The values in fp32: this tensor's own storage, or unpacked into `scratch`.
   const float* load(Backend& be, Buffer& scratch) const {
     if (dtype_ == DType::f32) return f32_.data();
@@ -52,6 +32,19 @@ class SavedTensor {
   std::size_t bytes() const { return size_ * dtype_size(dtype_); }
 
  private:
+  const float* take(Backend& be, Buffer& values, DType dtype, bool round) {
+    dtype_ = dtype;
+    size_ = values.size();
+    if (dtype == DType::f32) {
+      std::swap(f32_, values);
+      return f32_.data();
+    }
+    packed_.resize(size_);
+    if (round) be.round_to(dtype, values.data(), packed_.data(), size_);
+    else be.pack(dtype, values.data(), packed_.data(), size_);
+    return values.data();
+  }
+
   DType dtype_ = DType::f32;
   std::size_t size_ = 0;
   Buffer f32_;

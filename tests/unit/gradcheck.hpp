@@ -6,7 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/keyed_random.hpp"
+
+namespace avtrain {
+
+// x = n values of N(0, std^2) keyed by (seed, key).
+inline void fill_random(Buffer& x, std::size_t n, std::uint64_t seed, const std::string& key, double std = 1.0) {
+  x.resize(n);
+  KeyedRandom rng(seed, key);
+  for (std::size_t i = 0; i < n; ++i) x[i] = float(std * rng.normal());
+}
+
+}  // namespace avtrain
 
 namespace avtrain::testing {
 

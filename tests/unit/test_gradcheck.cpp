@@ -70,12 +70,6 @@ data::MicroBatch random_batch(const data::SetInfo& s, int B, std::uint64_t seed)
   return mb;
 }
 
-void fill_random(Buffer& x, std::size_t n, std::uint64_t seed, const std::string& key, double std = 1.0) {
-  x.resize(n);
-  KeyedRandom rng(seed, key);
-  for (std::size_t i = 0; i < n; ++i) x[i] = float(std * rng.normal());
-}
-
 double dot(const Buffer& a, const Buffer& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];

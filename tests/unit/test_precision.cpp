@@ -1,0 +1,258 @@
+// The precision policy, the loss scaler, working copies of the weights, and a transformer block
+// computed in fp16/bf16 against the same block in fp32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "gradcheck.hpp"
+#include "model/transformer_block.hpp"
+#include "precision/loss_scaler.hpp"
+#include "precision/precision_policy.hpp"
+
+namespace avtrain {
+namespace {
+
+PrecisionConfig config_with(const std::string& mode, const std::string& fp32_layers = "") {
+  PrecisionConfig c;
+  c.mode = mode;
+  c.fp32_layers = fp32_layers;
+  return c;
+}
+
+// ---------------------------------------------------------------- policy
+
+TEST(PrecisionPolicy, GlobsKeepModulesInFp32) {
+  PrecisionPolicy p(config_with("bf16", " head.* , blocks.0.attn.*"));
+  EXPECT_EQ(p.compute(), DType::bf16);
+  EXPECT_EQ(p.of("head.cls"), DType::f32);
+  EXPECT_EQ(p.of("blocks.0.attn.qkv"), DType::f32);
+  EXPECT_EQ(p.of("blocks.0.mlp.fc1"), DType::bf16);
+  EXPECT_EQ(p.of("blocks.10.attn.qkv"), DType::bf16);
+  EXPECT_TRUE(p.unused_patterns().empty());
+}
+
+TEST(PrecisionPolicy, Fp32ModeIsFp32EverywhereAndUnmatchedPatternsAreReported) {
+  PrecisionPolicy fp32(config_with("fp32"));
+  EXPECT_EQ(fp32.of("blocks.0.attn.qkv"), DType::f32);
+  PrecisionPolicy p(config_with("fp16", "blocks.9.*,embed"));
+  EXPECT_EQ(p.of("embed"), DType::f32);
+  EXPECT_EQ(p.unused_patterns(), std::vector<std::string>{"blocks.9.*"});
+}
+
+TEST(PrecisionPolicy, UnknownModeIsRefusedNamingTheOption) {
+  try {
+    PrecisionPolicy p(config_with("fp8"));
+    FAIL() << "accepted fp8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("precision.mode"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- loss scaler
+
+TEST(LossScaler, AutoIsDynamicForFp16AndNoneOtherwise) {
+  PrecisionConfig c;
+  EXPECT_EQ(LossScaler(c, DType::f16).kind(), LossScaler::Kind::dynamic);
+  EXPECT_EQ(LossScaler(c, DType::f16).scale(), 65536.0);
+  EXPECT_EQ(LossScaler(c, DType::bf16).kind(), LossScaler::Kind::none);
+  EXPECT_EQ(LossScaler(c, DType::f32).scale(), 1.0);
+}
+
+TEST(LossScaler, GradScalerSemantics) {
+  PrecisionConfig c;
+  c.growth_interval = 3;
+  LossScaler s(c, DType::f16);
+  EXPECT_FALSE(s.update(true, 0));  // skipped, backed off
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_TRUE(s.update(false, 1));
+  EXPECT_TRUE(s.update(false, 2));
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_TRUE(s.update(false, 3));  // third clean step in a row: grows
+  EXPECT_EQ(s.scale(), 65536.0);
+  EXPECT_TRUE(s.update(false, 4));
+  EXPECT_FALSE(s.update(true, 5));  // an overflow resets the growth count
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_TRUE(s.update(false, 6));
+  EXPECT_TRUE(s.update(false, 7));
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_EQ(s.skipped(), 2);
+}
+
+TEST(LossScaler, HysteresisBacksOffOnlyAfterThatManyOverflows) {
+  PrecisionConfig c;
+  c.hysteresis = 2;
+  c.growth_interval = 2;
+  LossScaler s(c, DType::f16);
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.scale(), 65536.0);  // first overflow: skipped, scale kept
+  EXPECT_FALSE(s.update(true, 1));
+  EXPECT_EQ(s.scale(), 32768.0);  // second: backs off
+  EXPECT_FALSE(s.update(true, 2));
+  EXPECT_EQ(s.scale(), 16384.0);  // the tracker stays spent until the scale grows
+  EXPECT_TRUE(s.update(false, 3));
+  EXPECT_TRUE(s.update(false, 4));
+  EXPECT_EQ(s.scale(), 32768.0);  // grown: the hysteresis is restored
+  EXPECT_FALSE(s.update(true, 5));
+  EXPECT_EQ(s.scale(), 32768.0);
+}
+
+TEST(LossScaler, AnOverflowAtTheMinimumStopsTheRun) {
+  PrecisionConfig c;
+  c.init_scale = 4;
+  c.min_scale = 2;
+  LossScaler s(c, DType::f16);
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.scale(), 2.0);
+  try {
+    s.update(true, 7);
+    FAIL() << "no error at the minimum scale";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("step 7"), std::string::npos) << m;
+    EXPECT_NE(m.find("precision.min_scale"), std::string::npos) << m;
+  }
+}
+
+TEST(LossScaler, FixedAndNoneSkipButNeverChange) {
+  PrecisionConfig c;
+  c.loss_scale = "256";
+  LossScaler fixed(c, DType::f16);
+  EXPECT_EQ(fixed.kind(), LossScaler::Kind::fixed);
+  EXPECT_FALSE(fixed.update(true, 0));
+  EXPECT_EQ(fixed.scale(), 256.0);
+  c.loss_scale = "none";
+  LossScaler none(c, DType::f16);
+  EXPECT_FALSE(none.update(true, 0));
+  EXPECT_EQ(none.scale(), 1.0);
+  EXPECT_EQ(none.skipped(), 1);
+  for (const char* bad : {"big", "-4", "0", "12x"}) {
+    c.loss_scale = bad;
+    EXPECT_THROW(LossScaler(c, DType::f16), Error) << bad;
+  }
+}
+
+// ---------------------------------------------------------------- working copies
+
+TEST(ParamStore, WorkingCopiesAreTheRoundedMastersRefreshedOnDemand) {
+  auto be = make_cpu_backend();
+  ParamStore store;
+  const ParamId w = store.add("m", "weight", {3, 5}, Init::normal, 0.7f, true);
+  const ParamId b = store.add("m", "bias", {5}, Init::zeros, 0.0f, false);
+  store.set_working_dtype(w, DType::bf16);
+  store.allocate(3);
+  store.refresh_working(*be);
+  EXPECT_EQ(store.operand(b).dtype, DType::f32);
+  EXPECT_EQ(store.operand(b).data, store.value(b));
+  ASSERT_EQ(store.operand(w).dtype, DType::bf16);
+  auto bits = [&] { return static_cast<const std::uint16_t*>(store.operand(w).data); };
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(bits()[i], float_to_bf16(store.value(w)[i])) << i;
+  store.value(w)[4] = 1.0f + 1.0f / 1024;  // not a bf16 value
+  store.refresh_working(*be);
+  EXPECT_EQ(bits()[4], float_to_bf16(1.0f + 1.0f / 1024));
+  EXPECT_EQ(store.working_bytes() % 64, 0u);
+}
+
+// ---------------------------------------------------------------- a block in 16 bits
+
+ModelConfig block_model() {
+  ModelConfig m;
+  m.width = 32;
+  m.depth = 2;
+  m.heads = 4;
+  m.mlp_ratio = 2;
+  m.init_std = 0.2f;
+  return m;
+}
+
+struct BlockRun {
+  Buffer y, dx, grads;
+  std::size_t state_bytes = 0;
+};
+
+// One block forward and backward on fixed inputs in the given policy.
+BlockRun run_block(const PrecisionPolicy& policy) {
+  auto be = make_cpu_backend();
+  ParamStore params;
+  Workspace ws;
+  TransformerBlock block(*be, params, ws, policy, block_model(), 0);
+  params.allocate(21);
+  params.refresh_working(*be);
+  const int B = 3, L = 9, D = block_model().width;
+  Buffer x0, r;
+  fill_random(x0, std::size_t(B) * L * D, 7, "x");
+  fill_random(r, x0.size(), 8, "r");
+  const DType in = policy.of("blocks.0.ln1");
+  be->round_to(in, x0.data(), nullptr, x0.size());
+  be->round_to(in, r.data(), nullptr, r.size());
+  Flow flow;
+  flow.B = B, flow.L = L, flow.audio_tokens = 4;
+  flow.key_mask.assign(std::size_t(B) * L, 1);
+  flow.key_mask[5] = flow.key_mask[L + 8] = 0;
+  flow.x.resize(x0.size());
+  std::copy(x0.data(), x0.data() + x0.size(), flow.x.data());
+  flow.x_dtype = in;
+  auto state = block.make_state();
+  block.forward(flow, *state);
+  BlockRun out;
+  out.state_bytes = state->bytes();
+  out.y = std::move(flow.x);
+  flow.dx.resize(r.size());
+  std::copy(r.data(), r.data() + r.size(), flow.dx.data());
+  block.backward(flow, *state);
+  out.dx = std::move(flow.dx);
+  out.grads.resize(params.grads().size());
+  std::copy(params.grads().data(), params.grads().data() + params.grads().size(), out.grads.data());
+  return out;
+}
+
+double relative_error(const Buffer& got, const Buffer& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+bool all_exact_in(DType t, const Buffer& x) {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float r = t == DType::f16 ? half_to_float(float_to_half(x[i])) : bf16_to_float(float_to_bf16(x[i]));
+    if (r != x[i]) return false;
+  }
+  return true;
+}
+
+class BlockInSixteenBits : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BlockInSixteenBits, AgreesWithFp32KeepsHalfTheBytesAndRoundsItsOutputs) {
+  const DType t = GetParam();
+  const BlockRun ref = run_block(PrecisionPolicy());
+  const BlockRun amp = run_block(PrecisionPolicy(config_with(t == DType::f16 ? "fp16" : "bf16")));
+  const double tol = t == DType::f16 ? 5e-3 : 3e-2;  // ~ a few units in the last place of the type
+  EXPECT_LT(relative_error(amp.y, ref.y), tol);
+  EXPECT_LT(relative_error(amp.dx, ref.dx), tol);
+  EXPECT_LT(relative_error(amp.grads, ref.grads), tol);
+  EXPECT_GT(relative_error(amp.y, ref.y), 0.0);  // the 16-bit path really ran
+  EXPECT_TRUE(all_exact_in(t, amp.y));
+  EXPECT_TRUE(all_exact_in(t, amp.dx));
+  EXPECT_LE(double(amp.state_bytes), 0.55 * double(ref.state_bytes));
+}
+
+TEST_P(BlockInSixteenBits, AFullyFp32ListedBlockIsTheFp32Block) {
+  const DType t = GetParam();
+  const BlockRun ref = run_block(PrecisionPolicy());
+  const BlockRun listed = run_block(PrecisionPolicy(config_with(t == DType::f16 ? "fp16" : "bf16", "blocks.0.*")));
+  EXPECT_EQ(relative_error(listed.y, ref.y), 0.0);
+  EXPECT_EQ(relative_error(listed.grads, ref.grads), 0.0);
+  EXPECT_EQ(listed.state_bytes, ref.state_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, BlockInSixteenBits, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace avtrain
