@@ -220,7 +220,7 @@ def main():
         bad_loss[30]["loss"] = math.nan
         write_run(d("nanloss"), bad_loss, mode="bf16")
         late = copy.deepcopy(noisy)
-        for r in late[40:]:
+        for r in late[20:]:
             r["loss"] *= 1.5
         write_run(d("late"), late, mode="bf16")
 
@@ -318,7 +318,7 @@ def main():
         expect("badjson", 2, stderr_re=r"badjson/run\.json: malformed JSON")
         expect("skip", 0, r"^skipped: CAND 2 \[5, 9\], BASE 0 \[\]$")
         expect("nanloss", 1, r"CAND loss is non-finite at 1 non-skipped step\(s\), first 30")
-        expect("late", 1, r"loss max rel diff .* \(first at step 4\d\)")
+        expect("late", 1, r"loss median rel diff .* \(first step beyond at 2\d\)")
         expect("late_30", 0, r"^steps: 30 in common \(0\.\.29\), 30 updates compared ")
         expect("ranks_ok", 0, r"^ranks: BASE no ranks\.csv; CAND consistent$")
         expect("ranks_bad", 1, r"CAND ranks disagree on loss_scale at 1 step\(s\), first step 17: "
@@ -359,7 +359,7 @@ def main():
         if "two" in docs:
             j = docs["two"]
             c.check(j["verdict"] == "FAIL" and j["reasons"], "two.json: verdict/reasons")
-            c.check(j["tolerances"] == {"loss_rtol": 0.05, "gnorm_rtol": 0.15, "layer_rtol": 0.15},
+            c.check(j["tolerances"] == module.DEFAULT_TOLERANCES["bf16"],
                     f"two.json: tolerances {j['tolerances']}")
             c.check(j["cand"]["precision_mode"] == "bf16" and j["base"]["precision_mode"] == "fp32",
                     "two.json: modes")
