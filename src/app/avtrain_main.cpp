@@ -62,7 +62,9 @@ int run(int argc, char** argv, int rank, int world) {
   manifest["data"]["dir"] = config.data.dir;
   auto summary = trainer.run(manifest, std::cout);
   std::cout << "done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
-            << summary.val_acc << ", median step " << summary.median_step_ms << " ms" << std::endl;
+            << summary.val_acc << ", median step " << summary.median_step_ms << " ms";
+  if (summary.skipped) std::cout << ", " << summary.skipped << " step(s) skipped for non-finite gradients";
+  std::cout << std::endl;
   if (!config.train.out.empty()) std::cout << "traces: " << config.train.out << "/{run.json,trace.csv,layers.csv}" << std::endl;
   return 0;
 }

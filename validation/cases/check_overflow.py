@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Checks a run of the overflow deck: the scaler skipped steps at the start and mid-run, halved
-the scale after each, never let a non-finite value reach the weights, and training recovered.
+the scale after each, never let a non-finite value reach the weights, did not advance the LR
+schedule on a skipped step, and training recovered.
 
 usage: check_overflow.py RUN_DIR
 """
 import csv
+import json
 import math
 import sys
 
@@ -34,6 +36,15 @@ def main():
     if bad_weights:
         problems.append(f"non-finite weights in {bad_weights[0]['layer']} at step {bad_weights[0]['step']}")
     applied = [r for r in trace if r["skipped"] == "0"]
+    # The first applied update takes the schedule's first value, however many steps were skipped.
+    with open(f"{run}/run.json") as f:
+        config = json.load(f)["config"]
+    first_lr = float(config["optim.lr"]) / int(config["optim.warmup_steps"])
+    if skipped and skipped[0] == 0 and not math.isclose(float(applied[0]["lr"]), first_lr, rel_tol=1e-6):
+        problems.append(f"first applied step {applied[0]['step']} used lr {applied[0]['lr']}, "
+                        f"not the schedule's first {first_lr:g}: skipped steps advanced it")
+    if any(float(r["lr"]) != 0 for r in trace if r["skipped"] == "1"):
+        problems.append("a skipped step reports a learning rate")
     if any(not math.isfinite(float(r["loss"])) or not math.isfinite(float(r["grad_norm"])) for r in applied):
         problems.append("an applied step has a non-finite loss or grad_norm")
     first = sum(float(r["loss"]) for r in applied[:5]) / 5
