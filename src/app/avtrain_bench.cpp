@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "data/shard_set.hpp"
 #include "data/synthetic.hpp"
+#include "parallel/process_groups.hpp"
 #include "train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -77,14 +78,15 @@ int run(int argc, char** argv) {
   avtrain::data::SynthOptions synth;
   synth.out_dir = workdir;
   synth.shards = 1;
-  synth.samples_per_shard = std::int64_t(config.global_batch()) * 4;
+  synth.samples_per_shard = std::int64_t(config.global_batch(1)) * 4;
   avtrain::data::write_synthetic(synth);
   auto shards = avtrain::data::ShardSet::open(workdir);
 
   auto backend = avtrain::make_cpu_backend();
   backend->set_threads(threads);
   std::ostringstream quiet;
-  avtrain::Trainer trainer(config, *backend, *shards);
+  avtrain::parallel::ProcessGroups groups = avtrain::parallel::make_mpi_process_groups(1, 1);
+  avtrain::Trainer trainer(config, *backend, *shards, groups);
   config.train.steps = warmup;
   trainer.run({}, quiet);
 
@@ -114,7 +116,7 @@ int run(int argc, char** argv) {
   const double best_ms = *std::min_element(timed.begin(), timed.end());
   const double floor_ms = flops_per_step / (rate * 1e9) * 1e3;
   const double ratio = median(ratios);
-  const int samples = config.global_batch();
+  const int samples = config.global_batch(1);
   std::printf("avtrain-bench: %s, %s, batch %d, %d threads, %d timed steps after %d warm-up\n", deck.c_str(),
               precision.c_str(), samples, threads, int(timed.size()), warmup);
   std::printf("  model GEMM FLOPs per step   %.3f GFLOP\n", flops_per_step / 1e9);

@@ -2,7 +2,12 @@
 // backend and the model, and trains or describes. Only here do errors become exits.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <thread>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +17,8 @@
 #include "build_info.hpp"
 #include "core/error.hpp"
 #include "data/shard_set.hpp"
+#include "parallel/process_groups.hpp"
+#include "train/run_description.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -30,43 +37,50 @@ nlohmann::json data_fingerprint(const avtrain::data::SetInfo& s) {
           {"video_shape", {s.frames, s.height, s.width, s.channels}}};
 }
 
-int run(int argc, char** argv, int rank, int world) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  avtrain::ParsedOptions options = avtrain::parse_options(args);
-  if (options.help) {
-    if (rank == 0) std::cout << *options.help;
-    return 0;
-  }
+// Errors every rank meets alike (options, layout) are printed by rank 0 alone and every rank exits
+// 1; an error on some ranks only is printed by the rank that met it, which then aborts the world.
+int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroups& groups) {
   const avtrain::RunConfig& config = options.config;
-  avtrain::require(world == 1, "this version trains on one rank; mpirun started " + std::to_string(world) +
-                                   " (pipeline and data parallelism come with the parallel runtime)");
-  avtrain::require(!config.data.dir.empty(), "no shard set given: set data.dir in the deck or pass --data DIR");
-  auto shards = avtrain::data::ShardSet::open(config.data.dir);
+  const avtrain::parallel::Topology& topo = groups.topology;
+  auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
   auto backend = avtrain::make_cpu_backend();
   backend->set_threads(config.train.threads);
-  avtrain::Trainer trainer(config, *backend, *shards);
-  if (config.dry_run) {
-    trainer.describe(std::cout);
-    return 0;
-  }
+  avtrain::Trainer trainer(config, *backend, *shards, groups);
   nlohmann::json manifest;
   manifest["config"] = options.resolved;
   manifest["deck"] = config.deck;
   manifest["seed"] = config.train.seed;
-  manifest["layout"] = {{"world_size", world}, {"pp", 1}, {"dp", 1}, {"device", backend->name()},
-                        {"threads", config.train.threads}};
+  manifest["layout"] = {{"device", backend->name()}, {"threads", config.train.threads}};
   manifest["build"] = {{"version", avtrain::build_info::version}, {"git_commit", avtrain::build_info::git_commit},
                        {"compiler", avtrain::build_info::compiler}, {"build_type", avtrain::build_info::build_type},
                        {"blas", avtrain::build_info::blas}};
   manifest["data"] = data_fingerprint(shards->info());
   manifest["data"]["dir"] = config.data.dir;
-  auto summary = trainer.run(manifest, std::cout);
-  std::cout << "done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
+  std::ostringstream quiet;
+  auto summary = trainer.run(manifest, topo.rank == 0 ? std::cout : quiet);
+  if (topo.rank != 0) return 0;
+  std::cout << "[rank 0] done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
             << summary.val_acc << ", median step " << summary.median_step_ms << " ms";
   if (summary.skipped) std::cout << ", " << summary.skipped << " step(s) skipped for non-finite gradients";
   std::cout << std::endl;
-  if (!config.train.out.empty()) std::cout << "traces: " << config.train.out << "/{run.json,trace.csv,layers.csv}" << std::endl;
+  if (!config.train.out.empty())
+    std::cout << "[rank 0] traces: " << config.train.out << "/{run.json,trace.csv,layers.csv,ranks.csv}" << std::endl;
   return 0;
+}
+
+void describe(const avtrain::RunConfig& config) {
+  auto shards = avtrain::data::ShardSet::open(config.data.dir);
+  auto backend = avtrain::make_cpu_backend();
+  backend->set_threads(config.train.threads);
+  avtrain::describe_run(config, *backend, *shards, std::cout);
+}
+
+[[noreturn]] void abort_world(int world) {
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
+  std::exit(1);
 }
 
 }  // namespace
@@ -77,15 +91,39 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int code = 0;
+  avtrain::ParsedOptions options;
+  std::optional<avtrain::parallel::ProcessGroups> groups;
   try {
-    code = run(argc, argv, rank, world);
+    options = avtrain::parse_options({argv + 1, argv + argc});
+    if (options.help) {
+      if (rank == 0) std::cout << *options.help;
+      MPI_Finalize();
+      return 0;
+    }
+    avtrain::require(!options.config.data.dir.empty(), "no shard set given: set data.dir in the deck or pass --data DIR");
+    if (!options.config.dry_run)
+      groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp);
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "avtrain: %s\n", e.what());
+    groups.reset();
+    MPI_Finalize();
+    return 1;
+  }
+  try {
+    if (options.config.dry_run) {
+      if (rank == 0) describe(options.config);
+    } else {
+      train(options, *groups);
+    }
+  } catch (const avtrain::ErrorElsewhere&) {
+    // The rank that met the error prints it and aborts; give it the time to.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    abort_world(world);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    code = 1;
+    abort_world(world);
   }
+  groups.reset();
   MPI_Finalize();
-  return code;
+  return 0;
 }

@@ -185,13 +185,37 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast0);
   t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads",
         Range<int>{1, 1024, "in [1, 1024]"});
-  t.add("[train] step loop", "train.out", &c.train.out, "trace directory (run.json, trace.csv, layers.csv); --out");
+  t.add("[train] step loop", "train.out", &c.train.out,
+        "trace directory (run.json, trace.csv, layers.csv, ranks.csv); short form --out");
+
+  const std::string L = "[parallel] pipeline x data parallelism";
+  t.add(L, "parallel.pp", &c.parallel.pp, "pipeline stages; short form --pp", kAtLeast1);
+  t.add(L, "parallel.dp", &c.parallel.dp,
+        "data-parallel replicas; 0 infers world size / pp; world size must be pp x dp; short form --dp", kAtLeast0);
+  t.add(L, "parallel.schedule", &c.parallel.schedule,
+        "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (PipeDream-Flush)",
+        std::vector<std::string>{"gpipe", "1f1b"});
+  t.add(L, "parallel.partition", &c.parallel.partition,
+        "cut of the layers into stages: params (balance parameters), uniform (layer count), or the first layer "
+        "of each stage after the first, e.g. 'blocks.2' or 'blocks.1,blocks.3'");
+  t.add(L, "parallel.grad_bucket_mb", &c.parallel.grad_bucket_mb,
+        "gradient all-reduce bucket size in MiB of fp32 gradients; buckets launch as backward completes them",
+        kPositive);
+  t.add(L, "parallel.grad_comm_dtype", &c.parallel.grad_comm_dtype,
+        "type of the gradient all-reduce on the wire: fp32, or fp16/bf16 (divided by dp, then summed)",
+        std::vector<std::string>{"fp32", "fp16", "bf16"});
+  t.add(L, "parallel.timeline", &c.parallel.timeline,
+        "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto); short form --timeline");
+
+  t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
+        "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
 }
 
 // Short forms a user types often, and the dotted key each stands for.
 const std::pair<const char*, const char*> kShortForms[] = {
     {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
-    {"threads", "train.threads"}, {"precision", "precision.mode"}};
+    {"threads", "train.threads"}, {"precision", "precision.mode"}, {"pp", "parallel.pp"},
+    {"dp", "parallel.dp"}, {"timeline", "parallel.timeline"}};
 
 }  // namespace
 
@@ -202,9 +226,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   bind(table, c);
 
   po::options_description general("General");
-  std::string short_data, short_out, short_precision;
+  std::string short_data, short_out, short_precision, short_timeline;
   bool short_detect_anomaly = false;
-  int short_steps = 0, short_threads = 0;
+  int short_steps = 0, short_threads = 0, short_pp = 0, short_dp = 0;
   std::uint64_t short_seed = 0;
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
                                                       "input deck (*.ini); also the first positional argument")(
@@ -215,6 +239,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
                                                                "= --train.seed")(
       "threads", po::value<int>(&short_threads), "= --train.threads")(
       "precision", po::value<std::string>(&short_precision), "= --precision.mode")(
+      "pp", po::value<int>(&short_pp), "= --parallel.pp")("dp", po::value<int>(&short_dp), "= --parallel.dp")(
+      "timeline", po::value<std::string>(&short_timeline), "= --parallel.timeline")(
       "detect-anomaly", po::bool_switch(&short_detect_anomaly), "= --precision.detect_anomaly 1");
 
   po::options_description deck_keys;
@@ -263,6 +289,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("seed")) c.train.seed = short_seed;
   if (vm.count("threads")) c.train.threads = short_threads;
   if (vm.count("precision")) c.precision.mode = short_precision;
+  if (vm.count("pp")) c.parallel.pp = short_pp;
+  if (vm.count("dp")) c.parallel.dp = short_dp;
+  if (vm.count("timeline")) c.parallel.timeline = short_timeline;
   if (short_detect_anomaly) c.precision.detect_anomaly = true;
   table.check();
   table.dump(parsed.resolved);

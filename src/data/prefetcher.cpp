@@ -10,6 +10,7 @@ namespace avtrain::data {
 struct Prefetcher::Impl {
   struct Job {
     std::vector<std::int64_t> indices;
+    Fields fields = Fields::all;
     std::promise<MicroBatch> result;
   };
 
@@ -36,7 +37,7 @@ struct Prefetcher::Impl {
         jobs.pop_front();
       }
       try {
-        job.result.set_value(set.read(job.indices));
+        job.result.set_value(set.read(job.indices, job.fields));
       } catch (...) {
         job.result.set_exception(std::current_exception());
       }
@@ -55,8 +56,8 @@ Prefetcher::Prefetcher(ShardSet& set) : impl_(std::make_unique<Impl>(set)) {}
 
 Prefetcher::~Prefetcher() = default;
 
-std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices) {
-  Impl::Job job{std::move(global_indices), {}};
+std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices, Fields fields) {
+  Impl::Job job{std::move(global_indices), fields, {}};
   std::future<MicroBatch> result = job.result.get_future();
   {
     const std::lock_guard lock(impl_->mutex);

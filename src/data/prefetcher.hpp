@@ -15,7 +15,7 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
   // Reads happen in submission order on the reader thread; an error is rethrown by future::get().
-  std::future<MicroBatch> submit(std::vector<std::int64_t> global_indices);
+  std::future<MicroBatch> submit(std::vector<std::int64_t> global_indices, Fields fields = Fields::all);
 
  private:
   struct Impl;

@@ -275,7 +275,7 @@ std::vector<std::int64_t> ShardReader::check_values() const {
   return histogram;
 }
 
-ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows) const {
+ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows, Fields fields) const {
   silence_hdf5_error_printing();
   const ShardHeader& h = header_;
   const std::vector<RowRun> runs = row_runs(rows);
@@ -290,6 +290,9 @@ ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows) const {
 
   ShardRows out;
   out.count = static_cast<std::int64_t>(count);
+  out.label.resize(count);
+  read(label_, H5T_NATIVE_INT32, out.label.data(), "/label");
+  if (fields == Fields::labels) return out;
   out.audio.resize(count * audio_row);
   if (h.audio_int16) {
     std::vector<std::int16_t> pcm(count * audio_row);
@@ -304,8 +307,6 @@ ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows) const {
   read(video_, H5T_NATIVE_UINT8, out.video.data(), "/video");
   out.video_len.resize(count);
   read(video_len_, H5T_NATIVE_INT32, out.video_len.data(), "/video_len");
-  out.label.resize(count);
-  read(label_, H5T_NATIVE_INT32, out.label.data(), "/label");
   return out;
 }
 

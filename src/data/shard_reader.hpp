@@ -8,6 +8,7 @@
 #include "data/hdf5_describe.hpp"
 #include "data/hdf5_id.hpp"
 #include "data/shard_header.hpp"
+#include "data/shard_set.hpp"
 
 namespace avtrain::data {
 
@@ -34,8 +35,9 @@ class ShardReader {
   // in [-1, 1]. Returns the number of samples of each class.
   std::vector<std::int64_t> check_values() const;
 
-  // rows: row indices within this shard, sorted ascending, unique, in range.
-  ShardRows read_rows(const std::vector<std::int64_t>& rows) const;
+  // rows: row indices within this shard, sorted ascending, unique, in range. Fields::labels reads
+  // /label alone.
+  ShardRows read_rows(const std::vector<std::int64_t>& rows, Fields fields = Fields::all) const;
 
  private:
   ShardHeader header_;

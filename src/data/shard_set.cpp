@@ -15,10 +15,10 @@ namespace {
 
 class Hdf5ShardSet final : public ShardSet {
  public:
-  explicit Hdf5ShardSet(const std::string& directory) : directory_(directory) {
+  Hdf5ShardSet(const std::string& directory, CheckShare share) : directory_(directory) {
     for (const std::string& path : list_shard_files(directory)) {
       ShardReader& shard = shards_.emplace_back(path);
-      shard.check_values();
+      if (int(shards_.size() - 1) % share.parts == share.part) shard.check_values();
       if (shards_.size() > 1) require_same_set(shards_.front().header(), shard.header());
       first_index_.push_back(info_.total_samples);
       info_.total_samples += shard.header().samples;
@@ -40,7 +40,7 @@ class Hdf5ShardSet final : public ShardSet {
 
   const SetInfo& info() const override { return info_; }
 
-  MicroBatch read(const std::vector<std::int64_t>& global_indices) override {
+  MicroBatch read(const std::vector<std::int64_t>& global_indices, Fields fields) override {
     for (const std::int64_t index : global_indices) {
       if (index < 0 || index >= info_.total_samples) {
         throw Error("sample index " + std::to_string(index) + " is outside 0.." + std::to_string(info_.total_samples - 1) +
@@ -53,10 +53,13 @@ class Hdf5ShardSet final : public ShardSet {
     MicroBatch out;
     out.size = static_cast<int>(batch);
     out.index = global_indices;
-    out.audio.resize(batch * audio_row);
-    out.audio_len.resize(batch);
-    out.video.resize(batch * video_row);
-    out.video_len.resize(batch);
+    const bool all = fields == Fields::all;
+    if (all) {
+      out.audio.resize(batch * audio_row);
+      out.audio_len.resize(batch);
+      out.video.resize(batch * video_row);
+      out.video_len.resize(batch);
+    }
     out.label.resize(batch);
 
     // Batch positions ordered by global index, so each shard's rows form one contiguous, sorted stretch.
@@ -77,15 +80,16 @@ class Hdf5ShardSet final : public ShardSet {
         if (rows.empty() || rows.back() != row) rows.push_back(row);
         row_of[by_index[end]] = rows.size() - 1;
       }
-      const ShardRows read = shards_[shard].read_rows(rows);
+      const ShardRows read = shards_[shard].read_rows(rows, fields);
       for (std::size_t k = begin; k < end; ++k) {
         const std::size_t to = by_index[k];
         const std::size_t from = row_of[to];
+        out.label[to] = read.label[from];
+        if (!all) continue;
         std::copy_n(read.audio.begin() + from * audio_row, audio_row, out.audio.begin() + to * audio_row);
         std::copy_n(read.video.begin() + from * video_row, video_row, out.video.begin() + to * video_row);
         out.audio_len[to] = read.audio_len[from];
         out.video_len[to] = read.video_len[from];
-        out.label[to] = read.label[from];
       }
       begin = end;
     }
@@ -106,8 +110,8 @@ class Hdf5ShardSet final : public ShardSet {
 
 }  // namespace
 
-std::unique_ptr<ShardSet> ShardSet::open(const std::string& directory) {
-  return std::make_unique<Hdf5ShardSet>(directory);
+std::unique_ptr<ShardSet> ShardSet::open(const std::string& directory, CheckShare share) {
+  return std::make_unique<Hdf5ShardSet>(directory, share);
 }
 
 }  // namespace avtrain::data

@@ -37,15 +37,27 @@ struct MicroBatch {
   std::vector<std::int32_t> label;     // [B]
 };
 
+// What a read fetches: everything, or only the labels (the last pipeline stage, which gets its
+// tokens from the stage before).
+enum class Fields { all, labels };
+
+// Which shards' values this process checks when opening: shard i when i % parts == part. Every
+// rank checks the headers, types and shapes of every shard; the streaming pass over the values,
+// which reads the whole file, is shared out over the ranks.
+struct CheckShare {
+  int part = 0, parts = 1;
+};
+
 // Opens and validates a shard set (every file, every rule of the format) and reads samples by
 // global index with hyperslab reads. Not thread-safe: one thread reads at a time.
 class ShardSet {
  public:
   // Throws avtrain::Error with one line naming the file, the dataset and what is wrong.
-  static std::unique_ptr<ShardSet> open(const std::string& directory);
+  static std::unique_ptr<ShardSet> open(const std::string& directory, CheckShare share = {});
   virtual ~ShardSet() = default;
   virtual const SetInfo& info() const = 0;
-  virtual MicroBatch read(const std::vector<std::int64_t>& global_indices) = 0;
+  // With Fields::labels only size, index and label are filled.
+  virtual MicroBatch read(const std::vector<std::int64_t>& global_indices, Fields fields = Fields::all) = 0;
 };
 
 }  // namespace avtrain::data

@@ -26,7 +26,11 @@ std::string optional_double(const std::optional<double>& v) {
 
 const char* TraceWriter::trace_header() {
   return "step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,samples_per_s,"
-         "mem_peak_mb,act_mb,val_loss,val_acc";
+         "mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc";
+}
+const char* TraceWriter::ranks_header() {
+  return "step,rank,pp_rank,dp_rank,local_loss,loss_scale,grad_norm_local,act_mb,step_ms,schedule_ms,idle_ms,"
+         "comm_ms,data_wait_ms,grad_bytes";
 }
 const char* TraceWriter::layers_header() {
   return "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite";
@@ -38,17 +42,20 @@ TraceWriter::TraceWriter(const std::string& dir) : dir_(dir) {
   if (ec) throw Error("cannot create output directory " + dir + ": " + ec.message());
   trace_.reset(open_for_writing(dir + "/trace.csv"));
   layers_.reset(open_for_writing(dir + "/layers.csv"));
+  ranks_.reset(open_for_writing(dir + "/ranks.csv"));
   std::fprintf(trace_.get(), "%s\n", trace_header());
   std::fprintf(layers_.get(), "%s\n", layers_header());
+  std::fprintf(ranks_.get(), "%s\n", ranks_header());
   std::fflush(trace_.get());
   std::fflush(layers_.get());
+  std::fflush(ranks_.get());
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%s,%s\n",
+  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.6f,%.6f,%s,%s\n",
                static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
-               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb, r.act_mb,
-               optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
+               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb, r.act_mb, r.bubble,
+               r.bubble_theory, optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
   if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }
 
@@ -61,6 +68,15 @@ void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& r
                  static_cast<unsigned long long>(r.nonfinite));
   }
   if (std::fflush(layers_.get()) != 0) throw Error("cannot write " + dir_ + "/layers.csv: " + std::strerror(errno));
+}
+
+void TraceWriter::write_ranks(const std::vector<RankRow>& rows) {
+  for (const RankRow& r : rows)
+    std::fprintf(ranks_.get(), "%lld,%d,%d,%d,%s,%.17g,%.17g,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%llu\n",
+                 static_cast<long long>(r.step), r.rank, r.pp_rank, r.dp_rank, optional_double(r.local_loss).c_str(),
+                 r.loss_scale, r.grad_norm_local, r.act_mb, r.step_ms, r.schedule_ms, r.idle_ms, r.comm_ms,
+                 r.data_wait_ms, static_cast<unsigned long long>(r.grad_bytes));
+  if (std::fflush(ranks_.get()) != 0) throw Error("cannot write " + dir_ + "/ranks.csv: " + std::strerror(errno));
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

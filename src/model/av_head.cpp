@@ -26,6 +26,11 @@ AVHead::AVHead(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPo
 
 std::unique_ptr<LayerState> AVHead::make_state() const { return std::make_unique<HeadState>(); }
 
+double AVHead::forward_flops(int B, int) const {
+  const double nce = nce_weight_ > 0 ? 2.0 * B * B * D_ : 0.0;  // the audio-video similarity matrix
+  return 2.0 * B * 2.0 * D_ * classes_ + nce;
+}
+
 void AVHead::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<HeadState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, rows = B * L, Ta = flow.audio_tokens;

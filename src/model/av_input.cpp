@@ -34,6 +34,14 @@ AVInput::AVInput(Backend& be, ParamStore& params, Workspace& ws, const Precision
 
 std::unique_ptr<LayerState> AVInput::make_state() const { return std::make_unique<AVInputState>(); }
 
+double AVInput::forward_flops(int B, int) const {
+  const double frames = double(B) * g_.frames, mel = frontend_.mel_bins();
+  const double dft = 2.0 * frames * g_.window * 2.0 * g_.bins, filterbank = 2.0 * frames * g_.bins * mel;
+  const double conv = 2.0 * B * g_.audio_tokens * 3.0 * mel * D_;
+  const double patch = 2.0 * B * g_.video_tokens * double(g_.patch_dim) * D_;
+  return dft + filterbank + conv + patch;
+}
+
 void AVInput::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<AVInputState&>(state_base);
   const data::MicroBatch& mb = *flow.batch;

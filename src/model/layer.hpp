@@ -66,6 +66,8 @@ class Layer {
   virtual ~Layer() = default;
   const std::string& name() const { return name_; }
   virtual std::unique_ptr<LayerState> make_state() const = 0;
+  // Matrix-product FLOPs of a forward over B full-length samples of L tokens.
+  virtual double forward_flops(int B, int L) const = 0;
   virtual void forward(Flow& flow, LayerState& state) = 0;
   virtual void backward(Flow& flow, LayerState& state) = 0;
 

@@ -41,6 +41,12 @@ TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, Workspace& w
 
 std::unique_ptr<LayerState> TransformerBlock::make_state() const { return std::make_unique<BlockState>(); }
 
+double TransformerBlock::forward_flops(int B, int L) const {
+  const double rows = double(B) * L;
+  const double linears = 2.0 * rows * (double(D_) * 3 * D_ + double(D_) * D_ + 2.0 * D_ * hidden_);
+  return linears + 4.0 * B * H_ * double(L) * L * hd_;  // q k^T and p v
+}
+
 void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;

@@ -18,6 +18,7 @@ class TransformerBlock final : public Layer {
   TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
                    const ModelConfig& m, int index);
   std::unique_ptr<LayerState> make_state() const override;
+  double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
 

@@ -5,6 +5,7 @@
 
 #include "model/model_config.hpp"
 #include "optim/optim_config.hpp"
+#include "parallel/parallel_config.hpp"
 #include "precision/precision_config.hpp"
 
 namespace avtrain {
@@ -18,7 +19,7 @@ struct DataConfig {
 struct TrainConfig {
   int steps = 300;
   int micro_batch = 32;       // samples per micro-batch
-  int micro_batches = 1;      // micro-batches per step; gradients accumulate
+  int micro_batches = 1;      // micro-batches per step and replica; gradients accumulate
   std::uint64_t seed = 1;
   int eval_interval = 50;     // steps between validation passes; 0: only after the last step
   int log_interval = 10;      // steps between progress lines
@@ -33,8 +34,11 @@ struct RunConfig {
   PrecisionConfig precision;
   DataConfig data;
   TrainConfig train;
+  ParallelConfig parallel;
+  DebugConfig debug;
   bool dry_run = false;
-  int global_batch() const { return train.micro_batch * train.micro_batches; }
+  // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.
+  int global_batch(int dp) const { return dp * train.micro_batch * train.micro_batches; }
 };
 
 }  // namespace avtrain

@@ -6,56 +6,39 @@
 #include <deque>
 #include <future>
 #include <iomanip>
-#include <map>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sampler.hpp"
+#include "io/timeline.hpp"
 #include "io/trace_writer.hpp"
 #include "model/av_net.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/grad_buckets.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
+#include "train/stage_link.hpp"
+#include "train/stage_plan.hpp"
 
 namespace avtrain {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+double ms_since(Clock::time_point t0) { return ms_between(t0, Clock::now()); }
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Below this |g| a gradient value is not held at full precision by the compute type: its smallest
 // normal. An fp32 run reports against fp16's, what an fp16 run of it would lose.
 float underflow_threshold(DType compute) { return compute == DType::bf16 ? 0x1p-126f : 0x1p-14f; }
-
-// A micro-batch with every sample at full length: what the memory estimate runs.
-data::MicroBatch full_length_probe(const data::SetInfo& s, int B) {
-  data::MicroBatch probe;
-  probe.size = B;
-  probe.audio.assign(std::size_t(B) * s.audio_samples, 0.0f);
-  probe.audio_len.assign(B, int(s.audio_samples));
-  probe.video.assign(std::size_t(B) * s.frames * s.height * s.width * s.channels, 0);
-  probe.video_len.assign(B, s.frames);
-  probe.label.assign(B, 0);
-  probe.index.assign(B, 0);
-  return probe;
-}
-
-// Bytes the layers keep for backward after a forward of `probe` (one micro-batch in flight).
-std::size_t activation_bytes(AVNet& net, const data::MicroBatch& probe) {
-  auto states = net.make_states();
-  Flow flow;
-  flow.batch = &probe;
-  flow.mode = Mode::train;
-  net.forward(flow, states);
-  std::size_t bytes = 0;
-  for (const auto& st : states) bytes += st->bytes();
-  return bytes;
-}
 
 // Parameters grouped by module, in registration order: the rows of layers.csv.
 struct ModuleGroup {
@@ -74,10 +57,46 @@ std::vector<ModuleGroup> group_modules(const ParamStore& params) {
   return groups;
 }
 
-std::string human_bytes(double bytes) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0) << " MiB";
-  return s.str();
+// "RANK:STEP" of debug.inject_overflow; {-1, -1} when empty.
+std::pair<int, std::int64_t> parse_rank_step(const std::string& text) {
+  if (text.empty()) return {-1, -1};
+  const auto colon = text.find(':');
+  try {
+    if (colon != std::string::npos) return {std::stoi(text.substr(0, colon)), std::stoll(text.substr(colon + 1))};
+  } catch (const std::exception&) {
+  }
+  throw Error("option debug.inject_overflow = '" + text + "': expected RANK:STEP, e.g. 1:3");
+}
+
+// A micro-batch in flight on this stage: its flow (tokens, mask, shapes), what its layers keep for
+// backward, and its samples. Slots are reused, so their number is the most ever in flight.
+struct Slot {
+  Flow flow;
+  std::vector<std::unique_ptr<LayerState>> states;
+  data::MicroBatch batch;
+  bool busy = false;
+};
+
+// What one rank measured in a step; gathered to rank 0.
+nlohmann::json rank_report(const RankRow& r, const std::vector<LayerRow>* layers) {
+  nlohmann::json j = {{"loss", r.local_loss ? nlohmann::json(*r.local_loss) : nlohmann::json()},
+                      {"scale", r.loss_scale},
+                      {"gnorm", r.grad_norm_local},
+                      {"act", r.act_mb},
+                      {"step", r.step_ms},
+                      {"sched", r.schedule_ms},
+                      {"idle", r.idle_ms},
+                      {"comm", r.comm_ms},
+                      {"data", r.data_wait_ms},
+                      {"bytes", r.grad_bytes}};
+  if (layers) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const LayerRow& l : *layers)
+      rows.push_back({l.layer, l.grad_norm, l.param_norm, l.act_absmax ? nlohmann::json(*l.act_absmax) : nlohmann::json(),
+                      l.grad_underflow_frac, l.nonfinite});
+    j["layers"] = rows;
+  }
+  return j;
 }
 }  // namespace
 
@@ -85,26 +104,76 @@ struct Trainer::Impl {
   const RunConfig& config;
   Backend& be;
   data::ShardSet& shards;
+  parallel::ProcessGroups& groups;
+  const parallel::Topology& topo;
   PrecisionPolicy policy;
+  StagePlan plan;
+  parallel::StageRange stage;
   ParamStore params;
   AVNet net;
-  std::vector<std::unique_ptr<LayerState>> states;
   std::vector<ModuleGroup> modules;
+  std::vector<std::unique_ptr<Slot>> slots;
+  StageLink link;
+  parallel::GradBuckets buckets;
+  parallel::Schedule schedule;
+  std::pair<int, std::int64_t> inject_overflow;
 
-  Impl(const RunConfig& c, Backend& b, data::ShardSet& s)
-      : config(c), be(b), shards(s), policy(c.precision), net(b, params, c.model, s.info(), policy) {
-    params.allocate(c.train.seed);
-    params.refresh_working(be);
-    states = net.make_states();
+  Impl(const RunConfig& c, Backend& b, data::ShardSet& s, parallel::ProcessGroups& g)
+      : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
+        plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
+        net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last}),
+        link(*g.pipeline, b, c.model.width),
+        buckets(allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
+                parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data),
+        schedule(parallel::parse_schedule(c.parallel.schedule)),
+        inject_overflow(parse_rank_step(c.debug.inject_overflow)) {
     modules = group_modules(params);
+  }
+
+  // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
+  // exist before the buckets (the next member) point into it.
+  float* allocate_params() {
+    params.allocate(config.train.seed);
+    params.refresh_working(be);
+    return params.grads().data();
+  }
+  std::vector<std::size_t> param_bounds() const {
+    std::vector<std::size_t> bounds;
+    for (const ParamInfo& p : params.params()) bounds.push_back(p.offset);
+    bounds.push_back(params.total_size());
+    return bounds;
   }
 
   // Parameters, main grads, AdamW moments (4 bytes each) and the working copies.
   double parameter_bytes() const { return 16.0 * double(params.total_size()) + double(params.working_bytes()); }
 
-  // One row per module, from the gradients as accumulated (multiplied by loss_scale): norms are
-  // reported unscaled, the underflow share as the compute type sees the scaled values.
-  // `grad_sum_squares` gets the unscaled global norm's square.
+  Slot& acquire() {
+    for (auto& s : slots)
+      if (!s->busy) {
+        s->busy = true;
+        return *s;
+      }
+    slots.push_back(std::make_unique<Slot>());
+    slots.back()->states = net.make_states();
+    slots.back()->busy = true;
+    return *slots.back();
+  }
+  // Memory the slots hold for backward: what 1F1B keeps below GPipe.
+  std::size_t activation_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& s : slots)
+      for (const auto& st : s->states) bytes += st->bytes();
+    return bytes;
+  }
+  double flow_bytes() const {
+    double bytes = 0;
+    for (const auto& s : slots) bytes += double(s->flow.x.bytes() + s->flow.dx.bytes());
+    return bytes;
+  }
+
+  // One row per module of this stage, from the gradients as accumulated (multiplied by loss_scale):
+  // norms are reported unscaled, the underflow share as the compute type sees the scaled values.
+  // `grad_sum_squares` gets the unscaled sum of squares over the stage.
   std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
     std::vector<LayerRow> rows;
     grad_sum_squares = 0;
@@ -134,126 +203,141 @@ struct Trainer::Impl {
     return rows;
   }
 
+  // What this stage reads of a micro-batch: the first stage its inputs (and, alone, the labels),
+  // the last stage the labels, a middle stage nothing.
+  bool reads() const { return topo.first_stage() || topo.last_stage(); }
+  data::Fields fields() const { return topo.first_stage() ? data::Fields::all : data::Fields::labels; }
+
+  // BatchNorm's running statistics drift apart across replicas (each sees its own micro-batches);
+  // evaluation and the end of the run use their average over the data-parallel group.
+  void average_running_stats() {
+    if (topo.dp == 1) return;
+    for (ParamId id = 0; id < ParamId(params.params().size()); ++id) {
+      const ParamInfo& p = params.info(id);
+      if (p.trainable) continue;
+      groups.data->all_reduce(params.value(id), p.size, DType::f32, parallel::ReduceOp::sum);
+      be.scale(params.value(id), p.size, 1.0f / float(topo.dp));
+    }
+  }
+
   struct Evaluation {
     double loss = 0, acc = 0;
   };
 
+  // Forward only, through the pipeline: replica r takes the validation micro-batches j with
+  // j % dp == r; the last stages' sums are added over the world.
   Evaluation evaluate(data::Prefetcher& reader, const std::vector<std::int64_t>& val) {
     Evaluation e;
     if (val.empty()) return e;
-    // A few micro-batches are read ahead, never the whole split: memory stays bounded.
+    average_running_stats();
     const std::size_t mb = std::size_t(config.train.micro_batch);
+    std::vector<std::vector<std::int64_t>> mine;
+    for (std::size_t j = 0, begin = 0; begin < val.size(); ++j, begin += mb)
+      if (int(j % std::size_t(topo.dp)) == topo.dp_rank)
+        mine.emplace_back(val.begin() + std::ptrdiff_t(begin), val.begin() + std::ptrdiff_t(std::min(val.size(), begin + mb)));
+    // A few micro-batches are read ahead, never the whole split: memory stays bounded.
     const std::size_t ahead = std::size_t(std::max(1, config.data.prefetch_steps) * config.train.micro_batches);
     std::deque<std::future<data::MicroBatch>> pending;
     std::size_t next = 0;
     auto refill = [&] {
-      for (; next < val.size() && pending.size() < ahead; next += mb)
-        pending.push_back(reader.submit({val.begin() + next, val.begin() + std::min(val.size(), next + mb)}));
+      if (!reads()) return;
+      for (; next < mine.size() && pending.size() < ahead; ++next) pending.push_back(reader.submit(mine[next], fields()));
     };
-    double loss_sum = 0;
-    std::int64_t correct = 0;
-    Flow flow;
-    for (refill(); !pending.empty(); refill()) {
-      data::MicroBatch batch = pending.front().get();
-      pending.pop_front();
-      flow.batch = &batch;
+    double sums[2] = {0, 0};  // loss x samples, correct
+    Slot& slot = acquire();
+    Flow& flow = slot.flow;
+    for (std::size_t j = 0; j < mine.size(); ++j) {
+      refill();
+      if (!topo.first_stage()) link.recv_activation(flow);
+      if (reads()) {
+        slot.batch = pending.front().get();
+        pending.pop_front();
+        flow.batch = &slot.batch;
+      }
       flow.mode = Mode::eval;
-      net.forward(flow, states);
-      loss_sum += flow.ce_loss * batch.size;
-      correct += flow.correct;
+      flow.act_stats = nullptr;
+      net.forward(flow, slot.states);
+      if (topo.last_stage()) {
+        sums[0] += flow.ce_loss * flow.B;
+        sums[1] += flow.correct;
+      } else {
+        link.send_activation(flow);
+      }
     }
-    e.loss = loss_sum / double(val.size());
-    e.acc = double(correct) / double(val.size());
+    slot.busy = false;
+    link.finish_sends();
+    groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
+    e.loss = sums[0] / double(val.size());
+    e.acc = sums[1] / double(val.size());
     return e;
+  }
+
+  void add_layout(nlohmann::json& manifest) const {
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+      nlohmann::json names = nlohmann::json::array();
+      std::size_t count = 0;
+      for (int i = plan.stages[s].first; i < plan.stages[s].last; ++i) {
+        names.push_back(plan.layers[i].name);
+        count += plan.layers[i].params;
+      }
+      stages.push_back({{"stage", s}, {"layers", names}, {"parameters", count}});
+    }
+    nlohmann::json& l = manifest["layout"];
+    l["world_size"] = topo.world;
+    l["pp"] = topo.pp;
+    l["dp"] = topo.dp;
+    l["schedule"] = parallel::schedule_name(schedule);
+    l["stages"] = stages;
+    l["micro_batch"] = config.train.micro_batch;
+    l["micro_batches"] = config.train.micro_batches;
+    l["global_batch"] = config.global_batch(topo.dp);
+    l["grad_comm_dtype"] = config.parallel.grad_comm_dtype;
+    l["grad_bucket_mb"] = config.parallel.grad_bucket_mb;
+    l["grad_buckets"] = buckets.count();
   }
 };
 
-Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards)
-    : impl_(std::make_unique<Impl>(config, backend, shards)) {}
+Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, parallel::ProcessGroups& groups)
+    : impl_(std::make_unique<Impl>(config, backend, shards, groups)) {}
 
 Trainer::~Trainer() = default;
-
-void Trainer::describe(std::ostream& out) {
-  Impl& d = *impl_;
-  const TokenGeometry& g = d.net.geometry();
-  const data::SetInfo& s = d.shards.info();
-  out << "AVNet on " << s.shards.size() << " shard(s), " << s.total_samples << " samples: audio " << s.audio_samples
-      << " samples @ " << s.sample_rate << " Hz, video " << s.frames << "x" << s.height << "x" << s.width << "x"
-      << s.channels << ", " << s.num_classes << " classes\n";
-  out << "tokens per sample: " << g.audio_tokens << " audio (from " << g.frames << " frames) + " << g.video_tokens
-      << " video = " << g.tokens << "\n\n";
-  out << std::left << std::setw(28) << "layer" << std::setw(28) << "module" << std::right << std::setw(12)
-      << "parameters" << "\n";
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < d.net.layers().size(); ++i) {
-    const auto [first, last] = d.net.param_range(i);
-    std::map<std::string, std::size_t> per_module;
-    std::vector<std::string> order;
-    for (ParamId id = first; id < last; ++id) {
-      const ParamInfo& p = d.params.info(id);
-      if (!p.trainable) continue;
-      if (!per_module.count(p.module)) order.push_back(p.module);
-      per_module[p.module] += p.size;
-      total += p.size;
-    }
-    for (const std::string& module : order)
-      out << std::left << std::setw(28) << d.net.layers()[i]->name() << std::setw(28) << module << std::right
-          << std::setw(12) << per_module[module] << "\n";
-  }
-  out << std::left << std::setw(56) << "total trainable" << std::right << std::setw(12) << total << "\n\n";
-
-  // Activation memory: measured by running one forward on an all-valid micro-batch, in this run's
-  // precision and, for comparison, in fp32.
-  const int B = d.config.train.micro_batch;
-  const data::MicroBatch probe = full_length_probe(s, B);
-  const std::vector<float> saved(d.params.values().data(), d.params.values().data() + d.params.values().size());
-  const std::size_t act = activation_bytes(d.net, probe);
-  std::copy(saved.begin(), saved.end(), d.params.values().data());  // the probe moved BatchNorm's running stats
-  const double workspace = double(d.net.workspace().bytes());
-  const double p4 = double(d.params.total_size()) * 4;
-  const char* mode = dtype_name(d.policy.compute());
-  out << "precision: " << mode << ", products on " << d.be.gemm_engine(d.policy.compute()) << "\n";
-  out << "memory estimate (" << mode << "):\n"
-      << "  parameters        " << human_bytes(p4) << " (fp32 masters)\n"
-      << "  working copies    " << human_bytes(double(d.params.working_bytes())) << "\n"
-      << "  gradients         " << human_bytes(p4) << "\n"
-      << "  optimizer (AdamW) " << human_bytes(2 * p4) << "\n"
-      << "  activations       " << human_bytes(double(act)) << " per micro-batch of " << B << "\n";
-  if (d.policy.compute() != DType::f32) {
-    ParamStore params32;
-    AVNet net32(d.be, params32, d.config.model, s);
-    params32.allocate(d.config.train.seed);
-    const std::size_t act32 = activation_bytes(net32, probe);
-    std::ostringstream ratio;
-    ratio << std::fixed << std::setprecision(3) << double(act) / double(act32);
-    out << "                    (fp32: " << human_bytes(double(act32)) << "; ratio " << ratio.str() << ")\n";
-  }
-  out << "  workspace         " << human_bytes(workspace) << " (fp32 scratch shared by the layers)\n"
-      << "  total             " << human_bytes(d.parameter_bytes() + double(act) + workspace) << "\n";
-}
 
 TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   Impl& d = *impl_;
   const RunConfig& c = d.config;
+  const parallel::Topology& topo = d.topo;
+  parallel::Communicator& world = *d.groups.world;
   const int M = c.train.micro_batches, mb = c.train.micro_batch;
-  data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch());
+  const bool rank0 = topo.rank == 0;
+  data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch(topo.dp));
   AdamW optimizer(d.be, d.params, c.optim);
   LossScaler scaler(c.precision, d.policy.compute());
   const bool amp = d.policy.compute() != DType::f32;
+  const std::vector<parallel::PipeAction> actions = parallel::pipeline_actions(d.schedule, topo.pp, topo.pp_rank, M);
+  const double bubble_theory = parallel::ideal_bubble(topo.pp, M);
 
   std::unique_ptr<TraceWriter> traces;
-  if (!c.train.out.empty()) {
+  if (!c.train.out.empty() && rank0) {
     traces = std::make_unique<TraceWriter>(c.train.out);
-    manifest["model"]["parameters"] = d.params.trainable_count();
+    std::size_t parameters = 0;
+    for (const auto& l : d.plan.layers) parameters += l.params;
+    manifest["model"]["parameters"] = parameters;
     manifest["model"]["tokens"] = d.net.geometry().tokens;
     manifest["model"]["audio_tokens"] = d.net.geometry().audio_tokens;
     manifest["model"]["video_tokens"] = d.net.geometry().video_tokens;
     manifest["data"]["train_samples"] = sampler.train_size();
     manifest["data"]["val_samples"] = sampler.validation().size();
     manifest["data"]["steps_per_epoch"] = sampler.steps_per_epoch();
+    d.add_layout(manifest);
     nlohmann::json fp32_modules = nlohmann::json::array();
-    for (const ModuleGroup& g : d.modules)
-      if (amp && d.policy.of(g.name) == DType::f32) fp32_modules.push_back(g.name);
+    if (amp) {
+      ParamStore all;
+      const PrecisionPolicy policy(c.precision);
+      AVNet whole(d.be, all, c.model, d.shards.info(), policy);
+      for (const ModuleGroup& g : group_modules(all))
+        if (policy.of(g.name) == DType::f32) fp32_modules.push_back(g.name);
+    }
     manifest["precision"] = {{"mode", dtype_name(d.policy.compute())},
                              {"products", d.be.gemm_engine(d.policy.compute())},
                              {"loss_scaling", scaler.describe()},
@@ -261,26 +345,41 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     write_file_atomically(c.train.out + "/run.json", manifest.dump(2) + "\n");
   }
 
+  world.barrier();
+  Timeline timeline(!c.parallel.timeline.empty(), Clock::now(), topo.rank);
+
+  // This replica's micro-batch m of a step: samples [(dp_rank M + m) mb, +mb) of the global batch,
+  // so a micro-batch holds the same samples in every layout.
   data::Prefetcher reader(d.shards);
   std::deque<std::vector<std::future<data::MicroBatch>>> ahead;
   std::int64_t next_to_submit = 0;
   auto submit_until = [&](std::int64_t last) {
     for (; next_to_submit <= last && next_to_submit < c.train.steps; ++next_to_submit) {
-      std::vector<std::int64_t> global = sampler.batch(next_to_submit);
       std::vector<std::future<data::MicroBatch>> parts;
-      for (int m = 0; m < M; ++m)
-        parts.push_back(reader.submit({global.begin() + std::int64_t(m) * mb, global.begin() + std::int64_t(m + 1) * mb}));
+      if (d.reads()) {
+        const std::vector<std::int64_t> global = sampler.batch(next_to_submit);
+        for (int m = 0; m < M; ++m) {
+          const auto begin = global.begin() + (std::int64_t(topo.dp_rank) * M + m) * mb;
+          parts.push_back(reader.submit({begin, begin + mb}, d.fields()));
+        }
+      }
       ahead.push_back(std::move(parts));
     }
   };
 
   TrainSummary summary;
   std::vector<double> step_times;
-  Flow flow;  // its buffers are reused step after step
-  flow.detect_anomaly = c.precision.detect_anomaly;
   int schedule_step = 0;  // steps applied: a skipped step does not advance the schedule
   double mem_peak = 0;
-  if (amp) log << "precision " << dtype_name(d.policy.compute()) << ", loss scaling " << scaler.describe() << "\n";
+  if (rank0) {
+    log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
+        << parallel::schedule_name(d.schedule) << ", " << M << " micro-batch(es) of " << mb << " per replica, global batch "
+        << c.global_batch(topo.dp) << "\n";
+    for (std::size_t s = 0; s < d.plan.stages.size(); ++s)
+      log << "[rank 0]   stage " << s << ": " << d.plan.layers[d.plan.stages[s].first].name << " .. "
+          << d.plan.layers[d.plan.stages[s].last - 1].name << "\n";
+    if (amp) log << "[rank 0] precision " << dtype_name(d.policy.compute()) << ", loss scaling " << scaler.describe() << "\n";
+  }
   log << std::fixed;
   for (std::int64_t step = 0; step < c.train.steps; ++step) {
     const auto t_step = Clock::now();
@@ -290,49 +389,122 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
 
     ActivationStats acts;
     const double loss_scale = scaler.scale();
-    double loss = 0, data_wait = 0;
-    std::size_t act_bytes = 0;
+    double local_loss = 0, data_wait = 0, idle = 0;
     bool loss_finite = true;
-    for (int m = 0; m < M; ++m) {
-      const auto t_wait = Clock::now();
-      data::MicroBatch batch = parts[m].get();
-      data_wait += ms_since(t_wait);
-      flow.batch = &batch;
-      flow.mode = Mode::train;
-      flow.step = step;
-      flow.grad_scale = float(loss_scale / M);  // the loss is scaled for every micro-batch
-      flow.act_stats = &acts;
-      d.net.forward(flow, d.states);
-      std::size_t held = 0;
-      for (const auto& st : d.states) held += st->bytes();
-      act_bytes = std::max(act_bytes, held);
-      if (!std::isfinite(flow.loss)) {
-        // fp32 has no excuse for it; in fp16/bf16 an overflow is what the scaler handles.
-        if (!amp || c.precision.detect_anomaly)
-          throw Error("step " + std::to_string(step) + ": the loss of micro-batch " + std::to_string(m) +
-                      " is not finite (" + std::to_string(flow.loss) + ")");
-        loss_finite = false;
-      }
-      d.net.backward(flow, d.states);
-      loss += flow.loss / M;
-    }
+    std::size_t act_bytes = 0;
+    std::vector<Slot*> slot_of(std::size_t(M), nullptr);
+    const std::uint64_t bytes_before = d.groups.data->bytes_sent();
+    d.buckets.start_step();
+    const bool inject = d.inject_overflow.first == topo.rank && d.inject_overflow.second == step;
 
-    double grad_sum_squares = 0;
-    std::vector<LayerRow> layer_rows = d.layer_rows(acts, loss_scale, grad_sum_squares);
-    const double grad_norm = std::sqrt(grad_sum_squares);
+    const auto t_schedule = Clock::now();
+    for (const parallel::PipeAction& a : actions) {
+      const int m = a.micro_batch;
+      if (a.kind == parallel::PipeAction::forward) {
+        Slot& slot = d.acquire();
+        slot_of[m] = &slot;
+        Flow& flow = slot.flow;
+        if (!topo.first_stage()) {
+          const auto t = Clock::now();
+          d.link.recv_activation(flow);
+          idle += ms_since(t);
+          timeline.span("recv activation", "recv", t, Clock::now(), step, m);
+        }
+        if (d.reads()) {
+          const auto t = Clock::now();
+          slot.batch = parts[m].get();
+          data_wait += ms_since(t);
+          flow.batch = &slot.batch;
+        }
+        flow.mode = Mode::train;
+        flow.step = step;
+        flow.detect_anomaly = c.precision.detect_anomaly;
+        flow.grad_scale = float(loss_scale / M);  // the loss is scaled for every micro-batch
+        flow.act_stats = &acts;
+        const auto t = Clock::now();
+        d.net.forward(flow, slot.states);
+        timeline.span("forward", "forward", t, Clock::now(), step, m);
+        act_bytes = std::max(act_bytes, d.activation_bytes());
+        if (topo.last_stage()) {
+          if (!std::isfinite(flow.loss)) {
+            // fp32 has no excuse for it; in fp16/bf16 an overflow is what the scaler handles.
+            if (!amp || c.precision.detect_anomaly)
+              throw Error("step " + std::to_string(step) + ": the loss of micro-batch " + std::to_string(m) +
+                          " is not finite (" + std::to_string(flow.loss) + ")");
+            loss_finite = false;
+          }
+          local_loss += flow.loss / M;
+        } else {
+          const auto ts = Clock::now();
+          d.link.send_activation(flow);
+          timeline.span("send activation", "send", ts, Clock::now(), step, m);
+        }
+      } else {
+        Slot& slot = *slot_of[m];
+        Flow& flow = slot.flow;
+        if (!topo.last_stage()) {
+          const auto t = Clock::now();
+          d.link.recv_gradient(flow);
+          idle += ms_since(t);
+          timeline.span("recv gradient", "recv", t, Clock::now(), step, m);
+        }
+        if (inject && m == 0) d.params.grads().data()[0] = std::numeric_limits<float>::infinity();
+        const bool final_backward = m == M - 1;  // both schedules run the backwards in order
+        const auto t = Clock::now();
+        if (final_backward) {
+          d.net.backward(flow, slot.states, [&](std::size_t i) {
+            const ParamId first = d.net.param_range(i).first;
+            d.buckets.ready_from(first < ParamId(d.params.params().size()) ? d.params.info(first).offset
+                                                                           : d.params.total_size());
+            d.buckets.progress();
+          });
+        } else {
+          d.net.backward(flow, slot.states);
+        }
+        timeline.span("backward", "backward", t, Clock::now(), step, m);
+        if (!topo.first_stage()) {
+          const auto ts = Clock::now();
+          d.link.send_gradient(flow);
+          timeline.span("send gradient", "send", ts, Clock::now(), step, m);
+        }
+        slot.busy = false;
+      }
+    }
+    const double schedule_ms = ms_since(t_schedule);
+
+    // Exposed communication: what is left of the gradient all-reduce once backward is done.
+    const auto t_comm = Clock::now();
+    d.buckets.finish();
+    d.link.finish_sends();
+    const double comm_ms = ms_since(t_comm);
+    timeline.span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), step);
+
+    double stage_sum_squares = 0;
+    std::vector<LayerRow> layer_rows = d.layer_rows(acts, loss_scale, stage_sum_squares);
     std::uint64_t nonfinite = 0;
     for (const LayerRow& r : layer_rows) nonfinite += r.nonfinite;
-    // One flag per step. With several ranks it is reduced (MAX) over all of them right here, so
-    // that every rank skips the same steps and holds the same scale.
-    const bool found_inf = nonfinite > 0 || !loss_finite || !std::isfinite(grad_norm);
+    // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
+    // steps and holds the same scale.
+    double flags[2] = {(nonfinite > 0 || !loss_finite || !std::isfinite(stage_sum_squares)) ? 1.0 : 0.0,
+                       nonfinite > 0 ? 1.0 : 0.0};
+    world.all_reduce(flags, 2, parallel::ReduceOp::max);
+    const bool found_inf = flags[0] > 0;
+    // The global norm counts each parameter once: one replica per stage adds its stage's squares.
+    double sums[2] = {topo.dp_rank == 0 ? stage_sum_squares : 0.0, topo.last_stage() ? local_loss / topo.dp : 0.0};
+    world.all_reduce(sums, 2, parallel::ReduceOp::sum);
+    const double grad_norm = std::sqrt(sums[0]);
+    const double loss = sums[1];
     if (found_inf && !amp) {
       std::string where;
       for (const LayerRow& r : layer_rows)
         if (r.nonfinite) where += (where.empty() ? "" : ", ") + r.layer;
-      throw Error("step " + std::to_string(step) + ": non-finite gradients in " + (where.empty() ? "the norm" : where));
+      if (!where.empty()) throw Error("step " + std::to_string(step) + ": non-finite gradients in " + where);
+      if (flags[1] > 0 || !rank0) throw ErrorElsewhere();
+      throw Error("step " + std::to_string(step) + ": the gradient norm is not finite");
     }
     const bool applied = scaler.update(found_inf, step);
     float lr = 0;
+    const auto t_opt = Clock::now();
     if (applied) {
       unscale_and_clip(d.be, d.params, grad_norm, loss_scale, c.optim.clip_norm);
       lr = learning_rate(c.optim, schedule_step++, c.train.steps);
@@ -340,6 +512,28 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       d.params.refresh_working(d.be);
     }
     d.params.zero_grads();
+    timeline.span(applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), step);
+    const double train_ms = ms_since(t_step);
+
+    RankRow mine;
+    mine.step = step;
+    mine.rank = topo.rank;
+    mine.pp_rank = topo.pp_rank;
+    mine.dp_rank = topo.dp_rank;
+    if (topo.last_stage()) mine.local_loss = local_loss;
+    mine.loss_scale = loss_scale;
+    mine.grad_norm_local = std::sqrt(d.buckets.local_sum_squares()) / loss_scale;
+    mine.act_mb = double(act_bytes) / kMiB;
+    mine.step_ms = train_ms;
+    mine.schedule_ms = schedule_ms;
+    mine.idle_ms = idle;
+    mine.comm_ms = comm_ms;
+    mine.data_wait_ms = data_wait;
+    mine.grad_bytes = d.groups.data->bytes_sent() - bytes_before;
+    mem_peak = std::max(mem_peak, d.parameter_bytes() + double(act_bytes) + double(d.net.workspace().bytes()) +
+                                      d.flow_bytes());
+    const std::vector<std::string> reports =
+        world.gather(rank_report(mine, topo.dp_rank == 0 ? &layer_rows : nullptr).dump(), 0);
 
     StepRow row;
     row.step = step;
@@ -349,11 +543,50 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     row.loss_scale = loss_scale;
     row.skipped = applied ? 0 : 1;
     row.lr = lr;
-    row.data_wait_ms = data_wait;
+    row.bubble_theory = bubble_theory;
+    row.mem_peak_mb = mem_peak / kMiB;
+    std::vector<RankRow> rank_rows;
+    std::vector<LayerRow> all_layers;
+    for (int r = 0; r < int(reports.size()); ++r) {
+      const nlohmann::json j = nlohmann::json::parse(reports[r]);
+      RankRow rr;
+      rr.step = step;
+      rr.rank = r;
+      rr.pp_rank = r / topo.dp;
+      rr.dp_rank = r % topo.dp;
+      if (!j["loss"].is_null()) rr.local_loss = j["loss"].get<double>();
+      rr.loss_scale = j["scale"];
+      rr.grad_norm_local = j["gnorm"];
+      rr.act_mb = j["act"];
+      rr.step_ms = j["step"];
+      rr.schedule_ms = j["sched"];
+      rr.idle_ms = j["idle"];
+      rr.comm_ms = j["comm"];
+      rr.data_wait_ms = j["data"];
+      rr.grad_bytes = j["bytes"];
+      row.step_ms = std::max(row.step_ms, rr.step_ms);
+      row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
+      row.comm_ms = std::max(row.comm_ms, rr.comm_ms);
+      row.act_mb = std::max(row.act_mb, rr.act_mb);
+      if (topo.pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
+      if (j.contains("layers"))
+        for (const auto& l : j["layers"]) {
+          LayerRow lr_;
+          lr_.layer = l[0];
+          lr_.grad_norm = l[1];
+          lr_.param_norm = l[2];
+          if (!l[3].is_null()) lr_.act_absmax = l[3].get<float>();
+          lr_.grad_underflow_frac = l[4];
+          lr_.nonfinite = l[5];
+          all_layers.push_back(std::move(lr_));
+        }
+      rank_rows.push_back(rr);
+    }
     const bool last = step + 1 == c.train.steps;
-    const double train_ms = ms_since(t_step);
     if ((c.train.eval_interval > 0 && (step + 1) % c.train.eval_interval == 0) || last) {
+      const auto t_eval = Clock::now();
       Impl::Evaluation e = d.evaluate(reader, sampler.validation());
+      timeline.span("evaluation", "eval", t_eval, Clock::now(), step);
       if (!sampler.validation().empty()) {
         row.val_loss = e.loss;
         row.val_acc = e.acc;
@@ -361,28 +594,35 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
         summary.val_acc = e.acc;
       }
     }
-    row.step_ms = train_ms;
-    row.samples_per_s = c.global_batch() / (train_ms / 1000.0);
-    row.act_mb = double(act_bytes) / kMiB;
-    mem_peak = std::max(mem_peak, d.parameter_bytes() + double(act_bytes) + double(d.net.workspace().bytes()) +
-                                      double(flow.x.bytes() + flow.dx.bytes()));
-    row.mem_peak_mb = mem_peak / kMiB;
+    if (rank0) row.samples_per_s = c.global_batch(topo.dp) / (row.step_ms / 1000.0);
     step_times.push_back(train_ms);
     if (traces) {
       traces->write_step(row);
-      traces->write_layers(step, layer_rows);
+      traces->write_layers(step, all_layers);
+      traces->write_ranks(rank_rows);
     }
     summary.steps = int(step + 1);
     summary.final_loss = loss;
-    if ((c.train.log_interval > 0 && (step + 1) % c.train.log_interval == 0) || last || row.val_acc) {
-      log << "step " << std::setw(5) << step + 1 << "/" << c.train.steps << "  loss " << std::setprecision(4) << loss
-          << "  grad_norm " << std::setprecision(3) << grad_norm << "  lr " << std::scientific << std::setprecision(2)
-          << lr << std::fixed << "  " << std::setprecision(1) << train_ms << " ms";
+    if (rank0 && ((c.train.log_interval > 0 && (step + 1) % c.train.log_interval == 0) || last || row.val_acc)) {
+      log << "[rank 0] step " << std::setw(5) << step + 1 << "/" << c.train.steps << "  loss " << std::setprecision(4)
+          << loss << "  grad_norm " << std::setprecision(3) << grad_norm << "  lr " << std::scientific
+          << std::setprecision(2) << lr << std::fixed << "  " << std::setprecision(1) << row.step_ms << " ms";
+      if (topo.pp > 1) log << "  bubble " << std::setprecision(3) << row.bubble;
+      if (topo.dp > 1) log << "  comm " << std::setprecision(1) << row.comm_ms << " ms";
       if (amp && scaler.kind() != LossScaler::Kind::none)
         log << "  scale " << std::setprecision(0) << loss_scale << "  skipped " << scaler.skipped();
       if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
       log << std::endl;
     }
+  }
+  const std::vector<std::string> events = world.gather(timeline.events_json(), 0);
+  if (rank0 && timeline.enabled()) {
+    std::vector<std::string> labels;
+    for (int r = 0; r < topo.world; ++r)
+      labels.push_back("rank " + std::to_string(r) + " (stage " + std::to_string(r / topo.dp) + ", replica " +
+                       std::to_string(r % topo.dp) + ")");
+    Timeline::write(c.parallel.timeline, events, labels);
+    log << "[rank 0] timeline: " << c.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
   }
   summary.step_ms = step_times;
   summary.skipped = scaler.skipped();

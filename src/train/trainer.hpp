@@ -1,6 +1,8 @@
 #pragma once
-// The step loop: reads micro-batches through the prefetcher, runs AVNet forward and backward,
-// accumulates gradients, clips, steps AdamW, evaluates, and writes traces. It orchestrates only.
+// The step loop of one rank: its pipeline stage of AVNet, its replica's share of each global batch,
+// the schedule's forwards and backwards with the transfers between stages, the bucketed gradient
+// all-reduce, the agreement on found_inf and the global grad norm, AdamW, evaluation, and the
+// traces (written by rank 0 from what every rank reports). It orchestrates only.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -8,6 +10,7 @@
 
 #include "backend/backend.hpp"
 #include "data/shard_set.hpp"
+#include "parallel/process_groups.hpp"
 #include "train/run_config.hpp"
 
 namespace avtrain {
@@ -20,13 +23,19 @@ struct TrainSummary {
   std::vector<double> step_ms;  // training part of each step (evaluation excluded)
 };
 
+// Thrown by a rank that stops because another rank found the error and reports it: main exits
+// without printing a second message.
+class ErrorElsewhere : public std::runtime_error {
+ public:
+  ErrorElsewhere() : std::runtime_error("stopped because another rank failed") {}
+};
+
 class Trainer {
  public:
-  Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards);
+  Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, parallel::ProcessGroups& groups);
   ~Trainer();
-  // Prints the layers, parameter counts and a memory estimate.
-  void describe(std::ostream& out);
-  // Trains config.train.steps steps; `manifest` goes to run.json with the model facts added.
+  // Trains config.train.steps steps; `manifest` goes to run.json (rank 0) with the model and layout
+  // facts added. Every rank returns the same summary of losses; `log` is written by rank 0.
   TrainSummary run(nlohmann::json manifest, std::ostream& log);
 
  private:

@@ -10,7 +10,7 @@ import math
 import sys
 
 TRACE_COLUMNS = ("step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
-                 "samples_per_s,mem_peak_mb,act_mb,val_loss,val_acc").split(",")
+                 "samples_per_s,mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc").split(",")
 LAYER_COLUMNS = "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite".split(",")
 
 

@@ -1,0 +1,70 @@
+#pragma once
+// The one interface every collective and point-to-point transfer of a run goes through. The MPI
+// implementation (mpi_communicator.hpp) serves the CPU backend; an NCCL one serves CUDA. Buffers
+// are host or device memory as the implementation expects; a caller keeps a buffer alive, and
+// does not touch it, until the Request of a non-blocking call has completed.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+
+namespace avtrain::parallel {
+
+enum class ReduceOp { sum, max };
+
+// A non-blocking operation in flight. An empty Request is complete.
+class Request {
+ public:
+  struct Impl {
+    virtual ~Impl() = default;
+    virtual bool test() = 0;  // progresses the operation; true once it has completed
+    virtual void wait() = 0;
+  };
+  Request() = default;
+  explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  // True once complete (then the Request is empty).
+  bool test() {
+    if (impl_ && impl_->test()) impl_.reset();
+    return !impl_;
+  }
+  void wait() {
+    if (impl_) impl_->wait();
+    impl_.reset();
+  }
+  bool active() const { return bool(impl_); }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over the group. fp16/bf16 values are reduced pairwise in fp32 and rounded back
+  // (round-to-nearest-even) after each pairwise step.
+  virtual void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual Request all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  // Small statistics (losses, counters) in double precision.
+  virtual void all_reduce(double* data, std::size_t count, ReduceOp op) = 0;
+
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual void send(const void* data, std::size_t bytes, int peer, int tag) = 0;
+  virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
+  virtual Request send_async(const void* data, std::size_t bytes, int peer, int tag) = 0;
+  virtual Request recv_async(void* data, std::size_t bytes, int peer, int tag) = 0;
+  // Every member's string, in rank order, at root; an empty vector elsewhere.
+  virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Payload bytes this member has handed to all-reduces and sends so far (count x type size per
+  // all-reduce): what gradient compression halves.
+  virtual std::uint64_t bytes_sent() const = 0;
+};
+
+}  // namespace avtrain::parallel

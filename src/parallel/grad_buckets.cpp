@@ -1,0 +1,78 @@
+#include "parallel/grad_buckets.hpp"
+
+#include <algorithm>
+
+#include "core/half.hpp"
+
+namespace avtrain::parallel {
+
+GradBuckets::GradBuckets(float* grads, std::vector<std::size_t> bounds, double bucket_mb, DType wire,
+                         Communicator& group)
+    : grads_(grads), wire_(wire), group_(group) {
+  const auto cap = std::max<std::size_t>(1, std::size_t(bucket_mb * 1024 * 1024 / sizeof(float)));
+  // Walk the parameters from the last one back, closing a bucket once it reaches the cap.
+  if (bounds.size() < 2) return;
+  std::size_t end = bounds.back();
+  for (std::size_t i = bounds.size() - 1; i-- > 0;) {
+    const std::size_t begin = bounds[i];
+    if (end - begin >= cap || i == 0) {
+      Bucket b;
+      b.begin = begin;
+      b.end = end;
+      if (wire_ != DType::f32) b.wire.resize(end - begin);
+      buckets_.push_back(std::move(b));
+      end = begin;
+    }
+  }
+}
+
+void GradBuckets::start_step() {
+  for (Bucket& b : buckets_) b.launched = false;
+  next_ = 0;
+  local_sum_squares_ = 0;
+}
+
+void GradBuckets::launch(Bucket& b) {
+  float* g = grads_ + b.begin;
+  const std::size_t n = b.end - b.begin;
+  const float inv_dp = 1.0f / float(group_.size());
+  double sq = 0;
+  for (std::size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
+  local_sum_squares_ += sq;
+  b.launched = true;
+  if (group_.size() == 1) return;
+  if (wire_ == DType::f32) {
+    for (std::size_t i = 0; i < n; ++i) g[i] *= inv_dp;
+    b.request = group_.all_reduce_async(g, n, DType::f32, ReduceOp::sum);
+    return;
+  }
+  // Scale into the gradient buffer (it is overwritten by the result anyway), then cast.
+  for (std::size_t i = 0; i < n; ++i) g[i] *= inv_dp;
+  if (wire_ == DType::f16)
+    floats_to_half(g, b.wire.data(), n);
+  else
+    floats_to_bf16(g, b.wire.data(), n);
+  b.request = group_.all_reduce_async(b.wire.data(), n, wire_, ReduceOp::sum);
+}
+
+void GradBuckets::ready_from(std::size_t offset) {
+  while (next_ < buckets_.size() && buckets_[next_].begin >= offset) launch(buckets_[next_++]);
+}
+
+void GradBuckets::progress() {
+  for (std::size_t i = 0; i < next_; ++i) buckets_[i].request.test();
+}
+
+void GradBuckets::finish() {
+  ready_from(0);
+  for (Bucket& b : buckets_) {
+    b.request.wait();
+    if (wire_ == DType::f32 || group_.size() == 1) continue;
+    if (wire_ == DType::f16)
+      half_to_floats(b.wire.data(), grads_ + b.begin, b.end - b.begin);
+    else
+      bf16_to_floats(b.wire.data(), grads_ + b.begin, b.end - b.begin);
+  }
+}
+
+}  // namespace avtrain::parallel

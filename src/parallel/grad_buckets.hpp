@@ -1,0 +1,53 @@
+#pragma once
+// The data-parallel gradient all-reduce, in buckets. The flat fp32 gradient buffer of a stage is cut,
+// from its end (the last layer's parameters, whose gradients backward finishes first), into buckets
+// of whole parameters of about bucket_mb each. Backward reports how far its gradients are final;
+// every bucket lying wholly in the final part is launched at once as a non-blocking all-reduce, so
+// the transfer overlaps the rest of backward. A bucket is divided by dp first (the average; as in
+// PyTorch's compression hooks, before a 16-bit cast, so the sum cannot overflow), cast to the wire
+// type when that is fp16/bf16, summed over the group, and written back into the fp32 buffer.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.hpp"
+#include "core/dtype.hpp"
+#include "parallel/communicator.hpp"
+
+namespace avtrain::parallel {
+
+class GradBuckets {
+ public:
+  // param_bounds: the offsets where parameters begin in `grads`, ascending, then the buffer's size.
+  GradBuckets(float* grads, std::vector<std::size_t> param_bounds, double bucket_mb, DType wire,
+              Communicator& group);
+  std::size_t count() const { return buckets_.size(); }
+
+  void start_step();
+  // Gradients at [offset, end of buffer) are final: launches the buckets that lie wholly there.
+  void ready_from(std::size_t offset);
+  // Lets launched all-reduces progress (MPI moves non-blocking collectives when called).
+  void progress();
+  // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer.
+  void finish();
+  // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets.
+  double local_sum_squares() const { return local_sum_squares_; }
+
+ private:
+  struct Bucket {
+    std::size_t begin = 0, end = 0;
+    Buffer16 wire;  // the 16-bit copy that travels, when the wire type is 16-bit
+    Request request;
+    bool launched = false;
+  };
+  void launch(Bucket& b);
+
+  float* grads_;
+  DType wire_;
+  Communicator& group_;
+  std::vector<Bucket> buckets_;  // from the end of the buffer to its start
+  std::size_t next_ = 0;         // first bucket not launched
+  double local_sum_squares_ = 0;
+};
+
+}  // namespace avtrain::parallel

@@ -1,0 +1,320 @@
+#include "parallel/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+namespace avtrain::parallel {
+namespace {
+
+std::string mpi_error_string(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) return "MPI error code " + std::to_string(rc);
+  return std::string(text, std::size_t(length));
+}
+
+void check_mpi(int rc, const char* call, const std::string& where) {
+  if (rc != MPI_SUCCESS) throw Error(std::string(call) + " failed on " + where + ": " + mpi_error_string(rc));
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+void check_received(const MPI_Status& status, int expected, const std::string& where) {
+  int got = 0;
+  check_mpi(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count", where);
+  require(got == expected, "a receive on " + where + " from rank " + std::to_string(status.MPI_SOURCE) + " (tag " +
+                               std::to_string(status.MPI_TAG) + ") got " + std::to_string(got) + " bytes where " +
+                               std::to_string(expected) + " were expected: sender and receiver disagree on the size");
+}
+
+// Calls fn(offset, n) for consecutive pieces of count elements, each small enough for an MPI int.
+template <class Fn>
+void for_each_chunk(std::size_t count, std::size_t chunk, Fn&& fn) {
+  for (std::size_t offset = 0; offset < count; offset += chunk) fn(offset, int(std::min(chunk, count - offset)));
+}
+
+// The pairwise fp16/bf16 reductions: in fp32, a block at a time, rounded back to nearest even.
+// NaN results are made canonical so that the op is commutative bit for bit: every member of an
+// all-reduce then gets the same bits whichever order the MPI library combines them in.
+constexpr float canonical_nan = std::numeric_limits<float>::quiet_NaN();
+
+struct Add {
+  float operator()(float a, float b) const {
+    const float s = a + b;
+    return std::isnan(s) ? canonical_nan : s;
+  }
+};
+
+struct Max {
+  float operator()(float a, float b) const {
+    if (std::isnan(a) || std::isnan(b)) return canonical_nan;
+    if (a == b) return std::signbit(a) ? b : a;  // +0 over -0 in either order
+    return a > b ? a : b;
+  }
+};
+
+using ToFloats = void (*)(const std::uint16_t*, float*, std::size_t);
+using FromFloats = void (*)(const float*, std::uint16_t*, std::size_t);
+
+template <ToFloats to_floats, FromFloats from_floats, class Combine>
+void reduce_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  constexpr std::size_t block = 1024;
+  float a[block], b[block];
+  const auto* x = static_cast<const std::uint16_t*>(in);
+  auto* y = static_cast<std::uint16_t*>(inout);
+  const std::size_t n = std::size_t(*len);
+  for (std::size_t offset = 0; offset < n; offset += block) {
+    const std::size_t m = std::min(block, n - offset);
+    to_floats(x + offset, a, m);
+    to_floats(y + offset, b, m);
+    for (std::size_t i = 0; i < m; ++i) b[i] = Combine{}(a[i], b[i]);
+    from_floats(b, y + offset, m);
+  }
+}
+
+// Index into half_ops_: {sum, max} x {fp16, bf16}.
+std::size_t half_op_index(DType type, ReduceOp op) {
+  return (type == DType::bf16 ? 2 : 0) + (op == ReduceOp::max ? 1 : 0);
+}
+
+constexpr std::array<MPI_User_function*, 4> half_op_functions = {
+    &reduce_16bit<half_to_floats, floats_to_half, Add>, &reduce_16bit<half_to_floats, floats_to_half, Max>,
+    &reduce_16bit<bf16_to_floats, floats_to_bf16, Add>, &reduce_16bit<bf16_to_floats, floats_to_bf16, Max>};
+
+MPI_Datatype datatype_of(DType type) { return type == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+MPI_Op builtin_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+// The MPI requests of one non-blocking call (one per chunk).
+class MpiRequest final : public Request::Impl {
+ public:
+  explicit MpiRequest(std::string where) : where_(std::move(where)) {}
+  // Waits rather than leave an MPI request running over a buffer its owner may free next.
+  ~MpiRequest() override {
+    if (!mpi_finalized()) MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+
+  // expected_bytes >= 0: a receive that must deliver exactly that many bytes.
+  void add(MPI_Request request, int expected_bytes = -1) {
+    requests_.push_back(request);
+    expected_bytes_.push_back(expected_bytes);
+  }
+
+  bool test() override {
+    int done = 0;
+    statuses_.resize(requests_.size());
+    check_all(MPI_Testall(int(requests_.size()), requests_.data(), &done, statuses_.data()), "MPI_Testall");
+    if (done) check_counts();
+    return done != 0;
+  }
+
+  void wait() override {
+    statuses_.resize(requests_.size());
+    check_all(MPI_Waitall(int(requests_.size()), requests_.data(), statuses_.data()), "MPI_Waitall");
+    check_counts();
+  }
+
+ private:
+  void check_all(int rc, const char* call) const {
+    if (rc == MPI_ERR_IN_STATUS)
+      for (const MPI_Status& s : statuses_)
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) {
+          rc = s.MPI_ERROR;
+          break;
+        }
+    check_mpi(rc, call, where_);
+  }
+
+  void check_counts() const {
+    for (std::size_t i = 0; i < statuses_.size(); ++i)
+      if (expected_bytes_[i] >= 0) check_received(statuses_[i], expected_bytes_[i], where_);
+  }
+
+  std::string where_;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> expected_bytes_;
+  std::vector<MPI_Status> statuses_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, std::size_t chunk)
+    : comm_(comm),
+      owned_(owned && comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF),
+      name_(std::move(name)),
+      chunk_(std::clamp<std::size_t>(chunk, 1, max_chunk)),
+      where_("communicator '" + name_ + "'") {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  require(initialized && !mpi_finalized(),
+          "the " + where_ + " was created outside MPI_Init_thread .. MPI_Finalize: create it after MPI starts");
+  require(comm != MPI_COMM_NULL, "the " + where_ + " was given MPI_COMM_NULL: this rank is not a member");
+  try {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    int world_rank = 0;
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+    where_ += " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", world rank " +
+              std::to_string(world_rank) + ")";
+    for (std::size_t i = 0; i < half_ops_.size(); ++i)
+      check(MPI_Op_create(half_op_functions[i], /*commute=*/1, &half_ops_[i]), "MPI_Op_create");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() { release(); }
+
+void MpiCommunicator::release() noexcept {
+  if (mpi_finalized()) return;  // MPI_Finalize has already released everything
+  for (MPI_Op& op : half_ops_)
+    if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::check(int rc, const char* call) const { check_mpi(rc, call, where_); }
+
+void MpiCommunicator::require_member(int rank, const char* role) const {
+  require(rank >= 0 && rank < size_, std::string(role) + " " + std::to_string(rank) + " is not a member of the " +
+                                         where_ + ": ranks are 0.." + std::to_string(size_ - 1));
+}
+
+MPI_Op MpiCommunicator::op_of(DType type, ReduceOp op) const {
+  return type == DType::f32 ? builtin_op(op) : half_ops_[half_op_index(type, op)];
+}
+
+void MpiCommunicator::all_reduce(void* data, std::size_t count, DType type, ReduceOp op) {
+  auto* bytes = static_cast<std::byte*>(data);
+  const std::size_t element = dtype_size(type);
+  for_each_chunk(count, chunk_, [&](std::size_t offset, int n) {
+    check(MPI_Allreduce(MPI_IN_PLACE, bytes + offset * element, n, datatype_of(type), op_of(type, op), comm_),
+          "MPI_Allreduce");
+  });
+  bytes_sent_ += count * element;
+}
+
+Request MpiCommunicator::all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) {
+  auto request = std::make_unique<MpiRequest>(where_);
+  auto* bytes = static_cast<std::byte*>(data);
+  const std::size_t element = dtype_size(type);
+  for_each_chunk(count, chunk_, [&](std::size_t offset, int n) {
+    MPI_Request r;
+    check(MPI_Iallreduce(MPI_IN_PLACE, bytes + offset * element, n, datatype_of(type), op_of(type, op), comm_, &r),
+          "MPI_Iallreduce");
+    request->add(r);
+  });
+  bytes_sent_ += count * element;
+  return Request(std::move(request));
+}
+
+void MpiCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
+  for_each_chunk(count, chunk_, [&](std::size_t offset, int n) {
+    check(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_DOUBLE, builtin_op(op), comm_), "MPI_Allreduce");
+  });
+  bytes_sent_ += count * sizeof(double);
+}
+
+void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  require_member(root, "broadcast root");
+  auto* p = static_cast<std::byte*>(data);
+  for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
+    check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+  });
+}
+
+void MpiCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, "send peer");
+  const auto* p = static_cast<const std::byte*>(data);
+  for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
+    check(MPI_Send(p + offset, n, MPI_BYTE, peer, tag, comm_), "MPI_Send");
+  });
+  bytes_sent_ += bytes;
+}
+
+void MpiCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, "recv peer");
+  auto* p = static_cast<std::byte*>(data);
+  for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
+    MPI_Status status;
+    check(MPI_Recv(p + offset, n, MPI_BYTE, peer, tag, comm_, &status), "MPI_Recv");
+    check_received(status, n, where_);
+  });
+}
+
+Request MpiCommunicator::send_async(const void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, "send peer");
+  auto request = std::make_unique<MpiRequest>(where_);
+  const auto* p = static_cast<const std::byte*>(data);
+  for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
+    MPI_Request r;
+    check(MPI_Isend(p + offset, n, MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend");
+    request->add(r);
+  });
+  bytes_sent_ += bytes;
+  return Request(std::move(request));
+}
+
+Request MpiCommunicator::recv_async(void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, "recv peer");
+  auto request = std::make_unique<MpiRequest>(where_);
+  auto* p = static_cast<std::byte*>(data);
+  for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
+    MPI_Request r;
+    check(MPI_Irecv(p + offset, n, MPI_BYTE, peer, tag, comm_, &r), "MPI_Irecv");
+    request->add(r, n);
+  });
+  return Request(std::move(request));
+}
+
+std::vector<std::string> MpiCommunicator::gather(const std::string& mine, int root) {
+  require_member(root, "gather root");
+  require(mine.size() <= std::size_t(INT_MAX), "gather on the " + where_ + ": a string of " +
+                                                   std::to_string(mine.size()) + " bytes is over the 2 GiB limit");
+  const int length = int(mine.size());
+  const bool at_root = rank_ == root;
+  std::vector<int> lengths(at_root ? size_ : 0), offsets(at_root ? size_ : 0);
+  check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "MPI_Gather");
+  std::string all;
+  if (at_root) {
+    long long total = 0;
+    for (int i = 0; i < size_; ++i) {
+      require(total + lengths[i] <= INT_MAX, "gather on the " + where_ + ": the strings add up to over 2 GiB");
+      offsets[i] = int(total);
+      total += lengths[i];
+    }
+    all.resize(std::size_t(total));
+  }
+  check(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, root, comm_),
+        "MPI_Gatherv");
+  std::vector<std::string> strings;
+  for (std::size_t i = 0; i < lengths.size(); ++i) strings.push_back(all.substr(offsets[i], lengths[i]));
+  return strings;
+}
+
+void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
+  MPI_Comm part = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+  return std::make_unique<MpiCommunicator>(part, true, std::move(name), chunk_);
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split_shared_memory(std::string name) const {
+  MPI_Comm part = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &part), "MPI_Comm_split_type");
+  return std::make_unique<MpiCommunicator>(part, true, std::move(name), chunk_);
+}
+
+}  // namespace avtrain::parallel

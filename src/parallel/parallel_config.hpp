@@ -1,0 +1,23 @@
+#pragma once
+// The [parallel] section of a deck: the pp x dp layout, the pipeline schedule and cut, and the
+// gradient all-reduce.
+#include <string>
+
+namespace avtrain {
+
+struct ParallelConfig {
+  int pp = 1;                          // pipeline stages
+  int dp = 0;                          // data-parallel replicas; 0: world size / pp
+  std::string schedule = "1f1b";       // gpipe | 1f1b
+  std::string partition = "params";    // params | uniform | first layers of stages 1.. ("blocks.2")
+  double grad_bucket_mb = 25;          // gradient all-reduce bucket size (fp32 MiB)
+  std::string grad_comm_dtype = "fp32";  // fp32 | fp16 | bf16: the gradient all-reduce's wire type
+  std::string timeline;                // Chrome-trace JSON of the run's spans; empty writes none
+};
+
+// Faults a test injects on purpose, to check that every rank sees them.
+struct DebugConfig {
+  std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
+};
+
+}  // namespace avtrain

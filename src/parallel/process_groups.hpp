@@ -1,0 +1,24 @@
+#pragma once
+// The communicators of a run: the world, the data-parallel group of this rank's stage (the ranks
+// with its pp_rank; ranked by dp_rank) and the pipeline group of its replica (the ranks with its
+// dp_rank; ranked by pp_rank), with the topology that says which is which.
+#include <memory>
+
+#include "parallel/communicator.hpp"
+#include "parallel/topology.hpp"
+
+namespace avtrain::parallel {
+
+struct ProcessGroups {
+  Topology topology;
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> data;      // size dp, rank dp_rank
+  std::unique_ptr<Communicator> pipeline;  // size pp, rank pp_rank
+};
+
+// After MPI_Init_thread: splits MPI_COMM_WORLD by the topology (Topology::of(world, rank, pp, dp))
+// and fills local_rank/local_size from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+// Throws Error (the same on every rank) when world != pp x dp.
+ProcessGroups make_mpi_process_groups(int pp, int dp);
+
+}  // namespace avtrain::parallel

@@ -1,0 +1,467 @@
+// MpiCommunicator and the process groups, run under mpiexec with 2 and 4 ranks. Every rank runs
+// every test (the collectives need all of them); values differ per rank and the expected result
+// is computed locally on each. Only rank 0 prints gtest's report; other ranks print their
+// failures, and the exit code says whether any rank failed.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "parallel/mpi_communicator.hpp"
+#include "parallel/process_groups.hpp"
+#include "parallel/topology.hpp"
+
+namespace avtrain::parallel {
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+
+std::unique_ptr<MpiCommunicator> world_dup(std::size_t chunk = MpiCommunicator::max_chunk) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return std::make_unique<MpiCommunicator>(comm, true, "world", chunk);
+}
+
+// Values of a type, held as bytes; from and to fp32.
+std::vector<std::byte> encode(const std::vector<float>& values, DType type) {
+  std::vector<std::byte> bytes(values.size() * dtype_size(type));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t h = type == DType::f16 ? float_to_half(values[i]) : float_to_bf16(values[i]);
+    if (type == DType::f32)
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+    else
+      std::memcpy(&bytes[2 * i], &h, 2);
+  }
+  return bytes;
+}
+
+std::vector<float> decode(const std::vector<std::byte>& bytes, DType type) {
+  std::vector<float> values(bytes.size() / dtype_size(type));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint16_t h;
+    if (type == DType::f32) {
+      std::memcpy(&values[i], &bytes[4 * i], 4);
+      continue;
+    }
+    std::memcpy(&h, &bytes[2 * i], 2);
+    values[i] = type == DType::f16 ? half_to_float(h) : bf16_to_float(h);
+  }
+  return values;
+}
+
+// The value as the type stores it.
+float rounded(float x, DType type) {
+  return type == DType::f32 ? x : type == DType::f16 ? half_to_float(float_to_half(x)) : bf16_to_float(float_to_bf16(x));
+}
+
+// One unit in the last place of the type at magnitude x.
+double ulp(double x, DType type) {
+  const int mantissa_bits = type == DType::f32 ? 23 : type == DType::f16 ? 10 : 7;
+  const int min_exponent = type == DType::f16 ? -14 : -126;
+  const int e = x > 0 ? std::max(std::ilogb(x), min_exponent) : min_exponent;
+  return std::ldexp(1.0, e - mantissa_bits);
+}
+
+struct Case {
+  DType type;
+  bool async;
+  std::size_t chunk;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(dtype_name(info.param.type)) + (info.param.async ? "_async" : "_blocking") +
+         (info.param.chunk < MpiCommunicator::max_chunk ? "_chunked" : "");
+}
+
+class AllReduce : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    comm_ = world_dup(GetParam().chunk);
+    rank_ = comm_->rank();
+    size_ = comm_->size();
+  }
+
+  // Every rank contributes value(rank, i); returns the reduced values and checks bytes_sent.
+  template <class Value>
+  std::vector<float> reduce(std::size_t n, ReduceOp op, Value value) {
+    const DType type = GetParam().type;
+    std::vector<float> mine(n);
+    for (std::size_t i = 0; i < n; ++i) mine[i] = value(rank_, i);
+    std::vector<std::byte> data = encode(mine, type);
+    const std::uint64_t before = comm_->bytes_sent();
+    if (GetParam().async) {
+      Request request = comm_->all_reduce_async(data.data(), n, type, op);
+      while (!request.test()) {
+      }
+      EXPECT_FALSE(request.active());
+    } else {
+      comm_->all_reduce(data.data(), n, type, op);
+    }
+    EXPECT_EQ(comm_->bytes_sent() - before, n * dtype_size(type));
+    return decode(data, type);
+  }
+
+  std::unique_ptr<MpiCommunicator> comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+float wavy(int rank, std::size_t i) { return float(std::sin(0.37 * double(i) + 1.3 * rank) * (rank + 1) * 3.0); }
+
+TEST_P(AllReduce, SumIsTheExactSumWithinAFewUlps) {
+  const DType type = GetParam().type;
+  const std::size_t n = 3001;  // several 1024-value blocks of the 16-bit op, and a remainder
+  const std::vector<float> got = reduce(n, ReduceOp::sum, [&](int r, std::size_t i) { return rounded(wavy(r, i), type); });
+  for (std::size_t i = 0; i < n; ++i) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < size_; ++r) {
+      exact += rounded(wavy(r, i), type);
+      magnitude += std::fabs(rounded(wavy(r, i), type));
+    }
+    // Each of the size-1 pairwise roundings is at most half an ulp of a partial sum <= magnitude.
+    ASSERT_NEAR(got[i], exact, size_ * ulp(magnitude, type)) << "element " << i;
+  }
+}
+
+TEST_P(AllReduce, SumOfSmallIntegersIsExactBitForBit) {
+  const DType type = GetParam().type;
+  const std::size_t n = 2050;
+  auto value = [](int r, std::size_t i) { return float((r + 1) * int(i % 9) - 2 * r - int(i % 5)); };
+  const std::vector<float> got = reduce(n, ReduceOp::sum, value);
+  std::vector<float> expected(n, 0.0f);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int r = 0; r < size_; ++r) expected[i] += value(r, i);
+  std::vector<std::byte> got_bits = encode(got, type), expected_bits = encode(expected, type);
+  EXPECT_EQ(got_bits, expected_bits);
+  EXPECT_NE(expected, std::vector<float>(n, 0.0f));
+}
+
+TEST_P(AllReduce, MaxIsTheLargestValueBitForBit) {
+  const DType type = GetParam().type;
+  const std::size_t n = 3001;
+  const std::vector<float> got = reduce(n, ReduceOp::max, [&](int r, std::size_t i) { return rounded(wavy(r, i), type); });
+  for (std::size_t i = 0; i < n; ++i) {
+    float expected = -inf;
+    for (int r = 0; r < size_; ++r) expected = std::max(expected, rounded(wavy(r, i), type));
+    ASSERT_EQ(got[i], expected) << "element " << i;
+  }
+}
+
+TEST_P(AllReduce, MaxOfAFlagSetOnOneRankIsSetEverywhere) {
+  const std::vector<float> got =
+      reduce(5, ReduceOp::max, [&](int r, std::size_t i) { return r == size_ - 1 && i == 3 ? 1.0f : 0.0f; });
+  EXPECT_EQ(got, (std::vector<float>{0, 0, 0, 1, 0}));
+}
+
+TEST_P(AllReduce, InfinitiesAndNaNPropagate) {
+  const DType type = GetParam().type;
+  const int last = size_ - 1;
+  auto value = [&](int r, std::size_t i) -> float {
+    switch (i) {
+      case 0: return r == 0 ? inf : 1.0f;            // sum and max: +inf
+      case 1: return -inf;                           // sum and max: -inf
+      case 2: return r == 0 ? -inf : float(r);       // max: the finite largest
+      case 3: return r == 0 ? inf : r == 1 ? -inf : 0.0f;  // sum: NaN
+      case 4: return r == last ? nan : 2.0f;         // NaN on the last rank
+      case 5: return r == 0 ? nan : -2.0f;           // NaN on rank 0
+      default: return 60000.0f;                      // fp16 sum overflows to +inf
+    }
+  };
+  const std::vector<float> sum = reduce(7, ReduceOp::sum, value);
+  EXPECT_EQ(sum[0], inf);
+  EXPECT_EQ(sum[1], -inf);
+  EXPECT_TRUE(std::isnan(sum[3]));
+  EXPECT_TRUE(std::isnan(sum[4]));
+  EXPECT_TRUE(std::isnan(sum[5]));
+  if (type == DType::f16) {
+    EXPECT_EQ(sum[6], inf);
+  }
+
+  const std::vector<float> max = reduce(7, ReduceOp::max, value);
+  EXPECT_EQ(max[0], inf);
+  EXPECT_EQ(max[1], -inf);
+  EXPECT_EQ(max[2], float(last));
+  EXPECT_EQ(max[3], inf);
+  if (type != DType::f32) {  // MPI_MAX on fp32 NaN is the library's choice (see mpi_communicator.hpp)
+    EXPECT_TRUE(std::isnan(max[4]));
+    EXPECT_TRUE(std::isnan(max[5]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, AllReduce,
+                         ::testing::Values(Case{DType::f32, false, MpiCommunicator::max_chunk},
+                                           Case{DType::f16, false, MpiCommunicator::max_chunk},
+                                           Case{DType::bf16, false, MpiCommunicator::max_chunk},
+                                           Case{DType::f32, true, MpiCommunicator::max_chunk},
+                                           Case{DType::f16, true, MpiCommunicator::max_chunk},
+                                           Case{DType::bf16, true, MpiCommunicator::max_chunk},
+                                           Case{DType::f16, false, 700}, Case{DType::bf16, true, 700},
+                                           Case{DType::f32, true, 700}),
+                         case_name);
+
+TEST(MpiCommunicator, Fp16AllReduceSendsHalfTheBytesOfFp32) {
+  auto comm = world_dup();
+  const std::size_t n = 1000;
+  std::vector<float> f32(n, 1.0f);
+  std::vector<std::uint16_t> f16(n, float_to_half(1.0f));
+  std::uint64_t before = comm->bytes_sent();
+  comm->all_reduce(f16.data(), n, DType::f16, ReduceOp::sum);
+  EXPECT_EQ(comm->bytes_sent() - before, 2 * n);
+  before = comm->bytes_sent();
+  comm->all_reduce(f32.data(), n, DType::f32, ReduceOp::sum);
+  EXPECT_EQ(comm->bytes_sent() - before, 4 * n);
+  EXPECT_EQ(half_to_float(f16[7]), float(comm->size()));
+  EXPECT_EQ(f32[7], float(comm->size()));
+}
+
+TEST(MpiCommunicator, DoubleAllReduce) {
+  auto comm = world_dup(3);
+  const int rank = comm->rank(), size = comm->size();
+  std::vector<double> sum(10), max(10);
+  for (int i = 0; i < 10; ++i) sum[i] = max[i] = 1e9 + rank * 0.25 + i - (rank == 1 ? 7 * i : 0);
+  const std::uint64_t before = comm->bytes_sent();
+  comm->all_reduce(sum.data(), sum.size(), ReduceOp::sum);
+  comm->all_reduce(max.data(), max.size(), ReduceOp::max);
+  EXPECT_EQ(comm->bytes_sent() - before, 2 * 10 * sizeof(double));
+  for (int i = 0; i < 10; ++i) {
+    double expected_sum = 0, expected_max = -INFINITY;
+    for (int r = 0; r < size; ++r) {
+      const double v = 1e9 + r * 0.25 + i - (r == 1 ? 7 * i : 0);
+      expected_sum += v;
+      expected_max = std::max(expected_max, v);
+    }
+    EXPECT_EQ(sum[i], expected_sum) << i;
+    EXPECT_EQ(max[i], expected_max) << i;
+  }
+}
+
+std::vector<unsigned char> pattern(std::size_t n, int seed) {
+  std::vector<unsigned char> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(i * 7 + seed * 31 + (i >> 8));
+  return p;
+}
+
+TEST(MpiCommunicator, BroadcastFromANonZeroRoot) {
+  for (std::size_t chunk : {MpiCommunicator::max_chunk, std::size_t(100)}) {
+    auto comm = world_dup(chunk);
+    for (int root : {comm->size() - 1, 1}) {
+      SCOPED_TRACE("root " + std::to_string(root) + ", chunk " + std::to_string(chunk));
+      const std::vector<unsigned char> expected = pattern(1001, root);
+      std::vector<unsigned char> data = expected;
+      if (comm->rank() != root)
+        for (auto& b : data) b = static_cast<unsigned char>(~b);  // every byte differs from the root's
+      comm->broadcast(data.data(), data.size(), root);
+      EXPECT_EQ(data, expected);
+    }
+  }
+}
+
+TEST(MpiCommunicator, SendAndRecvAroundARing) {
+  for (std::size_t chunk : {MpiCommunicator::max_chunk, std::size_t(100)}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    auto comm = world_dup(chunk);
+    const int rank = comm->rank(), size = comm->size();
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const std::vector<unsigned char> mine = pattern(4000, rank);
+    std::vector<unsigned char> got(mine.size(), 0);
+    const std::uint64_t before = comm->bytes_sent();
+    if (rank % 2 == 0) {  // even then odd: never every rank in a blocking send at once
+      comm->send(mine.data(), mine.size(), right, 11);
+      comm->recv(got.data(), got.size(), left, 11);
+    } else {
+      comm->recv(got.data(), got.size(), left, 11);
+      comm->send(mine.data(), mine.size(), right, 11);
+    }
+    EXPECT_EQ(got, pattern(4000, left));
+    EXPECT_EQ(comm->bytes_sent() - before, mine.size());
+  }
+}
+
+TEST(MpiCommunicator, SendAndRecvAroundARingNonBlocking) {
+  for (std::size_t chunk : {MpiCommunicator::max_chunk, std::size_t(100000)}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    auto comm = world_dup(chunk);
+    const int rank = comm->rank(), size = comm->size();
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const std::size_t n = std::size_t(1) << 20;  // past the eager limit: a rendezvous transfer
+    const std::vector<unsigned char> mine = pattern(n, rank);
+    std::vector<unsigned char> got(n, 0);
+    Request received = comm->recv_async(got.data(), n, left, 12);
+    Request sent = comm->send_async(mine.data(), n, right, 12);
+    EXPECT_TRUE(received.active());
+    while (!(received.test() & sent.test())) {  // & rather than &&: progress both every time
+    }
+    EXPECT_EQ(got, pattern(n, left));
+
+    // Dropped while active, the requests wait in their destructors.
+    std::vector<unsigned char> again(n, 0);
+    {
+      Request r = comm->recv_async(again.data(), n, left, 13);
+      Request s = comm->send_async(mine.data(), n, right, 13);
+    }
+    EXPECT_EQ(again, pattern(n, left));
+  }
+}
+
+TEST(MpiCommunicator, MismatchedMessageSizesThrow) {
+  auto comm = world_dup();
+  const std::vector<unsigned char> sixteen(16, 1);
+  std::vector<unsigned char> buffer(16);
+  if (comm->rank() == 0) {
+    comm->send(sixteen.data(), 16, 1, 21);
+    comm->send(sixteen.data(), 8, 1, 22);
+  } else if (comm->rank() == 1) {
+    try {
+      comm->recv(buffer.data(), 8, 0, 21);
+      ADD_FAILURE() << "a 16-byte message into an 8-byte receive did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MPI_Recv"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'world' (rank 1 of"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(comm->recv(buffer.data(), 16, 0, 22), Error);
+  }
+  EXPECT_THROW(comm->send(sixteen.data(), 16, comm->size(), 0), Error);
+  EXPECT_THROW(comm->broadcast(buffer.data(), 16, -1), Error);
+  comm->barrier();
+}
+
+TEST(MpiCommunicator, GatherStringsOfDifferentLengths) {
+  auto comm = world_dup();
+  const int size = comm->size();
+  auto text = [](int r) { return r == 0 ? std::string() : "rank " + std::to_string(r) + std::string(37 * r, 'x'); };
+  for (int root : {0, size - 1}) {
+    SCOPED_TRACE("root " + std::to_string(root));
+    const std::vector<std::string> got = comm->gather(text(comm->rank()), root);
+    if (comm->rank() != root) {
+      EXPECT_TRUE(got.empty());
+      continue;
+    }
+    EXPECT_EQ(got.size(), std::size_t(size));  // not ASSERT: the other ranks go on to the next gather
+    for (int r = 0; r < size && r < int(got.size()); ++r) EXPECT_EQ(got[r], text(r));
+  }
+}
+
+TEST(MpiCommunicator, OverTheWorldItselfLeavesTheWorldUsable) {
+  { MpiCommunicator world(MPI_COMM_WORLD, /*owned=*/true, "world"); }
+  EXPECT_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
+}
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+double sum_of_world_ranks(Communicator& group) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  double x = world_rank;
+  group.all_reduce(&x, 1, ReduceOp::sum);
+  return x;
+}
+
+void expect_groups_match_topology(const ProcessGroups& g) {
+  const Topology& t = g.topology;
+  EXPECT_EQ(g.world->size(), t.world);
+  EXPECT_EQ(g.world->rank(), t.rank);
+  EXPECT_EQ(g.data->size(), t.dp);
+  EXPECT_EQ(g.data->rank(), t.dp_rank);
+  EXPECT_EQ(g.pipeline->size(), t.pp);
+  EXPECT_EQ(g.pipeline->rank(), t.pp_rank);
+  EXPECT_GE(t.local_rank, 0);
+  EXPECT_LT(t.local_rank, t.local_size);
+  EXPECT_LE(t.local_size, t.world);
+  double same_stage = 0, same_replica = 0;
+  for (int d = 0; d < t.dp; ++d) same_stage += t.rank_of(t.pp_rank, d);
+  for (int s = 0; s < t.pp; ++s) same_replica += t.rank_of(s, t.dp_rank);
+  EXPECT_EQ(sum_of_world_ranks(*g.data), same_stage);
+  EXPECT_EQ(sum_of_world_ranks(*g.pipeline), same_replica);
+  EXPECT_EQ(sum_of_world_ranks(*g.world), t.world * (t.world - 1) / 2.0);
+}
+
+TEST(ProcessGroups, TwoByTwoSplitsIntoStagesAndReplicas) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const ProcessGroups g = make_mpi_process_groups(2, 2);
+  EXPECT_EQ(g.topology.pp_rank, g.topology.rank / 2);
+  EXPECT_EQ(g.topology.dp_rank, g.topology.rank % 2);
+  expect_groups_match_topology(g);
+}
+
+TEST(ProcessGroups, DpZeroIsInferredAndPurePipelineWorks) {
+  const int world = world_size();
+  const ProcessGroups data_only = make_mpi_process_groups(1, 0);
+  EXPECT_EQ(data_only.topology.dp, world);
+  EXPECT_EQ(data_only.topology.pp, 1);
+  expect_groups_match_topology(data_only);
+  const ProcessGroups pipeline_only = make_mpi_process_groups(world, 1);
+  EXPECT_EQ(pipeline_only.topology.pp, world);
+  EXPECT_EQ(pipeline_only.topology.dp, 1);
+  expect_groups_match_topology(pipeline_only);
+  const ProcessGroups half = make_mpi_process_groups(2, 0);
+  EXPECT_EQ(half.topology.dp, world / 2);
+  expect_groups_match_topology(half);
+}
+
+TEST(ProcessGroups, ALayoutThatDoesNotFitTheWorldThrowsOnEveryRank) {
+  EXPECT_THROW(make_mpi_process_groups(3, 0), Error);
+  EXPECT_THROW(make_mpi_process_groups(2, world_size()), Error);
+  EXPECT_THROW(make_mpi_process_groups(0, 0), Error);
+  EXPECT_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);  // every rank got here: none is left in a split
+}
+
+TEST(Topology, RankMapsToStageAndReplica) {
+  const Topology a = Topology::of(8, 5, 2, 4);
+  EXPECT_EQ(a.pp_rank, 1);
+  EXPECT_EQ(a.dp_rank, 1);
+  const Topology b = Topology::of(8, 5, 4, 2);
+  EXPECT_EQ(b.pp_rank, 2);
+  EXPECT_EQ(b.dp_rank, 1);
+  for (int rank = 0; rank < 8; ++rank) {
+    const Topology t = Topology::of(8, rank, 4, 0);
+    EXPECT_EQ(t.dp, 2);
+    EXPECT_EQ(t.rank_of(t.pp_rank, t.dp_rank), rank);
+  }
+}
+
+// Failures of ranks other than 0, which do not print gtest's report.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
+                   result.line_number(), result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace avtrain::parallel
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new avtrain::parallel::RankFailurePrinter(rank));
+  }
+  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = failed;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any_failed && !failed) std::fprintf(stderr, "FAILED on another rank: see the [rank N] lines\n");
+  MPI_Finalize();
+  return any_failed;
+}
