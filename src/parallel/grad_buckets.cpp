@@ -33,14 +33,14 @@ void GradBuckets::start_step() {
 }
 
 void GradBuckets::launch(Bucket& b) {
+  b.launched = true;
+  if (group_.size() == 1) return;  // nothing to average: the local gradient is the stage's
   float* g = grads_ + b.begin;
   const std::size_t n = b.end - b.begin;
   const float inv_dp = 1.0f / float(group_.size());
   double sq = 0;
   for (std::size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
   local_sum_squares_ += sq;
-  b.launched = true;
-  if (group_.size() == 1) return;
   if (wire_ == DType::f32) {
     for (std::size_t i = 0; i < n; ++i) g[i] *= inv_dp;
     b.request = group_.all_reduce_async(g, n, DType::f32, ReduceOp::sum);

@@ -30,7 +30,8 @@ class GradBuckets {
   void progress();
   // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer.
   void finish();
-  // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets.
+  // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets;
+  // 0 in a group of one, where nothing is reduced.
   double local_sum_squares() const { return local_sum_squares_; }
 
  private:

@@ -22,6 +22,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
+#include "train/rank_report.hpp"
 #include "train/stage_link.hpp"
 #include "train/stage_plan.hpp"
 
@@ -77,27 +78,6 @@ struct Slot {
   bool busy = false;
 };
 
-// What one rank measured in a step; gathered to rank 0.
-nlohmann::json rank_report(const RankRow& r, const std::vector<LayerRow>* layers) {
-  nlohmann::json j = {{"loss", r.local_loss ? nlohmann::json(*r.local_loss) : nlohmann::json()},
-                      {"scale", r.loss_scale},
-                      {"gnorm", r.grad_norm_local},
-                      {"act", r.act_mb},
-                      {"step", r.step_ms},
-                      {"sched", r.schedule_ms},
-                      {"idle", r.idle_ms},
-                      {"comm", r.comm_ms},
-                      {"data", r.data_wait_ms},
-                      {"bytes", r.grad_bytes}};
-  if (layers) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const LayerRow& l : *layers)
-      rows.push_back({l.layer, l.grad_norm, l.param_norm, l.act_absmax ? nlohmann::json(*l.act_absmax) : nlohmann::json(),
-                      l.grad_underflow_frac, l.nonfinite});
-    j["layers"] = rows;
-  }
-  return j;
-}
 }  // namespace
 
 struct Trainer::Impl {
@@ -476,8 +456,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     const auto t_comm = Clock::now();
     d.buckets.finish();
     d.link.finish_sends();
-    const double comm_ms = ms_since(t_comm);
-    timeline.span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), step);
+    const double comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
+    if (topo.dp > 1) timeline.span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), step);
 
     double stage_sum_squares = 0;
     std::vector<LayerRow> layer_rows = d.layer_rows(acts, loss_scale, stage_sum_squares);
@@ -522,7 +502,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     mine.dp_rank = topo.dp_rank;
     if (topo.last_stage()) mine.local_loss = local_loss;
     mine.loss_scale = loss_scale;
-    mine.grad_norm_local = std::sqrt(d.buckets.local_sum_squares()) / loss_scale;
+    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? d.buckets.local_sum_squares() / (loss_scale * loss_scale)
+                                                 : stage_sum_squares);
     mine.act_mb = double(act_bytes) / kMiB;
     mine.step_ms = train_ms;
     mine.schedule_ms = schedule_ms;
@@ -532,8 +513,9 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     mine.grad_bytes = d.groups.data->bytes_sent() - bytes_before;
     mem_peak = std::max(mem_peak, d.parameter_bytes() + double(act_bytes) + double(d.net.workspace().bytes()) +
                                       d.flow_bytes());
-    const std::vector<std::string> reports =
-        world.gather(rank_report(mine, topo.dp_rank == 0 ? &layer_rows : nullptr).dump(), 0);
+    RankReport report{mine, {}};
+    if (topo.dp_rank == 0) report.layers = std::move(layer_rows);  // one replica per stage reports its modules
+    const std::vector<std::string> reports = world.gather(encode_report(report), 0);
 
     StepRow row;
     row.step = step;
@@ -546,40 +528,16 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     row.bubble_theory = bubble_theory;
     row.mem_peak_mb = mem_peak / kMiB;
     std::vector<RankRow> rank_rows;
-    std::vector<LayerRow> all_layers;
-    for (int r = 0; r < int(reports.size()); ++r) {
-      const nlohmann::json j = nlohmann::json::parse(reports[r]);
-      RankRow rr;
-      rr.step = step;
-      rr.rank = r;
-      rr.pp_rank = r / topo.dp;
-      rr.dp_rank = r % topo.dp;
-      if (!j["loss"].is_null()) rr.local_loss = j["loss"].get<double>();
-      rr.loss_scale = j["scale"];
-      rr.grad_norm_local = j["gnorm"];
-      rr.act_mb = j["act"];
-      rr.step_ms = j["step"];
-      rr.schedule_ms = j["sched"];
-      rr.idle_ms = j["idle"];
-      rr.comm_ms = j["comm"];
-      rr.data_wait_ms = j["data"];
-      rr.grad_bytes = j["bytes"];
+    std::vector<LayerRow> all_layers;  // in rank order: stage 0's modules first
+    for (const std::string& text : reports) {
+      RankReport r = decode_report(text);
+      const RankRow& rr = r.row;
       row.step_ms = std::max(row.step_ms, rr.step_ms);
       row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
       row.comm_ms = std::max(row.comm_ms, rr.comm_ms);
       row.act_mb = std::max(row.act_mb, rr.act_mb);
       if (topo.pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
-      if (j.contains("layers"))
-        for (const auto& l : j["layers"]) {
-          LayerRow lr_;
-          lr_.layer = l[0];
-          lr_.grad_norm = l[1];
-          lr_.param_norm = l[2];
-          if (!l[3].is_null()) lr_.act_absmax = l[3].get<float>();
-          lr_.grad_underflow_frac = l[4];
-          lr_.nonfinite = l[5];
-          all_layers.push_back(std::move(lr_));
-        }
+      for (LayerRow& l : r.layers) all_layers.push_back(std::move(l));
       rank_rows.push_back(rr);
     }
     const bool last = step + 1 == c.train.steps;

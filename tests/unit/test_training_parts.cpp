@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,6 +26,7 @@
 #include "model/param_store.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
+#include "train/rank_report.hpp"
 
 namespace avtrain {
 namespace {
@@ -452,9 +454,12 @@ TEST(TraceWriter, HeadersAreTheDocumentedColumns) {
   TraceWriter writer(dir / "out/nested");  // parents are created
   EXPECT_EQ(read_lines(dir / "out/nested/trace.csv"),
             std::vector<std::string>{"step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
-                                     "samples_per_s,mem_peak_mb,act_mb,val_loss,val_acc"});
+                                     "samples_per_s,mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc"});
   EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"),
             std::vector<std::string>{"step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite"});
+  EXPECT_EQ(read_lines(dir / "out/nested/ranks.csv"),
+            std::vector<std::string>{"step,rank,pp_rank,dp_rank,local_loss,loss_scale,grad_norm_local,act_mb,step_ms,"
+                                     "schedule_ms,idle_ms,comm_ms,data_wait_ms,grad_bytes"});
 }
 
 TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
@@ -479,21 +484,21 @@ TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   const auto lines = read_lines(dir / "trace.csv");
   ASSERT_EQ(lines.size(), 3u);
   const auto f = split_csv(lines[1]);
-  ASSERT_EQ(f.size(), 15u) << lines[1];
+  ASSERT_EQ(f.size(), 17u) << lines[1];
   EXPECT_EQ(f[0], "41");
   EXPECT_EQ(f[1], "2");
   EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val.loss)) << f[2];
   EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), with_val.grad_norm)) << f[3];
   EXPECT_TRUE(same_bits(std::strtod(f[4].c_str(), nullptr), with_val.loss_scale)) << f[4];
   EXPECT_EQ(std::strtof(f[6].c_str(), nullptr), with_val.lr) << f[6];
-  EXPECT_TRUE(same_bits(std::strtod(f[13].c_str(), nullptr), *with_val.val_loss)) << f[13];
-  EXPECT_TRUE(same_bits(std::strtod(f[14].c_str(), nullptr), *with_val.val_acc)) << f[14];
+  EXPECT_TRUE(same_bits(std::strtod(f[15].c_str(), nullptr), *with_val.val_loss)) << f[15];
+  EXPECT_TRUE(same_bits(std::strtod(f[16].c_str(), nullptr), *with_val.val_acc)) << f[16];
 
   const auto g = split_csv(lines[2]);
-  ASSERT_EQ(g.size(), 15u) << lines[2];
+  ASSERT_EQ(g.size(), 17u) << lines[2];
   EXPECT_EQ(g[0], "42");
-  EXPECT_EQ(g[13], "");
-  EXPECT_EQ(g[14], "");
+  EXPECT_EQ(g[15], "");
+  EXPECT_EQ(g[16], "");
 }
 
 TEST(TraceWriter, LayerRowsReadBackBitExactWithEmptyActAbsmaxWhenAbsent) {
@@ -537,6 +542,52 @@ TEST(WriteFileAtomically, ReplacesTheFileAndLeavesNoTmp) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "second");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
+  RankReport in;
+  in.row.step = 7;
+  in.row.rank = 3;
+  in.row.pp_rank = 1;
+  in.row.dp_rank = 1;
+  in.row.local_loss = 1.0 / 3.0;
+  in.row.loss_scale = 32768;
+  in.row.grad_norm_local = std::numeric_limits<double>::infinity();
+  in.row.act_mb = 0.1;
+  in.row.grad_bytes = 123456789012ull;
+  LayerRow a;
+  a.layer = "blocks.1.attn.qkv";
+  a.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  a.param_norm = M_PI;
+  a.act_absmax = 3.5f;
+  a.grad_underflow_frac = 0.25;
+  a.nonfinite = 12;
+  LayerRow b = a;
+  b.layer = "head.cls";
+  b.grad_norm = 1e-300;
+  b.act_absmax.reset();
+  in.layers = {a, b};
+  const RankReport out = decode_report(encode_report(in));
+  EXPECT_EQ(out.row.step, 7);
+  EXPECT_EQ(out.row.rank, 3);
+  EXPECT_EQ(out.row.dp_rank, 1);
+  ASSERT_TRUE(out.row.local_loss.has_value());
+  EXPECT_TRUE(same_bits(*out.row.local_loss, 1.0 / 3.0));
+  EXPECT_TRUE(std::isinf(out.row.grad_norm_local));
+  EXPECT_TRUE(same_bits(out.row.act_mb, 0.1));
+  EXPECT_EQ(out.row.grad_bytes, 123456789012ull);
+  ASSERT_EQ(out.layers.size(), 2u);
+  EXPECT_EQ(out.layers[0].layer, "blocks.1.attn.qkv");
+  EXPECT_TRUE(std::isnan(out.layers[0].grad_norm));
+  EXPECT_TRUE(same_bits(out.layers[0].param_norm, M_PI));
+  EXPECT_EQ(out.layers[0].act_absmax, 3.5f);
+  EXPECT_EQ(out.layers[0].nonfinite, 12u);
+  EXPECT_TRUE(same_bits(out.layers[1].grad_norm, 1e-300));
+  EXPECT_FALSE(out.layers[1].act_absmax.has_value());
+
+  RankReport middle;  // a stage that is not last has no loss, a replica other than 0 no layers
+  EXPECT_FALSE(decode_report(encode_report(middle)).row.local_loss.has_value());
+  EXPECT_THROW(decode_report("7 3 1 1 x"), Error);
 }
 
 }  // namespace

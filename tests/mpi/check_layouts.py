@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""Checks on the traces of runs in different pp x dp layouts.
+
+  same BASE CAND LOSS_RTOL GNORM_RTOL   loss and grad_norm per step agree within the relative
+                                         tolerances (0: bit for bit); same number of steps
+  less-activation LOW HIGH               stage 0's peak act_mb (ranks.csv) is lower in LOW
+  skipped-everywhere RUN STEP            STEP is skipped (trace.csv); every rank held the same loss
+                                         scale at every step, and it halved after STEP
+  bytes-ratio FULL HALF RATIO            the gradient all-reduce bytes of HALF are RATIO x FULL's, > 0
+"""
+import csv
+import sys
+
+
+def fail(message):
+    print(f"check_layouts: {message}")
+    sys.exit(1)
+
+
+def rows(run, name):
+    with open(f"{run}/{name}", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def same(base, cand, loss_rtol, gnorm_rtol):
+    a, b = rows(base, "trace.csv"), rows(cand, "trace.csv")
+    if len(a) != len(b) or not a:
+        fail(f"{len(a)} steps in {base}, {len(b)} in {cand}")
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    for x, y in zip(a, b):
+        for column, rtol in (("loss", loss_rtol), ("grad_norm", gnorm_rtol)):
+            u, v = float(x[column]), float(y[column])
+            rel = abs(u - v) / abs(u) if u else abs(v)
+            worst[column] = max(worst[column], rel)
+            if rel > rtol:
+                fail(f"step {x['step']}: {column} {u!r} vs {v!r}: relative difference {rel:.3g} > {rtol:g}")
+    print(f"check_layouts: {len(a)} steps agree; worst relative difference loss {worst['loss']:.3g}, "
+          f"grad_norm {worst['grad_norm']:.3g}")
+
+
+def stage0_act(run):
+    return max(float(r["act_mb"]) for r in rows(run, "ranks.csv") if r["pp_rank"] == "0")
+
+
+def less_activation(low, high):
+    a, b = stage0_act(low), stage0_act(high)
+    print(f"check_layouts: stage 0 peak activations {a:.3f} MiB vs {b:.3f} MiB")
+    if not a < b:
+        fail(f"{low} holds {a} MiB on stage 0, not less than {high}'s {b} MiB")
+
+
+def skipped_everywhere(run, step):
+    trace = {int(r["step"]): r for r in rows(run, "trace.csv")}
+    if trace[step]["skipped"] != "1":
+        fail(f"step {step} was not skipped: {trace[step]}")
+    scales = {}
+    for r in rows(run, "ranks.csv"):
+        scales.setdefault(int(r["step"]), set()).add(float(r["loss_scale"]))
+    for s, held in sorted(scales.items()):
+        if len(held) != 1:
+            fail(f"step {s}: ranks held different loss scales {sorted(held)}")
+    before, after = scales[step].pop(), scales[step + 1].pop()
+    if after != before / 2:
+        fail(f"the loss scale went from {before} at step {step} to {after}, not halved")
+    print(f"check_layouts: step {step} skipped on every rank; scale {before} -> {after} everywhere")
+
+
+def bytes_ratio(full, half, ratio):
+    a = sum(int(r["grad_bytes"]) for r in rows(full, "ranks.csv"))
+    b = sum(int(r["grad_bytes"]) for r in rows(half, "ranks.csv"))
+    print(f"check_layouts: gradient all-reduce bytes {a} vs {b}")
+    if a <= 0 or b != a * ratio:
+        fail(f"{half} sent {b} bytes, not {ratio} x {a}")
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        sys.exit(__doc__)
+    what = args[0]
+    if what == "same" and len(args) == 5:
+        same(args[1], args[2], float(args[3]), float(args[4]))
+    elif what == "less-activation" and len(args) == 3:
+        less_activation(args[1], args[2])
+    elif what == "skipped-everywhere" and len(args) == 3:
+        skipped_everywhere(args[1], int(args[2]))
+    elif what == "bytes-ratio" and len(args) == 4:
+        bytes_ratio(args[1], args[2], float(args[3]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
