@@ -377,6 +377,11 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     d.buckets.start_step();
     const bool inject = d.inject_overflow.first == topo.rank && d.inject_overflow.second == step;
 
+    // Sends are completed before each computation: over shared memory without single-copy support
+    // a send moves only while its sender is inside MPI, so one left in flight would wait a whole
+    // forward or backward. Completing it costs nothing when the receiver already waits for it,
+    // which is how both schedules are built.
+    auto complete_sends = [&] { d.link.finish_sends(); };
     const auto t_schedule = Clock::now();
     for (const parallel::PipeAction& a : actions) {
       const int m = a.micro_batch;
@@ -384,11 +389,14 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
         Slot& slot = d.acquire();
         slot_of[m] = &slot;
         Flow& flow = slot.flow;
-        if (!topo.first_stage()) {
+        {
           const auto t = Clock::now();
-          d.link.recv_activation(flow);
-          idle += ms_since(t);
-          timeline.span("recv activation", "recv", t, Clock::now(), step, m);
+          if (!topo.first_stage()) d.link.recv_activation(flow);
+          complete_sends();
+          if (topo.pp > 1) {
+            idle += ms_since(t);
+            timeline.span(topo.first_stage() ? "complete sends" : "recv activation", "recv", t, Clock::now(), step, m);
+          }
         }
         if (d.reads()) {
           const auto t = Clock::now();
@@ -422,11 +430,14 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       } else {
         Slot& slot = *slot_of[m];
         Flow& flow = slot.flow;
-        if (!topo.last_stage()) {
+        {
           const auto t = Clock::now();
-          d.link.recv_gradient(flow);
-          idle += ms_since(t);
-          timeline.span("recv gradient", "recv", t, Clock::now(), step, m);
+          if (!topo.last_stage()) d.link.recv_gradient(flow);
+          complete_sends();
+          if (topo.pp > 1) {
+            idle += ms_since(t);
+            timeline.span(topo.last_stage() ? "complete sends" : "recv gradient", "recv", t, Clock::now(), step, m);
+          }
         }
         if (inject && m == 0) d.params.grads().data()[0] = std::numeric_limits<float>::infinity();
         const bool final_backward = m == M - 1;  // both schedules run the backwards in order
@@ -529,17 +540,22 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     row.mem_peak_mb = mem_peak / kMiB;
     std::vector<RankRow> rank_rows;
     std::vector<LayerRow> all_layers;  // in rank order: stage 0's modules first
+    // Exposed communication of a stage: the wait of its replica that finished backward last, i.e.
+    // the transfer left unhidden. The other replicas wait longer by the imbalance between them,
+    // which ranks.csv shows rank by rank.
+    std::vector<double> stage_comm(std::size_t(topo.pp), std::numeric_limits<double>::infinity());
     for (const std::string& text : reports) {
       RankReport r = decode_report(text);
       const RankRow& rr = r.row;
       row.step_ms = std::max(row.step_ms, rr.step_ms);
       row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
-      row.comm_ms = std::max(row.comm_ms, rr.comm_ms);
+      stage_comm[std::size_t(rr.pp_rank)] = std::min(stage_comm[std::size_t(rr.pp_rank)], rr.comm_ms);
       row.act_mb = std::max(row.act_mb, rr.act_mb);
       if (topo.pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
       for (LayerRow& l : r.layers) all_layers.push_back(std::move(l));
       rank_rows.push_back(rr);
     }
+    if (rank0) row.comm_ms = *std::max_element(stage_comm.begin(), stage_comm.end());
     const bool last = step + 1 == c.train.steps;
     if ((c.train.eval_interval > 0 && (step + 1) % c.train.eval_interval == 0) || last) {
       const auto t_eval = Clock::now();

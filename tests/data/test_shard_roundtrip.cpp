@@ -1,6 +1,7 @@
 // synth -> open -> read: what ShardSet::read returns is what the files hold, in the order asked for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <tuple>
 
@@ -165,6 +166,30 @@ TEST(ShardSetRead, ShardsOfDifferentSizesIndexThroughInFileOrder) {
   EXPECT_EQ(batch.label[0], b.label[0]);
   EXPECT_EQ(batch.label[1], b.label[6]);
   EXPECT_TRUE(std::equal(batch.audio.begin(), batch.audio.begin() + 400, b.audio.begin()));
+}
+
+TEST(ShardSetRead, LabelsOnlyReadGivesTheFullReadsLabelsAndNothingElse) {
+  const test::TempDir dir;
+  write_synthetic(small_options(dir.str()));
+  const auto set = ShardSet::open(dir.str());
+  // Shards 1 and 0, unsorted, sample 7 twice.
+  const std::vector<std::int64_t> indices = {7, 2, 9, 7, 0, 5};
+  const MicroBatch full = set->read(indices);
+  const MicroBatch labels = set->read(indices, Fields::labels);
+  EXPECT_EQ(labels.size, static_cast<int>(indices.size()));
+  EXPECT_EQ(labels.index, indices);
+  EXPECT_EQ(labels.label, full.label);
+  // Both are what the files hold (labels differ between rows, so a mix-up of rows would show).
+  ASSERT_EQ(labels.label.size(), indices.size());
+  for (std::size_t b = 0; b < indices.size(); ++b) {
+    const Reference ref = read_reference(set->info().shards[indices[b] / 5].path, true);
+    EXPECT_EQ(labels.label[b], ref.label[indices[b] % 5]) << "batch row " << b << ", sample " << indices[b];
+  }
+  EXPECT_FALSE(std::all_of(full.label.begin(), full.label.end(), [&](std::int32_t l) { return l == full.label[0]; }));
+  EXPECT_TRUE(labels.audio.empty());
+  EXPECT_TRUE(labels.audio_len.empty());
+  EXPECT_TRUE(labels.video.empty());
+  EXPECT_TRUE(labels.video_len.empty());
 }
 
 }  // namespace

@@ -183,5 +183,66 @@ TEST(ShardSetOpen, IgnoresFilesThatAreNotShards) {
   EXPECT_EQ(ShardSet::open(dir.str())->info().total_samples, static_cast<std::int64_t>(2 * N));
 }
 
+// Three shards, shard 1 with a label past num_classes - 1 (= 15).
+void write_set_with_bad_label_in_shard_1(const std::string& directory) {
+  SynthOptions o = base_options(directory, false);
+  o.shards = 3;
+  write_synthetic(o);
+  test::ShardEdit(directory + "/shard-00001.h5").set<std::int32_t>("/label", H5T_NATIVE_INT32, {2}, 16);
+}
+
+void expect_refused_naming(const std::string& directory, CheckShare share, const std::string& file) {
+  try {
+    ShardSet::open(directory, share);
+    FAIL() << "part " << share.part << " of " << share.parts << " accepted " << directory;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(directory + "/" + file, 0), 0u) << message;
+    EXPECT_NE(message.find("/label[2] = 16"), std::string::npos) << message;
+  }
+}
+
+TEST(ShardSetOpen, ValuesOfAShardAreCheckedByThePartItFallsTo) {
+  const test::TempDir dir;
+  write_set_with_bad_label_in_shard_1(dir.str());
+  expect_refused_naming(dir.str(), {}, "shard-00001.h5");
+  expect_refused_naming(dir.str(), {1, 2}, "shard-00001.h5");  // part 1 checks shard 1
+  expect_refused_naming(dir.str(), {1, 3}, "shard-00001.h5");
+}
+
+TEST(ShardSetOpen, ValuesOfOtherPartsShardsAreNotChecked) {
+  const test::TempDir dir;
+  write_set_with_bad_label_in_shard_1(dir.str());
+  EXPECT_NO_THROW(ShardSet::open(dir.str(), {0, 2}));  // shards 0 and 2
+  EXPECT_NO_THROW(ShardSet::open(dir.str(), {2, 3}));  // shard 2
+}
+
+// Every part refuses a set whose shard 1 has a bad header, whichever shards' values it checks.
+void expect_every_part_refuses(const std::string& attribute, std::int32_t value, const std::string& words) {
+  const test::TempDir dir;
+  SynthOptions o = base_options(dir.str(), false);
+  o.shards = 3;
+  write_synthetic(o);
+  test::ShardEdit(dir / "shard-00001.h5").set_attribute<std::int32_t>(attribute, H5T_NATIVE_INT32, value);
+  for (const CheckShare share : {CheckShare{0, 1}, CheckShare{0, 2}, CheckShare{1, 2}, CheckShare{2, 3}}) {
+    try {
+      ShardSet::open(dir.str(), share);
+      ADD_FAILURE() << "part " << share.part << " of " << share.parts << " accepted " << attribute << " = " << value;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind(dir / "shard-00001.h5", 0), 0u) << message;
+      EXPECT_NE(message.find(words), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(ShardSetOpen, HeadersOfEveryShardAreCheckedByEveryPart) {
+  expect_every_part_refuses("version", 2, "attribute version = 2");
+}
+
+TEST(ShardSetOpen, EveryPartComparesEveryShardsHeaderWithTheFirst) {
+  expect_every_part_refuses("sample_rate", 16000, "sample_rate = 16000 differs from 8000");
+}
+
 }  // namespace
 }  // namespace avtrain::data
