@@ -1,6 +1,8 @@
 #include "train/rank_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -70,6 +72,26 @@ RankReport decode_report(const std::string& text) {
     report.layers.push_back(std::move(l));
   }
   return report;
+}
+
+void merge_reports(const std::vector<std::string>& reports, int pp, StepRow& row, std::vector<RankRow>& ranks,
+                   std::vector<LayerRow>& layers) {
+  // The other replicas of a stage wait longer than the last to finish backward by the imbalance
+  // between them (ranks.csv shows it rank by rank); what that last one waits is transfer left unhidden.
+  std::vector<double> stage_comm(std::size_t(pp), std::numeric_limits<double>::infinity());
+  for (const std::string& text : reports) {
+    RankReport r = decode_report(text);
+    const RankRow& rr = r.row;
+    require(rr.pp_rank >= 0 && rr.pp_rank < pp, "internal: rank report of stage " + std::to_string(rr.pp_rank));
+    row.step_ms = std::max(row.step_ms, rr.step_ms);
+    row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
+    row.act_mb = std::max(row.act_mb, rr.act_mb);
+    stage_comm[std::size_t(rr.pp_rank)] = std::min(stage_comm[std::size_t(rr.pp_rank)], rr.comm_ms);
+    if (pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
+    for (LayerRow& l : r.layers) layers.push_back(std::move(l));
+    ranks.push_back(rr);
+  }
+  row.comm_ms = stage_comm.empty() ? 0.0 : *std::max_element(stage_comm.begin(), stage_comm.end());
 }
 
 }  // namespace avtrain

@@ -18,4 +18,11 @@ std::string encode_report(const RankReport& report);
 // Throws Error on text that encode_report did not write.
 RankReport decode_report(const std::string& text);
 
+// Rank 0's reading of every rank's report (in rank order, pp stages): fills the step row's
+// largest-over-ranks columns (step_ms, data_wait_ms, act_mb, bubble), its exposed comm_ms (per
+// stage the wait of the replica that finished backward last, largest over the stages), and
+// collects the ranks.csv rows and the layers.csv rows (stage 0's modules first).
+void merge_reports(const std::vector<std::string>& reports, int pp, StepRow& row, std::vector<RankRow>& ranks,
+                   std::vector<LayerRow>& layers);
+
 }  // namespace avtrain

@@ -78,6 +78,19 @@ struct Slot {
   bool busy = false;
 };
 
+// What one step's forwards and backwards read and add to.
+struct StepWork {
+  std::int64_t step = 0;
+  std::vector<std::future<data::MicroBatch>>* parts = nullptr;  // this replica's micro-batches (stages that read)
+  float grad_scale = 1;
+  bool inject_overflow = false;
+  Timeline* timeline = nullptr;
+  std::vector<Slot*> slot_of;  // micro-batch -> its slot while in flight
+  ActivationStats acts;
+  double local_loss = 0, data_wait_ms = 0, idle_ms = 0;
+  bool loss_finite = true;
+  std::size_t act_bytes = 0;
+};
 }  // namespace
 
 struct Trainer::Impl {
@@ -122,6 +135,88 @@ struct Trainer::Impl {
     for (const ParamInfo& p : params.params()) bounds.push_back(p.offset);
     bounds.push_back(params.total_size());
     return bounds;
+  }
+
+  // Waits for what a computation needs from a neighbour stage (`receive`, when there is one), then
+  // completes this rank's sends in flight: over shared memory without single-copy support a send
+  // moves only while its sender is inside MPI, so one left in flight would wait a whole forward or
+  // backward. Completing costs nothing when the receiver already waits, which is how both
+  // schedules are built. The time is the stage's idle time in the schedule.
+  template <class Receive>
+  void wait_for_neighbour(StepWork& w, int m, const char* what, Receive receive) {
+    const auto t = Clock::now();
+    const bool receives = receive();
+    link.finish_sends();
+    if (topo.pp == 1) return;
+    w.idle_ms += ms_since(t);
+    w.timeline->span(receives ? what : "complete sends", "recv", t, Clock::now(), w.step, m);
+  }
+
+  void forward(StepWork& w, int m) {
+    Slot& slot = acquire();
+    w.slot_of[m] = &slot;
+    Flow& flow = slot.flow;
+    wait_for_neighbour(w, m, "recv activation", [&] {
+      if (!topo.first_stage()) link.recv_activation(flow);
+      return !topo.first_stage();
+    });
+    if (reads()) {
+      const auto t = Clock::now();
+      slot.batch = (*w.parts)[m].get();
+      w.data_wait_ms += ms_since(t);
+      flow.batch = &slot.batch;
+    }
+    flow.mode = Mode::train;
+    flow.step = w.step;
+    flow.detect_anomaly = config.precision.detect_anomaly;
+    flow.grad_scale = w.grad_scale;
+    flow.act_stats = &w.acts;
+    const auto t = Clock::now();
+    net.forward(flow, slot.states);
+    w.timeline->span("forward", "forward", t, Clock::now(), w.step, m);
+    w.act_bytes = std::max(w.act_bytes, activation_bytes());
+    if (topo.last_stage()) {
+      if (!std::isfinite(flow.loss)) {
+        // fp32 has no excuse for it; in fp16/bf16 an overflow is what the scaler handles.
+        if (policy.compute() == DType::f32 || config.precision.detect_anomaly)
+          throw Error("step " + std::to_string(w.step) + ": the loss of micro-batch " + std::to_string(m) +
+                      " is not finite (" + std::to_string(flow.loss) + ")");
+        w.loss_finite = false;
+      }
+      w.local_loss += flow.loss / config.train.micro_batches;
+    } else {
+      const auto t_send = Clock::now();
+      link.send_activation(flow);
+      w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
+    }
+  }
+
+  // The last micro-batch's backward launches each gradient bucket as soon as its layers are done.
+  void backward(StepWork& w, int m, bool last_of_step) {
+    Slot& slot = *w.slot_of[m];
+    Flow& flow = slot.flow;
+    wait_for_neighbour(w, m, "recv gradient", [&] {
+      if (!topo.last_stage()) link.recv_gradient(flow);
+      return !topo.last_stage();
+    });
+    if (w.inject_overflow && m == 0) params.grads().data()[0] = std::numeric_limits<float>::infinity();
+    const auto t = Clock::now();
+    if (last_of_step) {
+      net.backward(flow, slot.states, [&](std::size_t i) {
+        const ParamId first = net.param_range(i).first;
+        buckets.ready_from(first < ParamId(params.params().size()) ? params.info(first).offset : params.total_size());
+        buckets.progress();
+      });
+    } else {
+      net.backward(flow, slot.states);
+    }
+    w.timeline->span("backward", "backward", t, Clock::now(), w.step, m);
+    if (!topo.first_stage()) {
+      const auto t_send = Clock::now();
+      link.send_gradient(flow);
+      w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
+    }
+    slot.busy = false;
   }
 
   // Parameters, main grads, AdamW moments (4 bytes each) and the working copies.
@@ -367,99 +462,23 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     auto parts = std::move(ahead.front());
     ahead.pop_front();
 
-    ActivationStats acts;
     const double loss_scale = scaler.scale();
-    double local_loss = 0, data_wait = 0, idle = 0;
-    bool loss_finite = true;
-    std::size_t act_bytes = 0;
-    std::vector<Slot*> slot_of(std::size_t(M), nullptr);
+    StepWork w;
+    w.step = step;
+    w.parts = &parts;
+    w.grad_scale = float(loss_scale / M);  // the loss is scaled for every micro-batch
+    w.slot_of.assign(std::size_t(M), nullptr);
+    w.inject_overflow = d.inject_overflow.first == topo.rank && d.inject_overflow.second == step;
+    w.timeline = &timeline;
     const std::uint64_t bytes_before = d.groups.data->bytes_sent();
     d.buckets.start_step();
-    const bool inject = d.inject_overflow.first == topo.rank && d.inject_overflow.second == step;
 
-    // Sends are completed before each computation: over shared memory without single-copy support
-    // a send moves only while its sender is inside MPI, so one left in flight would wait a whole
-    // forward or backward. Completing it costs nothing when the receiver already waits for it,
-    // which is how both schedules are built.
-    auto complete_sends = [&] { d.link.finish_sends(); };
     const auto t_schedule = Clock::now();
     for (const parallel::PipeAction& a : actions) {
-      const int m = a.micro_batch;
-      if (a.kind == parallel::PipeAction::forward) {
-        Slot& slot = d.acquire();
-        slot_of[m] = &slot;
-        Flow& flow = slot.flow;
-        {
-          const auto t = Clock::now();
-          if (!topo.first_stage()) d.link.recv_activation(flow);
-          complete_sends();
-          if (topo.pp > 1) {
-            idle += ms_since(t);
-            timeline.span(topo.first_stage() ? "complete sends" : "recv activation", "recv", t, Clock::now(), step, m);
-          }
-        }
-        if (d.reads()) {
-          const auto t = Clock::now();
-          slot.batch = parts[m].get();
-          data_wait += ms_since(t);
-          flow.batch = &slot.batch;
-        }
-        flow.mode = Mode::train;
-        flow.step = step;
-        flow.detect_anomaly = c.precision.detect_anomaly;
-        flow.grad_scale = float(loss_scale / M);  // the loss is scaled for every micro-batch
-        flow.act_stats = &acts;
-        const auto t = Clock::now();
-        d.net.forward(flow, slot.states);
-        timeline.span("forward", "forward", t, Clock::now(), step, m);
-        act_bytes = std::max(act_bytes, d.activation_bytes());
-        if (topo.last_stage()) {
-          if (!std::isfinite(flow.loss)) {
-            // fp32 has no excuse for it; in fp16/bf16 an overflow is what the scaler handles.
-            if (!amp || c.precision.detect_anomaly)
-              throw Error("step " + std::to_string(step) + ": the loss of micro-batch " + std::to_string(m) +
-                          " is not finite (" + std::to_string(flow.loss) + ")");
-            loss_finite = false;
-          }
-          local_loss += flow.loss / M;
-        } else {
-          const auto ts = Clock::now();
-          d.link.send_activation(flow);
-          timeline.span("send activation", "send", ts, Clock::now(), step, m);
-        }
-      } else {
-        Slot& slot = *slot_of[m];
-        Flow& flow = slot.flow;
-        {
-          const auto t = Clock::now();
-          if (!topo.last_stage()) d.link.recv_gradient(flow);
-          complete_sends();
-          if (topo.pp > 1) {
-            idle += ms_since(t);
-            timeline.span(topo.last_stage() ? "complete sends" : "recv gradient", "recv", t, Clock::now(), step, m);
-          }
-        }
-        if (inject && m == 0) d.params.grads().data()[0] = std::numeric_limits<float>::infinity();
-        const bool final_backward = m == M - 1;  // both schedules run the backwards in order
-        const auto t = Clock::now();
-        if (final_backward) {
-          d.net.backward(flow, slot.states, [&](std::size_t i) {
-            const ParamId first = d.net.param_range(i).first;
-            d.buckets.ready_from(first < ParamId(d.params.params().size()) ? d.params.info(first).offset
-                                                                           : d.params.total_size());
-            d.buckets.progress();
-          });
-        } else {
-          d.net.backward(flow, slot.states);
-        }
-        timeline.span("backward", "backward", t, Clock::now(), step, m);
-        if (!topo.first_stage()) {
-          const auto ts = Clock::now();
-          d.link.send_gradient(flow);
-          timeline.span("send gradient", "send", ts, Clock::now(), step, m);
-        }
-        slot.busy = false;
-      }
+      if (a.kind == parallel::PipeAction::forward)
+        d.forward(w, a.micro_batch);
+      else
+        d.backward(w, a.micro_batch, a.micro_batch == M - 1);  // both schedules run the backwards in order
     }
     const double schedule_ms = ms_since(t_schedule);
 
@@ -471,17 +490,17 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     if (topo.dp > 1) timeline.span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), step);
 
     double stage_sum_squares = 0;
-    std::vector<LayerRow> layer_rows = d.layer_rows(acts, loss_scale, stage_sum_squares);
+    std::vector<LayerRow> layer_rows = d.layer_rows(w.acts, loss_scale, stage_sum_squares);
     std::uint64_t nonfinite = 0;
     for (const LayerRow& r : layer_rows) nonfinite += r.nonfinite;
     // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
     // steps and holds the same scale.
-    double flags[2] = {(nonfinite > 0 || !loss_finite || !std::isfinite(stage_sum_squares)) ? 1.0 : 0.0,
+    double flags[2] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(stage_sum_squares)) ? 1.0 : 0.0,
                        nonfinite > 0 ? 1.0 : 0.0};
     world.all_reduce(flags, 2, parallel::ReduceOp::max);
     const bool found_inf = flags[0] > 0;
     // The global norm counts each parameter once: one replica per stage adds its stage's squares.
-    double sums[2] = {topo.dp_rank == 0 ? stage_sum_squares : 0.0, topo.last_stage() ? local_loss / topo.dp : 0.0};
+    double sums[2] = {topo.dp_rank == 0 ? stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
     world.all_reduce(sums, 2, parallel::ReduceOp::sum);
     const double grad_norm = std::sqrt(sums[0]);
     const double loss = sums[1];
@@ -511,18 +530,18 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     mine.rank = topo.rank;
     mine.pp_rank = topo.pp_rank;
     mine.dp_rank = topo.dp_rank;
-    if (topo.last_stage()) mine.local_loss = local_loss;
+    if (topo.last_stage()) mine.local_loss = w.local_loss;
     mine.loss_scale = loss_scale;
     mine.grad_norm_local = std::sqrt(topo.dp > 1 ? d.buckets.local_sum_squares() / (loss_scale * loss_scale)
                                                  : stage_sum_squares);
-    mine.act_mb = double(act_bytes) / kMiB;
+    mine.act_mb = double(w.act_bytes) / kMiB;
     mine.step_ms = train_ms;
     mine.schedule_ms = schedule_ms;
-    mine.idle_ms = idle;
+    mine.idle_ms = w.idle_ms;
     mine.comm_ms = comm_ms;
-    mine.data_wait_ms = data_wait;
+    mine.data_wait_ms = w.data_wait_ms;
     mine.grad_bytes = d.groups.data->bytes_sent() - bytes_before;
-    mem_peak = std::max(mem_peak, d.parameter_bytes() + double(act_bytes) + double(d.net.workspace().bytes()) +
+    mem_peak = std::max(mem_peak, d.parameter_bytes() + double(w.act_bytes) + double(d.net.workspace().bytes()) +
                                       d.flow_bytes());
     RankReport report{mine, {}};
     if (topo.dp_rank == 0) report.layers = std::move(layer_rows);  // one replica per stage reports its modules
@@ -539,23 +558,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     row.bubble_theory = bubble_theory;
     row.mem_peak_mb = mem_peak / kMiB;
     std::vector<RankRow> rank_rows;
-    std::vector<LayerRow> all_layers;  // in rank order: stage 0's modules first
-    // Exposed communication of a stage: the wait of its replica that finished backward last, i.e.
-    // the transfer left unhidden. The other replicas wait longer by the imbalance between them,
-    // which ranks.csv shows rank by rank.
-    std::vector<double> stage_comm(std::size_t(topo.pp), std::numeric_limits<double>::infinity());
-    for (const std::string& text : reports) {
-      RankReport r = decode_report(text);
-      const RankRow& rr = r.row;
-      row.step_ms = std::max(row.step_ms, rr.step_ms);
-      row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
-      stage_comm[std::size_t(rr.pp_rank)] = std::min(stage_comm[std::size_t(rr.pp_rank)], rr.comm_ms);
-      row.act_mb = std::max(row.act_mb, rr.act_mb);
-      if (topo.pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
-      for (LayerRow& l : r.layers) all_layers.push_back(std::move(l));
-      rank_rows.push_back(rr);
-    }
-    if (rank0) row.comm_ms = *std::max_element(stage_comm.begin(), stage_comm.end());
+    std::vector<LayerRow> all_layers;
+    if (rank0) merge_reports(reports, topo.pp, row, rank_rows, all_layers);
     const bool last = step + 1 == c.train.steps;
     if ((c.train.eval_interval > 0 && (step + 1) % c.train.eval_interval == 0) || last) {
       const auto t_eval = Clock::now();

@@ -590,5 +590,41 @@ TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   EXPECT_THROW(decode_report("7 3 1 1 x"), Error);
 }
 
+TEST(RankReport, MergeTakesLargestOverRanksAndTheLastReplicasWaitAsComm) {
+  // pp = 2, dp = 2: ranks 0, 1 on stage 0, ranks 2, 3 on stage 1.
+  std::vector<std::string> reports;
+  const double comm[4] = {9.0, 1.5, 0.5, 7.0}, step_ms[4] = {100, 120, 110, 105};
+  for (int r = 0; r < 4; ++r) {
+    RankReport rep;
+    rep.row.rank = r;
+    rep.row.pp_rank = r / 2;
+    rep.row.dp_rank = r % 2;
+    rep.row.comm_ms = comm[r];
+    rep.row.step_ms = step_ms[r];
+    rep.row.schedule_ms = 100;
+    rep.row.idle_ms = 10.0 * (r + 1);
+    rep.row.act_mb = r == 1 ? 5.0 : 1.0;
+    if (rep.row.dp_rank == 0) {
+      LayerRow l;
+      l.layer = r == 0 ? "embed" : "head.cls";
+      rep.layers.push_back(l);
+    }
+    reports.push_back(encode_report(rep));
+  }
+  StepRow row;
+  std::vector<RankRow> ranks;
+  std::vector<LayerRow> layers;
+  merge_reports(reports, 2, row, ranks, layers);
+  EXPECT_EQ(row.comm_ms, 1.5);  // stage 0: min(9, 1.5); stage 1: min(0.5, 7); largest of the two
+  EXPECT_EQ(row.step_ms, 120);
+  EXPECT_EQ(row.act_mb, 5.0);
+  EXPECT_DOUBLE_EQ(row.bubble, 0.4);
+  ASSERT_EQ(ranks.size(), 4u);
+  EXPECT_EQ(ranks[3].rank, 3);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].layer, "embed");
+  EXPECT_EQ(layers[1].layer, "head.cls");
+}
+
 }  // namespace
 }  // namespace avtrain
