@@ -29,6 +29,15 @@ class Backend {
   // Floating-point operations issued through matrix products so far (2 M N K each).
   virtual double gemm_flops() const = 0;
 
+  // ---- memory: where this backend's tensors live (host memory for the CPU, device memory for
+  // CUDA). allocate() returns zeroed, 256-byte aligned memory; upload/download copy to and from
+  // host memory and return when the copy is done; synchronize() waits for every op issued.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.
   // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
   // or bf16 operands, fp32 accumulation). Operands may be stored in fp32 or in `compute`; an fp32

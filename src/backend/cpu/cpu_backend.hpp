@@ -15,6 +15,11 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   void set_threads(int threads) override;
   double gemm_flops() const override { return gemm_flops_; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  void upload(void* dst, const void* host_src, std::size_t bytes) override;
+  void download(void* host_dst, const void* src, std::size_t bytes) override;
+  void synchronize() override {}
 
   using Backend::gemm;
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,

@@ -1,0 +1,131 @@
+#pragma once
+// The CUDA backend: the kernel interface of backend/backend.hpp on one GPU. Matrix products go
+// through cuBLAS (cublasGemmEx, fp32 accumulation; TF32 off unless allowed, so FP32 stays a true
+// baseline); every other op is a kernel of this directory, one file per family as in cpu/. All
+// pointers are device pointers. Ops run in order on the compute stream; the ops that return a value
+// to the host (sums, maxima, losses) synchronise it.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backend/backend.hpp"
+
+namespace avtrain::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  bool allow_tf32 = false;  // fp32 products on TF32 tensor cores (--allow-tf32)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  void set_threads(int) override {}
+  double gemm_flops() const override { return gemm_flops_; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  void upload(void* dst, const void* host_src, std::size_t bytes) override;
+  void download(void* host_dst, const void* src, std::size_t bytes) override;
+  void synchronize() override;
+
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return options_.device; }
+
+  using Backend::gemm;
+  void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+            Operand B, int ldb, float beta, float* C, int ldc) override;
+  std::string gemm_engine(DType compute) const override;
+  void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) override;
+  void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) override;
+  void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) override;
+
+  void fill(float* x, std::size_t n, float value) override;
+  void add(float* y, const float* x, std::size_t n) override;
+  void scale(float* x, std::size_t n, float a) override;
+  void fill_rows(float* y, const float* row, int rows, int cols) override;
+  void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
+  void gelu_forward(const float* x, float* y, std::size_t n) override;
+  void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) override;
+  double sum_squares(const float* x, std::size_t n) override;
+  float abs_max(const float* x, std::size_t n) override;
+  TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
+
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                         float* rstd, int rows, int dim, float eps) override;
+  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                          const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
+                          int dim) override;
+  void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                               const float* beta, float* y, float* mean, float* rstd,
+                               float* running_mean, float* running_var, int rows, int ch, float eps,
+                               float momentum) override;
+  void batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask, const float* gamma,
+                              const float* beta, const float* running_mean, const float* running_var,
+                              float* y, int rows, int ch, float eps) override;
+  void batchnorm_backward(const float* dy, const float* x, const std::uint8_t* row_mask,
+                          const float* gamma, const float* mean, const float* rstd, float* dx,
+                          float* dgamma, float* dbeta, int rows, int ch) override;
+
+  void attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
+                         int H, int hd) override;
+  void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
+                          int hd) override;
+
+  void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
+                    int T, int win, int hop) override;
+  void power_spectrum(const float* spec, float* power, int rows, int nb) override;
+  void masked_log(float* x, const std::uint8_t* row_mask, int rows, int cols, float eps) override;
+  void im2col_1d(const float* x, float* col, int B, int T, int C, int k, int stride, int pad,
+                 int To) override;
+  void col2im_1d(const float* dcol, float* dx, int B, int T, int C, int k, int stride, int pad,
+                 int To) override;
+  void video_patches(const std::uint8_t* video, float* patches, int B, int F, int H, int W, int C,
+                     int tp, int p) override;
+
+  void mask_rows(float* x, const std::uint8_t* row_mask, int rows, int dim) override;
+  void embed_forward(const float* a, const float* v, const float* pos, const float* modality, float* x,
+                     int B, int Ta, int L, int D) override;
+  void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality, int B,
+                      int Ta, int L, int D) override;
+  void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B, int L,
+                                int D, int begin, int end) override;
+  void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx, int B,
+                                 int L, int D, int begin, int end) override;
+  void concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) override;
+  void split_columns(const float* d, float* da, float* db, int B, int Da, int Db) override;
+
+  double cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, int rows,
+                       int classes, float grad_scale, int* correct) override;
+  double info_nce(const float* a, const float* b, float* da, float* db, int B, int D, float tau,
+                  float grad_scale) override;
+
+  void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int step) override;
+
+  // Device scratch of at least `bytes` for an op's temporaries (grows, never shrinks; not shared
+  // between ops in flight: every op that uses it is ordered on the one stream).
+  void* scratch(std::size_t bytes);
+  // A small pinned host buffer for results an op returns to the host.
+  void* host_result(std::size_t bytes);
+  cublasHandle_t cublas() const { return cublas_; }
+
+ private:
+  CudaOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+  void* host_result_ = nullptr;
+  std::size_t host_result_bytes_ = 0;
+  double gemm_flops_ = 0;
+};
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
+
+}  // namespace avtrain::cuda
