@@ -1,1 +1,46 @@
-// placeholder until written
+#include "device_binding.hpp"
+
+#include <cuda_runtime.h>
+
+#include "core/error.hpp"
+#include "device_query.hpp"
+
+namespace avtrain::cuda {
+namespace {
+
+std::string prefix(const parallel::Topology& t) { return "--device cuda: rank " + std::to_string(t.rank) + ": "; }
+
+std::string explain(cudaError_t status) {
+  return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+}
+
+int visible_devices(const parallel::Topology& t) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) throw Error(prefix(t) + "no CUDA device is visible (" + explain(status) + ")");
+  require(count > 0, prefix(t) + "no CUDA device is visible (the runtime reports 0 devices)");
+  return count;
+}
+
+}  // namespace
+
+int bind_device(const parallel::Topology& t, bool nccl) {
+  const int count = visible_devices(t);
+  require(!nccl || t.local_size <= count,
+          prefix(t) + std::to_string(t.local_size) + " ranks on this node share " + std::to_string(count) +
+              " GPU" + (count == 1 ? "" : "s") +
+              "; NCCL hangs when two ranks drive one GPU: start at most one rank per GPU or use --comm mpi");
+  const int device = t.local_rank % count;
+  const cudaError_t status = cudaSetDevice(device);
+  if (status != cudaSuccess)
+    throw Error(prefix(t) + "cudaSetDevice(" + std::to_string(device) + ") failed (" + explain(status) + ")");
+  return device;
+}
+
+std::string describe_binding(const parallel::Topology& t, int device) {
+  return "rank " + std::to_string(t.rank) + " (node-local " + std::to_string(t.local_rank) + " of " +
+         std::to_string(t.local_size) + ") -> GPU " + std::to_string(device) + " of " +
+         std::to_string(device_count()) + ": " + describe_device(device);
+}
+
+}  // namespace avtrain::cuda

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/backend_choice.hpp"
 #include "app/options.hpp"
 #include "backend/backend.hpp"
 #include "build_info.hpp"
@@ -42,9 +43,13 @@ nlohmann::json data_fingerprint(const avtrain::data::SetInfo& s) {
 int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroups& groups) {
   const avtrain::RunConfig& config = options.config;
   const avtrain::parallel::Topology& topo = groups.topology;
+  auto backend = avtrain::make_backend(config, topo);
+  // The layers keep their tensors in host memory; placing them in the backend's memory is the
+  // rest of the CUDA work (docs/cuda.md), so a GPU run stops here, after the device checks.
+  avtrain::require(backend->name() == "cpu", "--device cuda: rank " + std::to_string(topo.rank) + " bound " +
+                                                 backend->name() + " device; training on it is not available yet "
+                                                 "(the model's tensors live in host memory; see docs/cuda.md)");
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
-  auto backend = avtrain::make_cpu_backend();
-  backend->set_threads(config.train.threads);
   avtrain::Trainer trainer(config, *backend, *shards, groups);
   nlohmann::json manifest;
   manifest["config"] = options.resolved;
@@ -70,8 +75,9 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
 
 void describe(const avtrain::RunConfig& config) {
   auto shards = avtrain::data::ShardSet::open(config.data.dir);
-  auto backend = avtrain::make_cpu_backend();
-  backend->set_threads(config.train.threads);
+  avtrain::RunConfig on_cpu = config;  // the description is computed on the CPU backend
+  on_cpu.device = {};
+  auto backend = avtrain::make_backend(on_cpu, {});
   avtrain::describe_run(config, *backend, *shards, std::cout);
 }
 

@@ -207,6 +207,16 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add(L, "parallel.timeline", &c.parallel.timeline,
         "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto); short form --timeline");
 
+  const std::string V = "[device] backend and collectives";
+  t.add(V, "device.backend", &c.device.backend,
+        "cpu, or cuda (one GPU per rank: local rank % GPUs on the node); short form --device",
+        std::vector<std::string>{"cpu", "cuda"});
+  t.add(V, "device.comm", &c.device.comm,
+        "collectives through auto (nccl on cuda, mpi on cpu), mpi or nccl; short form --comm",
+        std::vector<std::string>{"auto", "mpi", "nccl"});
+  t.add(V, "device.allow_tf32", &c.device.allow_tf32,
+        "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline); --allow-tf32");
+
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
 }
@@ -215,7 +225,8 @@ void bind(OptionTable& t, RunConfig& c) {
 const std::pair<const char*, const char*> kShortForms[] = {
     {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
     {"threads", "train.threads"}, {"precision", "precision.mode"}, {"pp", "parallel.pp"},
-    {"dp", "parallel.dp"}, {"timeline", "parallel.timeline"}};
+    {"dp", "parallel.dp"}, {"timeline", "parallel.timeline"}, {"device", "device.backend"},
+    {"comm", "device.comm"}};
 
 }  // namespace
 
@@ -226,8 +237,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   bind(table, c);
 
   po::options_description general("General");
-  std::string short_data, short_out, short_precision, short_timeline;
-  bool short_detect_anomaly = false;
+  std::string short_data, short_out, short_precision, short_timeline, short_device, short_comm;
+  bool short_detect_anomaly = false, short_allow_tf32 = false;
   int short_steps = 0, short_threads = 0, short_pp = 0, short_dp = 0;
   std::uint64_t short_seed = 0;
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
@@ -241,6 +252,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
       "precision", po::value<std::string>(&short_precision), "= --precision.mode")(
       "pp", po::value<int>(&short_pp), "= --parallel.pp")("dp", po::value<int>(&short_dp), "= --parallel.dp")(
       "timeline", po::value<std::string>(&short_timeline), "= --parallel.timeline")(
+      "device", po::value<std::string>(&short_device), "= --device.backend")(
+      "comm", po::value<std::string>(&short_comm), "= --device.comm")(
+      "allow-tf32", po::bool_switch(&short_allow_tf32), "= --device.allow_tf32 1")(
       "detect-anomaly", po::bool_switch(&short_detect_anomaly), "= --precision.detect_anomaly 1");
 
   po::options_description deck_keys;
@@ -292,6 +306,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("pp")) c.parallel.pp = short_pp;
   if (vm.count("dp")) c.parallel.dp = short_dp;
   if (vm.count("timeline")) c.parallel.timeline = short_timeline;
+  if (vm.count("device")) c.device.backend = short_device;
+  if (vm.count("comm")) c.device.comm = short_comm;
+  if (short_allow_tf32) c.device.allow_tf32 = true;
   if (short_detect_anomaly) c.precision.detect_anomaly = true;
   table.check();
   table.dump(parsed.resolved);

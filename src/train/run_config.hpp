@@ -27,6 +27,13 @@ struct TrainConfig {
   std::string out;            // trace directory; empty writes none
 };
 
+// Which backend a rank runs on, and what its collectives go through.
+struct DeviceConfig {
+  std::string backend = "cpu";  // cpu | cuda
+  std::string comm = "auto";    // auto (nccl on cuda, mpi on cpu) | mpi | nccl
+  bool allow_tf32 = false;      // cuda: fp32 products on TF32 tensor cores (fp32 is then no longer a true baseline)
+};
+
 struct RunConfig {
   std::string deck;           // the input deck read, if any
   ModelConfig model;
@@ -35,6 +42,7 @@ struct RunConfig {
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;
+  DeviceConfig device;
   DebugConfig debug;
   bool dry_run = false;
   // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.

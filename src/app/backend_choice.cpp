@@ -1,0 +1,33 @@
+#include "app/backend_choice.hpp"
+
+#include "core/error.hpp"
+#ifdef AVTRAIN_HAVE_CUDA
+#include "cuda_backend.hpp"
+#include "device_binding.hpp"
+#endif
+
+namespace avtrain {
+
+bool uses_nccl(const RunConfig& c) {
+  return c.device.comm == "nccl" || (c.device.comm == "auto" && c.device.backend == "cuda");
+}
+
+std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topology& topology) {
+  if (c.device.backend == "cpu") {
+    require(!uses_nccl(c), "--comm nccl needs --device cuda: NCCL moves device memory");
+    require(!c.device.allow_tf32, "--allow-tf32 applies to --device cuda only");
+    auto backend = make_cpu_backend();
+    backend->set_threads(c.train.threads);
+    return backend;
+  }
+#ifdef AVTRAIN_HAVE_CUDA
+  const int device = cuda::bind_device(topology, uses_nccl(c));
+  return cuda::make_cuda_backend({device, c.device.allow_tf32});
+#else
+  (void)topology;
+  throw Error("--device cuda: this build has no CUDA backend (nvcc was not found when it was configured); "
+              "build the cuda preset: cmake --preset cuda && cmake --build --preset cuda");
+#endif
+}
+
+}  // namespace avtrain

@@ -1,0 +1,19 @@
+#pragma once
+// The backend a rank runs on (--device) and the checks that go with the choice (--comm).
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "parallel/topology.hpp"
+#include "train/run_config.hpp"
+
+namespace avtrain {
+
+// cpu: the CPU backend with train.threads threads. cuda: binds this rank's GPU (local rank % GPUs
+// on the node) and makes the CUDA backend; a build without CUDA, or a machine without a GPU, stops
+// with one line naming why. Throws Error on a --comm that does not fit the device.
+std::unique_ptr<Backend> make_backend(const RunConfig& config, const parallel::Topology& topology);
+
+// nccl or mpi, after resolving auto.
+bool uses_nccl(const RunConfig& config);
+
+}  // namespace avtrain
