@@ -1,1 +1,71 @@
-// placeholder until written
+// Storage conversions between fp32 and fp16/bf16, elementwise with the bit-exact conversions of
+// half_device.cuh.
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "cuda_backend.hpp"
+#include "cuda_check.hpp"
+#include "half_device.cuh"
+
+namespace avtrain::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
+
+struct Half {
+  __device__ static std::uint16_t narrow(float x) { return to_half(x); }
+  __device__ static float widen(std::uint16_t h) { return from_half(h); }
+};
+struct BFloat16 {
+  __device__ static std::uint16_t narrow(float x) { return to_bf16(x); }
+  __device__ static float widen(std::uint16_t b) { return from_bf16(b); }
+};
+
+template <typename Format>
+__global__ void round_kernel(float* x, std::uint16_t* packed, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::uint16_t bits = Format::narrow(x[i]);
+    if (packed) packed[i] = bits;
+    x[i] = Format::widen(bits);
+  }
+}
+
+template <typename Format>
+__global__ void pack_kernel(const float* x, std::uint16_t* packed, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    packed[i] = Format::narrow(x[i]);
+}
+
+template <typename Format>
+__global__ void unpack_kernel(const std::uint16_t* packed, float* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    x[i] = Format::widen(packed[i]);
+}
+}  // namespace
+
+void CudaBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) {
+  if (dtype == DType::f32 || n == 0) return;
+  if (dtype == DType::f16) round_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
+  else round_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) {
+  require(dtype != DType::f32, "internal: pack to fp32");
+  if (n == 0) return;
+  if (dtype == DType::f16) pack_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
+  else pack_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) {
+  require(dtype != DType::f32, "internal: unpack from fp32");
+  if (n == 0) return;
+  if (dtype == DType::f16) unpack_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(packed, x, n);
+  else unpack_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(packed, x, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace avtrain::cuda
