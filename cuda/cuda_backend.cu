@@ -1,1 +1,155 @@
-// placeholder until written
+// The CUDA backend's device, stream, cuBLAS handle and memory, and its matrix products.
+#include <algorithm>
+#include <utility>
+
+#include "core/error.hpp"
+#include "cuda_backend.hpp"
+#include "cuda_check.hpp"
+
+namespace avtrain::cuda {
+
+namespace {
+constexpr std::size_t kAlignment = 256;
+
+std::size_t round_up(std::size_t bytes, std::size_t to) { return (std::max<std::size_t>(bytes, 1) + to - 1) / to * to; }
+
+// Elements spanned by a row-major operand of `rows` x `cols` (as used) with leading dimension ld.
+std::size_t extent(Trans t, int rows, int cols, int ld) {
+  if (t == Trans::yes) std::swap(rows, cols);
+  return rows == 0 ? 0 : std::size_t(rows - 1) * ld + cols;
+}
+
+cublasOperation_t to_cublas(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::f32 ? CUDA_R_32F : t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
+  try {
+    CUDA_CHECK(cudaSetDevice(options_.device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    // A throwing constructor runs no destructor: release what was made so far.
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (scratch_) cudaFree(scratch_);
+  if (host_result_) cudaFreeHost(host_result_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) { return std::make_unique<CudaBackend>(options); }
+
+void* CudaBackend::allocate(std::size_t bytes) {
+  const std::size_t rounded = round_up(bytes, kAlignment);
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, rounded));
+  try {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    cudaFree(p);
+    throw;
+  }
+  return p;
+}
+
+void CudaBackend::deallocate(void* p) noexcept {
+  if (p) cudaFree(p);
+}
+
+void CudaBackend::upload(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::download(void* host_dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::scratch(std::size_t bytes) {
+  if (bytes <= scratch_bytes_ && scratch_) return scratch_;
+  const std::size_t grown = round_up(bytes, kAlignment);
+  if (scratch_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops issued earlier may still read the old scratch
+    CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+  }
+  CUDA_CHECK(cudaMalloc(&scratch_, grown));
+  scratch_bytes_ = grown;
+  return scratch_;
+}
+
+void* CudaBackend::host_result(std::size_t bytes) {
+  if (bytes <= host_result_bytes_ && host_result_) return host_result_;
+  const std::size_t grown = round_up(bytes, kAlignment);
+  if (host_result_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaFreeHost(host_result_));
+    host_result_ = nullptr;
+    host_result_bytes_ = 0;
+  }
+  CUDA_CHECK(cudaMallocHost(&host_result_, grown));
+  host_result_bytes_ = grown;
+  return host_result_;
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, N and M
+// swapped and the same transposes, on the same buffers and leading dimensions. An fp32 operand of a
+// 16-bit product holds values exact in that type, so it is packed (exactly) into scratch first.
+void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+                       Operand B, int ldb, float beta, float* C, int ldc) {
+  require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
+  require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
+  gemm_flops_ += 2.0 * M * N * K;
+  if (M == 0 || N == 0) return;
+
+  const bool pack_a = A.dtype != compute, pack_b = B.dtype != compute;
+  const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
+  const std::size_t a_bytes = pack_a ? round_up(na * 2, kAlignment) : 0, b_bytes = pack_b ? nb * 2 : 0;
+  if (pack_a || pack_b) {
+    auto* packed = static_cast<std::uint16_t*>(scratch(a_bytes + b_bytes));
+    if (pack_a) {
+      pack(compute, static_cast<const float*>(A.data), packed, na);
+      A.data = packed;
+    }
+    if (pack_b) {
+      auto* packed_b = reinterpret_cast<std::uint16_t*>(reinterpret_cast<char*>(packed) + a_bytes);
+      pack(compute, static_cast<const float*>(B.data), packed_b, nb);
+      B.data = packed_b;
+    }
+  }
+
+  const cudaDataType_t type = cuda_type(compute);
+  const cublasComputeType_t accumulate =
+      compute == DType::f32 && options_.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // A leading dimension of 0 only comes with an empty operand; cuBLAS still wants it >= 1.
+  CUBLAS_CHECK(cublasGemmEx(cublas_, to_cublas(tb), to_cublas(ta), N, M, K, &alpha, B.data, type, std::max(ldb, 1),
+                            A.data, type, std::max(lda, 1), &beta, C, CUDA_R_32F, ldc, accumulate,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+std::string CudaBackend::gemm_engine(DType compute) const {
+  if (compute == DType::f32)
+    return options_.allow_tf32 ? "cuBLAS fp32 (TF32 tensor cores, fp32 accumulation)" : "cuBLAS fp32 (TF32 off)";
+  return std::string("cuBLAS (") + dtype_name(compute) + " tensor cores, fp32 accumulation)";
+}
+
+}  // namespace avtrain::cuda

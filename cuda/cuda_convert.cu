@@ -14,6 +14,9 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
 
+__device__ std::size_t first_index() { return blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; }
+__device__ std::size_t grid_stride() { return std::size_t(gridDim.x) * blockDim.x; }
+
 struct Half {
   __device__ static std::uint16_t narrow(float x) { return to_half(x); }
   __device__ static float widen(std::uint16_t h) { return from_half(h); }
@@ -25,7 +28,7 @@ struct BFloat16 {
 
 template <typename Format>
 __global__ void round_kernel(float* x, std::uint16_t* packed, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const std::uint16_t bits = Format::narrow(x[i]);
     if (packed) packed[i] = bits;
     x[i] = Format::widen(bits);
@@ -34,13 +37,13 @@ __global__ void round_kernel(float* x, std::uint16_t* packed, std::size_t n) {
 
 template <typename Format>
 __global__ void pack_kernel(const float* x, std::uint16_t* packed, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
     packed[i] = Format::narrow(x[i]);
 }
 
 template <typename Format>
 __global__ void unpack_kernel(const std::uint16_t* packed, float* x, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
     x[i] = Format::widen(packed[i]);
 }
 }  // namespace

@@ -1,1 +1,173 @@
-// placeholder until written
+// Token assembly: embeddings, masks, pooling, column concatenation. Every sum over samples or
+// tokens is a loop in a fixed order inside one thread, so the gradients are the same every run.
+#include <algorithm>
+
+#include "cuda_backend.hpp"
+#include "cuda_check.hpp"
+
+namespace avtrain::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
+
+#define FOR_EACH_INDEX(i, n)                                                                       \
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += std::size_t(gridDim.x) * blockDim.x)
+
+__global__ void mask_rows_kernel(float* x, const std::uint8_t* row_mask, int dim, std::size_t n) {
+  FOR_EACH_INDEX(e, n) if (!row_mask[e / dim]) x[e] = 0.0f;
+}
+
+// The row of a (l < Ta) or v (l >= Ta) that token l of sample b comes from.
+__device__ std::size_t source_row(std::size_t b, int l, int Ta, int L) {
+  return l < Ta ? b * Ta + l : b * (L - Ta) + (l - Ta);
+}
+
+__global__ void embed_forward_kernel(const float* a, const float* v, const float* pos, const float* modality,
+                                     float* x, int Ta, int L, int D, std::size_t n) {
+  FOR_EACH_INDEX(e, n) {
+    const int i = int(e % D), l = int(e / D % L);
+    const std::size_t b = e / D / L;
+    const float* src = l < Ta ? a : v;
+    x[e] = src[source_row(b, l, Ta, L) * D + i] + pos[std::size_t(l) * D + i] + modality[(l < Ta ? 0 : D) + i];
+  }
+}
+
+__global__ void embed_split_kernel(const float* dx, float* da, float* dv, int Ta, int L, int D, std::size_t n) {
+  FOR_EACH_INDEX(e, n) {
+    const int i = int(e % D), l = int(e / D % L);
+    const std::size_t b = e / D / L;
+    (l < Ta ? da : dv)[source_row(b, l, Ta, L) * D + i] = dx[e];
+  }
+}
+
+// token_sum[l, i] = sum over samples b (in order) of dx[b, l, i]; dpos += it.
+__global__ void embed_dpos_kernel(const float* dx, float* dpos, float* token_sum, int B, int L, int D) {
+  const std::size_t per_sample = std::size_t(L) * D;
+  FOR_EACH_INDEX(e, per_sample) {
+    float s = 0;
+    for (int b = 0; b < B; ++b) s += dx[b * per_sample + e];
+    token_sum[e] = s;
+    dpos[e] += s;
+  }
+}
+
+// dmodality[m, i] += sum over the tokens of modality m (in order) of token_sum[l, i].
+__global__ void embed_dmodality_kernel(const float* token_sum, float* dmodality, int Ta, int L, int D) {
+  FOR_EACH_INDEX(e, std::size_t(2) * D) {
+    const int m = int(e / D), i = int(e % D);
+    const int l0 = m == 0 ? 0 : Ta, l1 = m == 0 ? Ta : L;
+    if (l0 == l1) continue;
+    float s = 0;
+    for (int l = l0; l < l1; ++l) s += token_sum[std::size_t(l) * D + i];
+    dmodality[e] += s;
+  }
+}
+
+__device__ int count_tokens(const std::uint8_t* mask_b, int begin, int end) {
+  int count = 0;
+  for (int l = begin; l < end; ++l) count += mask_b[l] != 0;
+  return count;
+}
+
+__global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, float* pooled, int L, int D, int begin,
+                                    int end, std::size_t n) {
+  FOR_EACH_INDEX(e, n) {
+    const std::size_t b = e / D;
+    const int i = int(e % D);
+    const std::uint8_t* mask_b = mask + b * L;
+    float s = 0;
+    for (int l = begin; l < end; ++l)
+      if (mask_b[l]) s += x[(b * L + l) * D + i];
+    const int count = count_tokens(mask_b, begin, end);
+    pooled[e] = s * (count > 0 ? 1.0f / count : 0.0f);
+  }
+}
+
+__global__ void pool_counts_kernel(const std::uint8_t* mask, int* counts, int B, int L, int begin, int end) {
+  FOR_EACH_INDEX(b, std::size_t(B)) counts[b] = count_tokens(mask + b * L, begin, end);
+}
+
+__global__ void pool_backward_kernel(const float* dpooled, const std::uint8_t* mask, const int* counts, float* dx,
+                                     int L, int D, int begin, int end, std::size_t n) {
+  const int span = end - begin;
+  FOR_EACH_INDEX(e, n) {
+    const int i = int(e % D), l = begin + int(e / D % span);
+    const std::size_t b = e / D / span;
+    if (!mask[b * L + l] || counts[b] == 0) continue;
+    dx[(b * L + l) * D + i] += dpooled[b * D + i] * (1.0f / counts[b]);
+  }
+}
+
+#undef FOR_EACH_INDEX
+
+// dst[rows, dst_pitch] columns [0, cols) <- src[rows, src_pitch] columns [0, cols), on the stream.
+void copy_columns(float* dst, int dst_pitch, const float* src, int src_pitch, int rows, int cols, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(float) * dst_pitch, src, sizeof(float) * src_pitch, sizeof(float) * cols,
+                               rows, cudaMemcpyDeviceToDevice, s));
+}
+
+}  // namespace
+
+void CudaBackend::mask_rows(float* x, const std::uint8_t* row_mask, int rows, int dim) {
+  const std::size_t n = std::size_t(std::max(rows, 0)) * std::max(dim, 0);
+  if (n == 0) return;
+  mask_rows_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, row_mask, dim, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::embed_forward(const float* a, const float* v, const float* pos, const float* modality, float* x,
+                                int B, int Ta, int L, int D) {
+  const std::size_t n = std::size_t(std::max(B, 0)) * std::max(L, 0) * std::max(D, 0);
+  if (n == 0) return;
+  embed_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(a, v, pos, modality, x, Ta, L, D, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality, int B, int Ta,
+                                 int L, int D) {
+  const std::size_t per_sample = std::size_t(std::max(L, 0)) * std::max(D, 0);
+  if (B <= 0 || per_sample == 0) return;
+  embed_split_kernel<<<blocks_for(per_sample * B), kThreads, 0, stream_>>>(dx, da, dv, Ta, L, D, per_sample * B);
+  CUDA_CHECK_LAUNCH();
+  float* token_sum = static_cast<float*>(scratch(sizeof(float) * per_sample));
+  embed_dpos_kernel<<<blocks_for(per_sample), kThreads, 0, stream_>>>(dx, dpos, token_sum, B, L, D);
+  CUDA_CHECK_LAUNCH();
+  embed_dmodality_kernel<<<blocks_for(std::size_t(2) * D), kThreads, 0, stream_>>>(token_sum, dmodality, Ta, L, D);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B, int L,
+                                           int D, int begin, int end) {
+  const std::size_t n = std::size_t(std::max(B, 0)) * std::max(D, 0);
+  if (n == 0) return;
+  pool_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, mask, pooled, L, D, begin, end, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx, int B, int L,
+                                            int D, int begin, int end) {
+  const std::size_t n = std::size_t(std::max(B, 0)) * std::max(end - begin, 0) * std::max(D, 0);
+  if (n == 0) return;
+  int* counts = static_cast<int*>(scratch(sizeof(int) * B));
+  pool_counts_kernel<<<blocks_for(B), kThreads, 0, stream_>>>(mask, counts, B, L, begin, end);
+  CUDA_CHECK_LAUNCH();
+  pool_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dpooled, mask, counts, dx, L, D, begin, end, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) {
+  copy_columns(out, Da + Db, a, Da, B, Da, stream_);
+  copy_columns(out + std::max(Da, 0), Da + Db, b, Db, B, Db, stream_);
+}
+
+void CudaBackend::split_columns(const float* d, float* da, float* db, int B, int Da, int Db) {
+  copy_columns(da, Da, d, Da + Db, B, Da, stream_);
+  copy_columns(db, Db, d + std::max(Da, 0), Da + Db, B, Db, stream_);
+}
+
+}  // namespace avtrain::cuda

@@ -1,1 +1,233 @@
-// placeholder until written
+#include "nccl_communicator.hpp"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+#include <utility>
+
+#include "core/error.hpp"
+#include "cuda_check.hpp"
+
+#define NCCL_OK(call) nccl_ok((call), #call, __LINE__)
+#define CUDA_OK(call) cuda_ok((call), #call, __LINE__)
+
+namespace avtrain::cuda {
+namespace {
+
+ncclDataType_t nccl_type(DType type) {
+  switch (type) {
+    case DType::f32: return ncclFloat32;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+  }
+  throw Error("NCCL: unknown DType");
+}
+
+ncclRedOp_t nccl_op(parallel::ReduceOp op) { return op == parallel::ReduceOp::sum ? ncclSum : ncclMax; }
+
+parallel::Communicator& non_null(const std::unique_ptr<parallel::Communicator>& host) {
+  require(host != nullptr, "NcclCommunicator: no host communicator to bootstrap from");
+  return *host;
+}
+
+}  // namespace
+
+class NcclCommunicator::Pending final : public parallel::Request::Impl {
+ public:
+  Pending(NcclCommunicator& comm, SharedEvent event) : comm_(comm), event_(std::move(event)) {}
+  // Waits rather than leave the GPU writing into a buffer its owner may free next.
+  ~Pending() override {
+    if (done_ || comm_.failed_) return;
+    try {
+      comm_.wait(event_.get());
+    } catch (...) {
+    }
+  }
+  bool test() override { return done_ = comm_.complete(event_.get()); }
+  void wait() override {
+    comm_.wait(event_.get());
+    done_ = true;
+  }
+
+ private:
+  NcclCommunicator& comm_;
+  SharedEvent event_;
+  bool done_ = false;
+};
+
+NcclCommunicator::NcclCommunicator(parallel::Communicator& host, std::string name)
+    : host_(&host), name_(std::move(name)), rank_(host.rank()), size_(host.size()) {
+  where_ = "NCCL communicator '" + name_ + "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));  // not ordered with the legacy default stream
+  stream_.reset(stream);
+  cudaEvent_t ready = nullptr;
+  CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  ready_.reset(ready);
+
+  ncclUniqueId id{};
+  if (rank_ == 0) NCCL_OK(ncclGetUniqueId(&id));
+  host.broadcast(&id, sizeof id, 0);
+  NCCL_OK(ncclCommInitRank(&comm_, size_, id, rank_));
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<parallel::Communicator> host, std::string name)
+    : NcclCommunicator(non_null(host), std::move(name)) {
+  owned_host_ = std::move(host);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (!comm_) return;
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(comm_, &async);
+  // Finalize synchronises with the peers; after an error, or while unwinding from one, they may never come.
+  const bool broken = failed_ || async != ncclSuccess || std::uncaught_exceptions() > 0;
+  if (!broken && ncclCommFinalize(comm_) == ncclSuccess)
+    ncclCommDestroy(comm_);
+  else
+    ncclCommAbort(comm_);
+}
+
+void NcclCommunicator::fail(const char* library, const char* call, const std::string& message, int line) {
+  failed_ = true;
+  cuda::fail(library, call, message + " on the " + where_, __FILE__, line);
+}
+
+void NcclCommunicator::nccl_ok(ncclResult_t result, const char* call, int line) {
+  if (result == ncclSuccess) return;
+  std::string message = ncclGetErrorString(result);
+  if (const char* last = ncclGetLastError(comm_); last && *last) message += std::string(" (") + last + ")";
+  fail("NCCL", call, message, line);
+}
+
+void NcclCommunicator::cuda_ok(cudaError_t status, const char* call, int line) {
+  if (status == cudaSuccess) return;
+  fail("CUDA", call, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), line);
+}
+
+void NcclCommunicator::poll_async_error() {
+  ncclResult_t async = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(comm_, &async));
+  if (async != ncclSuccess && async != ncclInProgress)
+    nccl_ok(async, "ncclCommGetAsyncError (asynchronous error)", __LINE__);
+}
+
+void NcclCommunicator::require_member(int rank, const char* role) const {
+  require(rank >= 0 && rank < size_, std::string(role) + " " + std::to_string(rank) + " is not a member of the " +
+                                         where_ + ": ranks are 0.." + std::to_string(size_ - 1));
+}
+
+NcclCommunicator::SharedEvent NcclCommunicator::new_event() {
+  cudaEvent_t event = nullptr;
+  CUDA_OK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return SharedEvent(event, EventDeleter{});
+}
+
+parallel::Request NcclCommunicator::enqueued() {
+  // Inside a group nothing is launched before group_end(), which records the group's one event.
+  if (group_depth_ > 0) {
+    if (!group_event_) group_event_ = new_event();
+    return parallel::Request(std::make_unique<Pending>(*this, group_event_));
+  }
+  SharedEvent event = new_event();
+  CUDA_OK(cudaEventRecord(event.get(), stream_.get()));
+  return parallel::Request(std::make_unique<Pending>(*this, std::move(event)));
+}
+
+bool NcclCommunicator::complete(cudaEvent_t event) {
+  require(group_depth_ == 0,
+          "a Request of the " + where_ + " was tested inside an NCCL group: test it after group_end()");
+  poll_async_error();
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) return false;
+  CUDA_OK(status);
+  return true;
+}
+
+void NcclCommunicator::wait(cudaEvent_t event) {
+  // Polled, not cudaEventSynchronize: that would never return when a peer has failed.
+  while (!complete(event)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+void NcclCommunicator::all_reduce(void* data, std::size_t count, DType type, parallel::ReduceOp op) {
+  all_reduce_async(data, count, type, op).wait();
+}
+
+parallel::Request NcclCommunicator::all_reduce_async(void* data, std::size_t count, DType type, parallel::ReduceOp op) {
+  NCCL_OK(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream_.get()));
+  bytes_sent_ += count * dtype_size(type);
+  return enqueued();
+}
+
+void NcclCommunicator::all_reduce(double* data, std::size_t count, parallel::ReduceOp op) {
+  host_->all_reduce(data, count, op);
+  bytes_sent_ += count * sizeof(double);
+}
+
+void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  require_member(root, "broadcast root");
+  NCCL_OK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
+  enqueued().wait();
+}
+
+void NcclCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
+  send_async(data, bytes, peer, tag).wait();
+}
+
+void NcclCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
+  recv_async(data, bytes, peer, tag).wait();
+}
+
+parallel::Request NcclCommunicator::send_async(const void* data, std::size_t bytes, int peer, int /*tag*/) {
+  require_member(peer, "send peer");
+  group_begin();
+  NCCL_OK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_.get()));
+  group_end();
+  bytes_sent_ += bytes;
+  return enqueued();
+}
+
+parallel::Request NcclCommunicator::recv_async(void* data, std::size_t bytes, int peer, int /*tag*/) {
+  require_member(peer, "recv peer");
+  group_begin();
+  NCCL_OK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_.get()));
+  group_end();
+  return enqueued();
+}
+
+std::vector<std::string> NcclCommunicator::gather(const std::string& mine, int root) {
+  return host_->gather(mine, root);
+}
+
+void NcclCommunicator::barrier() { host_->barrier(); }
+
+void NcclCommunicator::after(cudaStream_t compute) {
+  CUDA_OK(cudaEventRecord(ready_.get(), compute));
+  CUDA_OK(cudaStreamWaitEvent(stream_.get(), ready_.get(), 0));
+}
+
+void NcclCommunicator::group_begin() {
+  NCCL_OK(ncclGroupStart());
+  ++group_depth_;
+}
+
+void NcclCommunicator::group_end() {
+  require(group_depth_ > 0, "group_end() without group_begin() on the " + where_);
+  --group_depth_;
+  NCCL_OK(ncclGroupEnd());
+  if (group_depth_ == 0 && group_event_) {
+    CUDA_OK(cudaEventRecord(group_event_.get(), stream_.get()));
+    group_event_.reset();
+  }
+}
+
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(parallel::Communicator& mpi_group, std::string name) {
+  return std::make_unique<NcclCommunicator>(mpi_group, std::move(name));
+}
+
+void make_nccl_groups(parallel::ProcessGroups& groups) {
+  groups.data = std::make_unique<NcclCommunicator>(std::move(groups.data), "data-parallel");
+  groups.pipeline = std::make_unique<NcclCommunicator>(std::move(groups.pipeline), "pipeline");
+}
+
+}  // namespace avtrain::cuda

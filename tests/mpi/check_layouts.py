@@ -7,8 +7,11 @@
   skipped-everywhere RUN STEP            STEP is skipped (trace.csv); every rank held the same loss
                                          scale at every step, and it halved after STEP
   bytes-ratio FULL HALF RATIO            the gradient all-reduce bytes of HALF are RATIO x FULL's, > 0
+  timeline FILE RANKS STEPS M            a Chrome trace with one track per rank, each with a forward
+                                         and a backward span per micro-batch and step, and optimizer spans
 """
 import csv
+import json
 import sys
 
 
@@ -73,6 +76,25 @@ def bytes_ratio(full, half, ratio):
         fail(f"{half} sent {b} bytes, not {ratio} x {a}")
 
 
+def timeline(path, ranks, steps, micro_batches):
+    events = json.load(open(path))["traceEvents"]
+    names = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    if names != set(range(ranks)):
+        fail(f"{path}: tracks {sorted(names)}, not ranks 0..{ranks - 1}")
+    for rank in range(ranks):
+        spans = [e for e in events if e.get("ph") == "X" and e["pid"] == rank]
+        for cat in ("forward", "backward"):
+            got = sorted((e["args"]["step"], e["args"]["micro_batch"]) for e in spans if e["cat"] == cat)
+            want = sorted((s, m) for s in range(steps) for m in range(micro_batches))
+            if got != want:
+                fail(f"rank {rank}: {cat} spans {got[:4]}... are not one per step and micro-batch")
+        if sum(e["cat"] == "optimizer" for e in spans) != steps:
+            fail(f"rank {rank}: not one optimizer span per step")
+        if any(e["dur"] < 0 for e in spans):
+            fail(f"rank {rank}: a span of negative duration")
+    print(f"check_layouts: {path}: {ranks} tracks with every forward, backward and optimizer span")
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -84,6 +106,8 @@ def main():
         less_activation(args[1], args[2])
     elif what == "skipped-everywhere" and len(args) == 3:
         skipped_everywhere(args[1], int(args[2]))
+    elif what == "timeline" and len(args) == 5:
+        timeline(args[1], int(args[2]), int(args[3]), int(args[4]))
     elif what == "bytes-ratio" and len(args) == 4:
         bytes_ratio(args[1], args[2], float(args[3]))
     else:

@@ -1,0 +1,999 @@
+// Every op of the kernel interface on the CUDA backend against the CPU backend (the reference), on
+// the same seeded random inputs at realistic shapes (sizes off multiples of 32, some over 65536
+// elements). CUDA outputs start as NaN (or a 16-bit pattern no conversion produces), so an element
+// a kernel forgets to write fails; ops that accumulate start from the same non-zero values on both
+// backends. Results compare by relative L2 error, conversions bit for bit, counts exactly.
+// Exit 77 (CTest: skipped) where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "core/keyed_random.hpp"
+#include "cuda_backend.hpp"
+#include "device_query.hpp"
+
+namespace avtrain {
+namespace {
+
+constexpr std::uint64_t kSeed = 20240611;
+constexpr double kF32 = 1e-5;   // relative L2 error allowed for fp32 results
+constexpr double kHalf = 1e-2;  // ... and for products taken in fp16 / bf16
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---------------------------------------------------------------- the two backends
+
+std::unique_ptr<Backend> g_cpu, g_gpu;  // made in main once a device is known to exist
+
+class CudaOps : public ::testing::Test {
+ protected:
+  static Backend& cpu() { return *g_cpu; }
+  static Backend& gpu() { return *g_gpu; }
+};
+
+// Device memory of n elements of T, freed on scope exit; converts to T* for the op calls.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Backend& be, std::size_t n) : be_(be), n_(n), p_(static_cast<T*>(be.allocate(n * sizeof(T)))) {}
+  DeviceBuffer(Backend& be, const std::vector<T>& host) : DeviceBuffer(be, host.size()) { upload(host); }
+  ~DeviceBuffer() { be_.deallocate(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void upload(const std::vector<T>& host) {
+    if (host.size() != n_) throw std::logic_error("DeviceBuffer::upload: size mismatch");
+    be_.upload(p_, host.data(), n_ * sizeof(T));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    be_.download(host.data(), p_, n_ * sizeof(T));
+    return host;
+  }
+  T* get() const { return p_; }
+  operator T*() const { return p_; }
+
+ private:
+  Backend& be_;
+  std::size_t n_;
+  T* p_;
+};
+using DevF = DeviceBuffer<float>;
+using DevU8 = DeviceBuffer<std::uint8_t>;
+
+// ---------------------------------------------------------------- inputs
+
+std::vector<float> normal(std::size_t n, const std::string& key, double stddev = 1.0, double mean = 0.0) {
+  KeyedRandom rng(kSeed, key);
+  std::vector<float> x(n);
+  for (float& v : x) v = float(mean + stddev * rng.normal());
+  return x;
+}
+
+std::vector<float> uniform(std::size_t n, const std::string& key, double low, double high) {
+  KeyedRandom rng(kSeed, key);
+  std::vector<float> x(n);
+  for (float& v : x) v = float(rng.uniform(low, high));
+  return x;
+}
+
+std::vector<float> nans(std::size_t n) { return std::vector<float>(n, kNaN); }
+
+// Zeros with probability p_zero; the first entry 1 and the last 0, so both kinds are present.
+std::vector<std::uint8_t> random_mask(std::size_t n, const std::string& key, double p_zero) {
+  KeyedRandom rng(kSeed, key);
+  std::vector<std::uint8_t> m(n);
+  for (auto& v : m) v = rng.uniform() < p_zero ? 0 : 1;
+  m.front() = 1;
+  m.back() = 0;
+  return m;
+}
+
+std::size_t sz(std::int64_t a, std::int64_t b = 1, std::int64_t c = 1, std::int64_t d = 1) {
+  return std::size_t(a) * std::size_t(b) * std::size_t(c) * std::size_t(d);
+}
+
+// ---------------------------------------------------------------- comparisons
+
+// ||got - want|| / ||want|| <= tol, and no NaN anywhere (an element left unwritten stays NaN).
+::testing::AssertionResult close_l2(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  double diff = 0, norm = 0, worst = -1;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) || std::isnan(want[i]))
+      return ::testing::AssertionFailure() << "NaN at element " << i << " of " << got.size() << ": got " << got[i]
+                                           << ", want " << want[i];
+    const double d = double(got[i]) - double(want[i]);
+    diff += d * d;
+    norm += double(want[i]) * want[i];
+    if (std::fabs(d) > worst) worst = std::fabs(d), at = i;
+  }
+  const double rel = norm > 0 ? std::sqrt(diff / norm) : (diff > 0 ? kInf : 0.0);
+  if (rel <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tol << "; worst element " << at
+                                       << ": got " << got[at] << ", want " << want[at];
+}
+
+::testing::AssertionResult close_scalar(double got, double want, double tol) {
+  if (std::fabs(got - want) <= tol * std::fabs(want)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got << ", want " << want << " (relative tolerance " << tol << ")";
+}
+
+template <typename T>
+::testing::AssertionResult same_bits(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i]) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "element %zu: got 0x%llx, want 0x%llx", i, (unsigned long long)got[i],
+                    (unsigned long long)want[i]);
+      return ::testing::AssertionFailure() << buf;
+    }
+  return ::testing::AssertionSuccess();
+}
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+std::vector<std::uint32_t> bits(const std::vector<float>& x) {
+  std::vector<std::uint32_t> b(x.size());
+  std::memcpy(b.data(), x.data(), x.size() * sizeof(float));
+  return b;
+}
+
+std::vector<float> from_bits(const std::vector<std::uint32_t>& b) {
+  std::vector<float> x(b.size());
+  std::memcpy(x.data(), b.data(), b.size() * sizeof(float));
+  return x;
+}
+
+// ---------------------------------------------------------------- matrix products
+
+struct GemmCase {
+  DType compute;
+  DType a_store, b_store;  // fp32, or the compute type (16-bit patterns)
+  Trans ta, tb;
+  float beta;
+};
+
+// A matrix operand held on the host in its storage type: fp32 values (exact in `compute` when the
+// product is 16-bit) or 16-bit patterns packed by the CPU backend.
+struct HostOperand {
+  DType store;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> b16;
+  Operand operand() const { return store == DType::f32 ? fp32(f32.data()) : Operand{b16.data(), store}; }
+};
+
+HostOperand make_operand(Backend& cpu, std::size_t n, const std::string& key, DType compute, DType store) {
+  HostOperand op{store, normal(n, key), {}};
+  if (store != DType::f32) {
+    op.b16.resize(n);
+    cpu.pack(store, op.f32.data(), op.b16.data(), n);
+    op.f32.clear();
+  } else if (compute != DType::f32) {
+    cpu.round_to(compute, op.f32.data(), nullptr, n);
+  }
+  return op;
+}
+
+// The same operand in device memory.
+struct DeviceOperand {
+  std::unique_ptr<DevF> f32;
+  std::unique_ptr<DeviceBuffer<std::uint16_t>> b16;
+  DType store;
+  DeviceOperand(Backend& gpu, const HostOperand& h) : store(h.store) {
+    if (store == DType::f32) f32 = std::make_unique<DevF>(gpu, h.f32);
+    else b16 = std::make_unique<DeviceBuffer<std::uint16_t>>(gpu, h.b16);
+  }
+  Operand operand() const { return store == DType::f32 ? fp32(f32->get()) : Operand{b16->get(), store}; }
+};
+
+// The M x N block of C[rows, ldc].
+std::vector<float> block(const std::vector<float>& C, int M, int N, int ldc) {
+  std::vector<float> out;
+  out.reserve(sz(M, N));
+  for (int i = 0; i < M; ++i) out.insert(out.end(), C.begin() + sz(i, ldc), C.begin() + sz(i, ldc) + N);
+  return out;
+}
+
+class CudaGemm : public CudaOps, public ::testing::WithParamInterface<GemmCase> {};
+
+TEST_P(CudaGemm, MatchesCpuWithPaddedLeadingDimensionsAndLeavesPaddingAlone) {
+  const GemmCase c = GetParam();
+  const int M = 517, N = 131, K = 259;  // C has 67727 elements
+  const float alpha = 0.75f;
+  const int lda = (c.ta == Trans::no ? K : M) + 7, ldb = (c.tb == Trans::no ? N : K) + 3, ldc = N + 5;
+  const HostOperand A = make_operand(cpu(), sz(c.ta == Trans::no ? M : K, lda), "gemm.A", c.compute, c.a_store);
+  const HostOperand B = make_operand(cpu(), sz(c.tb == Trans::no ? K : N, ldb), "gemm.B", c.compute, c.b_store);
+  // beta 0: C is an output (poisoned); else it accumulates from the same values on both sides.
+  const std::vector<float> C0 = c.beta == 0.0f ? nans(sz(M, ldc)) : normal(sz(M, ldc), "gemm.C");
+
+  std::vector<float> want = C0;
+  cpu().gemm(c.compute, c.ta, c.tb, M, N, K, alpha, A.operand(), lda, B.operand(), ldb, c.beta, want.data(), ldc);
+  const DeviceOperand dA(gpu(), A), dB(gpu(), B);
+  DevF dC(gpu(), C0);
+  gpu().gemm(c.compute, c.ta, c.tb, M, N, K, alpha, dA.operand(), lda, dB.operand(), ldb, c.beta, dC, ldc);
+  const std::vector<float> got = dC.download();
+
+  EXPECT_TRUE(close_l2(block(got, M, N, ldc), block(want, M, N, ldc), c.compute == DType::f32 ? kF32 : kHalf));
+  for (int i = 0; i < M; ++i)
+    for (int j = N; j < ldc; ++j) {
+      const std::size_t e = sz(i, ldc) + j;
+      ASSERT_EQ(bits_of(got[e]), bits_of(C0[e])) << "padding of C written at (" << i << ", " << j << ")";
+    }
+}
+
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> cases;
+  for (DType compute : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<std::pair<DType, DType>> stores = {{compute, compute}};
+    if (compute != DType::f32) stores.insert(stores.end(), {{compute, DType::f32}, {DType::f32, compute}});
+    for (auto [sa, sb] : stores)
+      for (Trans ta : {Trans::no, Trans::yes})
+        for (Trans tb : {Trans::no, Trans::yes})
+          for (float beta : {0.0f, 0.5f}) cases.push_back({compute, sa, sb, ta, tb, beta});
+  }
+  return cases;
+}
+
+std::string gemm_case_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  const GemmCase& c = info.param;
+  auto store = [&](DType s) { return s == DType::f32 ? std::string("fp32") : std::string("packed"); };
+  return std::string(dtype_name(c.compute)) + "_A" + store(c.a_store) + "_B" + store(c.b_store) + "_" +
+         (c.ta == Trans::yes ? "At" : "A") + (c.tb == Trans::yes ? "Bt" : "B") + (c.beta == 0.0f ? "_beta0" : "_beta05");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypesStoragesAndTransposes, CudaGemm, ::testing::ValuesIn(gemm_cases()), gemm_case_name);
+
+// A = +-1 and B = multiples of 2^-12 in (-1, 1): every product and partial sum of K = 4096 terms is
+// exact in fp32 (below 2^12 on a 2^-12 grid), so a true fp32 product gives the exact result in any
+// summation order. TF32 keeps 11 significant bits of B and would miss by ~1e-4.
+TEST_F(CudaOps, Fp32GemmWithTf32OffIsExactOnALongProduct) {
+  const int M = 96, N = 80, K = 4096;
+  KeyedRandom rng(kSeed, "tf32");
+  std::vector<float> A(sz(M, K)), B(sz(K, N));
+  for (float& a : A) a = rng.uniform() < 0.5 ? -1.0f : 1.0f;
+  for (float& b : B) b = float(rng.integer(-4095, 4095)) * 0x1p-12f;
+  std::vector<float> want(sz(M, N));
+  cpu().gemm(Trans::no, Trans::no, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
+  DevF dA(gpu(), A), dB(gpu(), B), dC(gpu(), nans(sz(M, N)));
+  gpu().gemm(Trans::no, Trans::no, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
+  EXPECT_TRUE(close_l2(dC.download(), want, 1e-6)) << "fp32 product not exact: TF32 (or another reduced type) on?";
+}
+
+TEST_F(CudaOps, GemmFlopsCountsTwoMNKPerProduct) {
+  const int M = 33, N = 17, K = 65;
+  DevF dA(gpu(), normal(sz(M, K), "flops.A")), dB(gpu(), normal(sz(K, N), "flops.B")), dC(gpu(), nans(sz(M, N)));
+  const double before = gpu().gemm_flops();
+  gpu().gemm(Trans::no, Trans::no, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
+  EXPECT_EQ(gpu().gemm_flops() - before, 2.0 * M * N * K);
+}
+
+// ---------------------------------------------------------------- storage conversions
+
+// Random magnitudes over the fp16 range and the whole fp32 range, random bit patterns (NaN
+// payloads, subnormals), exact rounding ties, and the edge cases of both types.
+std::vector<float> conversion_inputs() {
+  const std::vector<std::uint32_t> special = {
+      0x00000000, 0x80000000, 0x7f800000, 0xff800000,                          // zeros, infinities
+      0x7fc00000, 0xffc00000, 0x7f800001, 0x7fa5a5a5, 0xff812345, 0x7fffffff,  // NaNs, quiet and signalling
+      0x477fe000, 0x477fefff, 0x477ff000, 0x47800000, 0xc77ff000,              // fp16: 65504, below/at overflow
+      0x33800000, 0x33000000, 0x33400000, 0x38800000, 0x387fffff,              // fp16: subnormal edges, ties
+      0x3f801000, 0x3f803000, 0x3f800fff, 0x3f801001,                          // fp16: ties to even at 1
+      0x7f7fffff, 0x7f7f7fff, 0x7f7f8000, 0x7f7e8000, 0xff7f8000,              // bf16: overflow threshold
+      0x3f808000, 0x3f818000, 0x3f807fff, 0x3f808001,                          // bf16: ties to even at 1
+      0x00000001, 0x00008000, 0x00018000, 0x007fffff, 0x80000001, 0x807fffff,  // fp32 subnormals
+  };
+  const std::size_t n = 70001;
+  KeyedRandom rng(kSeed, "convert");
+  std::vector<std::uint32_t> b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float sign = rng.uniform() < 0.5 ? -1.0f : 1.0f;
+    switch (i % 5) {
+      case 0: b[i] = bits_of(sign * float(std::exp2(rng.uniform(-26.0, 17.0)))); break;    // fp16 range
+      case 1: b[i] = bits_of(sign * float(std::exp2(rng.uniform(-149.0, 127.9)))); break;  // fp32 range
+      case 2: b[i] = std::uint32_t(rng.next()); break;                                        // any pattern
+      case 3: b[i] = (std::uint32_t(rng.next()) & 0xffffe000u) | 0x1000u; break;              // fp16 tie
+      default: b[i] = (std::uint32_t(rng.next()) & 0xffff0000u) | 0x8000u; break;             // bf16 tie
+    }
+  }
+  std::copy(special.begin(), special.end(), b.begin());
+  std::copy(special.begin(), special.end(), b.end() - special.size());  // the tail of any vector loop
+  return from_bits(b);
+}
+
+// A 16-bit pattern no conversion produces (a signalling NaN: converted NaNs are made quiet).
+std::uint16_t poison16(DType t) { return t == DType::f16 ? 0x7c01 : 0x7f81; }
+constexpr std::uint32_t kPoison32 = 0xffffffffu;  // no unpacked value has these low bits
+
+class CudaConvert : public CudaOps, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaConvert, PackGivesTheCpuBitsIncludingOverflowSubnormalsInfAndNaN) {
+  const DType t = GetParam();
+  const auto x = conversion_inputs();
+  std::vector<std::uint16_t> want(x.size());
+  cpu().pack(t, x.data(), want.data(), x.size());
+  DevF dx(gpu(), x);
+  DeviceBuffer<std::uint16_t> dp(gpu(), std::vector<std::uint16_t>(x.size(), poison16(t)));
+  gpu().pack(t, dx, dp, x.size());
+  EXPECT_TRUE(same_bits(dp.download(), want));
+}
+
+TEST_P(CudaConvert, RoundToGivesTheCpuBitsInPlaceAndPacked) {
+  const DType t = GetParam();
+  const auto x = conversion_inputs();
+  std::vector<float> want = x;
+  std::vector<std::uint16_t> want_packed(x.size());
+  cpu().round_to(t, want.data(), want_packed.data(), x.size());
+  {
+    DevF dx(gpu(), x);
+    DeviceBuffer<std::uint16_t> dp(gpu(), std::vector<std::uint16_t>(x.size(), poison16(t)));
+    gpu().round_to(t, dx, dp, x.size());
+    EXPECT_TRUE(same_bits(bits(dx.download()), bits(want))) << "rounded values";
+    EXPECT_TRUE(same_bits(dp.download(), want_packed)) << "packed patterns";
+  }
+  DevF dx(gpu(), x);
+  gpu().round_to(t, dx, nullptr, x.size());
+  EXPECT_TRUE(same_bits(bits(dx.download()), bits(want))) << "rounded values, no packed output";
+}
+
+TEST_P(CudaConvert, UnpackGivesTheCpuBitsForEverySixteenBitPattern) {
+  const DType t = GetParam();
+  std::vector<std::uint16_t> p(65536 + 4465);  // every pattern, then more: 70001 in all
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::uint16_t(i * 40503u);  // odd multiplier: a permutation
+  std::vector<float> want(p.size());
+  cpu().unpack(t, p.data(), want.data(), p.size());
+  DeviceBuffer<std::uint16_t> dp(gpu(), p);
+  DevF dx(gpu(), from_bits(std::vector<std::uint32_t>(p.size(), kPoison32)));
+  gpu().unpack(t, dp, dx, p.size());
+  EXPECT_TRUE(same_bits(bits(dx.download()), bits(want)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaConvert, ::testing::Values(DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------- elementwise and reductions
+
+TEST_F(CudaOps, FillWritesEveryElement) {
+  const std::size_t n = 70001;
+  std::vector<float> want = nans(n);
+  cpu().fill(want.data(), n, -0.37f);
+  DevF dy(gpu(), nans(n));
+  gpu().fill(dy, n, -0.37f);
+  EXPECT_TRUE(close_l2(dy.download(), want, kF32));
+}
+
+TEST_F(CudaOps, AddAccumulatesIntoY) {
+  const std::size_t n = 70001;
+  const auto x = normal(n, "add.x");
+  std::vector<float> want = normal(n, "add.y");
+  DevF dx(gpu(), x), dy(gpu(), want);
+  cpu().add(want.data(), x.data(), n);
+  gpu().add(dy, dx, n);
+  EXPECT_TRUE(close_l2(dy.download(), want, kF32));
+}
+
+TEST_F(CudaOps, ScaleMultipliesInPlace) {
+  const std::size_t n = 70001;
+  std::vector<float> want = normal(n, "scale.x");
+  DevF dx(gpu(), want);
+  cpu().scale(want.data(), n, -1.7f);
+  gpu().scale(dx, n, -1.7f);
+  EXPECT_TRUE(close_l2(dx.download(), want, kF32));
+}
+
+TEST_F(CudaOps, FillRowsCopiesTheRowIntoEveryRow) {
+  const int rows = 701, cols = 129;
+  const auto row = normal(cols, "fill_rows.row");
+  std::vector<float> want = nans(sz(rows, cols));
+  cpu().fill_rows(want.data(), row.data(), rows, cols);
+  DevF drow(gpu(), row), dy(gpu(), nans(sz(rows, cols)));
+  gpu().fill_rows(dy, drow, rows, cols);
+  EXPECT_TRUE(close_l2(dy.download(), want, kF32));
+}
+
+TEST_F(CudaOps, BiasGradAccumulatesColumnSums) {
+  for (auto [rows, cols] : {std::pair{3040, 129}, std::pair{7, 300}}) {
+    const auto dy = normal(sz(rows, cols), "bias_grad.dy");
+    std::vector<float> want = normal(cols, "bias_grad.db");
+    DevF ddy(gpu(), dy), ddb(gpu(), want);
+    cpu().bias_grad(dy.data(), want.data(), rows, cols);
+    gpu().bias_grad(ddy, ddb, rows, cols);
+    EXPECT_TRUE(close_l2(ddb.download(), want, kF32)) << rows << " x " << cols;
+  }
+}
+
+TEST_F(CudaOps, GeluForwardAndBackwardMatchCpuIncludingInPlaceBackward) {
+  const std::size_t n = 100003;
+  const auto x = normal(n, "gelu.x", 2.5), dy = normal(n, "gelu.dy");
+  std::vector<float> y = nans(n), dx = nans(n), dx_inplace = x;
+  cpu().gelu_forward(x.data(), y.data(), n);
+  cpu().gelu_backward(dy.data(), x.data(), dx.data(), n);
+  cpu().gelu_backward(dy.data(), dx_inplace.data(), dx_inplace.data(), n);
+  DevF dxin(gpu(), x), ddy(gpu(), dy), dyout(gpu(), nans(n)), ddx(gpu(), nans(n)), dinplace(gpu(), x);
+  gpu().gelu_forward(dxin, dyout, n);
+  gpu().gelu_backward(ddy, dxin, ddx, n);
+  gpu().gelu_backward(ddy, dinplace, dinplace, n);
+  EXPECT_TRUE(close_l2(dyout.download(), y, kF32)) << "forward";
+  EXPECT_TRUE(close_l2(ddx.download(), dx, kF32)) << "backward";
+  EXPECT_TRUE(close_l2(dinplace.download(), dx_inplace, kF32)) << "backward with dx = x";
+}
+
+TEST_F(CudaOps, SumSquaresMatchesCpu) {
+  for (std::size_t n : {std::size_t(1), std::size_t(31), std::size_t(100003), std::size_t(1000003)}) {
+    const auto x = normal(n, "sum_squares", 3.0);
+    DevF dx(gpu(), x);
+    EXPECT_TRUE(close_scalar(gpu().sum_squares(dx, n), cpu().sum_squares(x.data(), n), kF32)) << "n " << n;
+  }
+}
+
+TEST_F(CudaOps, AbsMaxIsExactlyTheCpuValue) {
+  for (std::size_t n : {std::size_t(1), std::size_t(33), std::size_t(100003)}) {
+    auto x = normal(n, "abs_max");
+    x[n / 2] = -7.25f;  // the largest magnitude is negative
+    DevF dx(gpu(), x);
+    EXPECT_EQ(gpu().abs_max(dx, n), cpu().abs_max(x.data(), n)) << "n " << n;
+  }
+}
+
+TEST_F(CudaOps, AbsMaxIsInfinityForMinusInfinityAndNaNForANaNBesideIt) {
+  const std::size_t n = 100003;
+  auto x = normal(n, "abs_max.special");
+  x[12345] = -kInf;
+  {
+    DevF dx(gpu(), x);
+    EXPECT_EQ(gpu().abs_max(dx, n), kInf);
+  }
+  x[n - 1] = -kNaN;
+  DevF dx(gpu(), x);
+  EXPECT_TRUE(std::isnan(cpu().abs_max(x.data(), n)));
+  EXPECT_TRUE(std::isnan(gpu().abs_max(dx, n)));
+}
+
+// Zeros, -0, tiny values below the threshold, the threshold itself, subnormals, ordinary values.
+std::vector<float> stats_input(std::size_t n, float threshold) {
+  auto x = normal(n, "stats.x");
+  KeyedRandom rng(kSeed, "stats.kind");
+  for (float& v : x) {
+    const double u = rng.uniform();
+    if (u < 0.15) v = u < 0.07 ? 0.0f : -0.0f;
+    else if (u < 0.25) v *= 1e-8f;
+    else if (u < 0.27) v = std::numeric_limits<float>::denorm_min() * float(rng.integer(1, 1000));
+    else if (u < 0.28) v = u < 0.275 ? threshold : -threshold;
+  }
+  return x;
+}
+
+void expect_same_stats(const Backend::TensorStats& got, const Backend::TensorStats& want) {
+  EXPECT_EQ(got.nonfinite, want.nonfinite);
+  EXPECT_EQ(got.nonzero, want.nonzero);
+  EXPECT_EQ(got.below, want.below);
+  if (std::isfinite(want.sum_squares)) EXPECT_TRUE(close_scalar(got.sum_squares, want.sum_squares, kF32));
+  else EXPECT_FALSE(std::isfinite(got.sum_squares)) << got.sum_squares;
+}
+
+TEST_F(CudaOps, TensorStatsCountsExactlyAsCpuWithZerosSubnormalsAndTheThreshold) {
+  const float threshold = std::ldexp(1.0f, -24);
+  for (std::size_t n : {std::size_t(37), std::size_t(100003)}) {
+    const auto x = stats_input(n, threshold);
+    DevF dx(gpu(), x);
+    SCOPED_TRACE("n " + std::to_string(n));
+    expect_same_stats(gpu().tensor_stats(dx, n, threshold), cpu().tensor_stats(x.data(), n, threshold));
+  }
+}
+
+TEST_F(CudaOps, TensorStatsCountsInfinitiesAndNaNAsNonfinite) {
+  const float threshold = std::ldexp(1.0f, -24);
+  const std::size_t n = 100003;
+  auto x = stats_input(n, threshold);
+  x[3] = kInf;
+  x[50000] = -kInf;
+  x[n - 1] = kNaN;
+  DevF dx(gpu(), x);
+  const auto want = cpu().tensor_stats(x.data(), n, threshold);
+  ASSERT_EQ(want.nonfinite, 3u);
+  expect_same_stats(gpu().tensor_stats(dx, n, threshold), want);
+}
+
+// ---------------------------------------------------------------- normalisation
+
+struct LayerNormInputs {
+  int rows, dim;
+  std::vector<float> x, gamma, beta, dy;
+  LayerNormInputs(int rows_, int dim_)
+      : rows(rows_), dim(dim_), x(normal(sz(rows, dim), "ln.x", 1.5, 3.0)),  // mean far from 0
+        gamma(uniform(dim, "ln.gamma", 0.5, 1.5)), beta(normal(dim, "ln.beta")), dy(normal(sz(rows, dim), "ln.dy")) {}
+};
+
+const std::pair<int, int> kLayerNormShapes[] = {{517, 128}, {95, 383}};
+
+TEST_F(CudaOps, LayerNormForwardMatchesCpu) {
+  for (auto [rows, dim] : kLayerNormShapes) {
+    const LayerNormInputs in(rows, dim);
+    std::vector<float> y = nans(in.x.size()), mean = nans(rows), rstd = nans(rows);
+    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                            dim, 1e-5f);
+    DevF dx(gpu(), in.x), dg(gpu(), in.gamma), db(gpu(), in.beta);
+    DevF dy(gpu(), nans(in.x.size())), dmean(gpu(), nans(rows)), drstd(gpu(), nans(rows));
+    gpu().layernorm_forward(dx, dg, db, dy, dmean, drstd, rows, dim, 1e-5f);
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(dim));
+    EXPECT_TRUE(close_l2(dy.download(), y, kF32)) << "y";
+    EXPECT_TRUE(close_l2(dmean.download(), mean, kF32)) << "mean";
+    EXPECT_TRUE(close_l2(drstd.download(), rstd, kF32)) << "rstd";
+  }
+}
+
+TEST_F(CudaOps, LayerNormBackwardMatchesCpuAndAccumulatesParameterGrads) {
+  for (auto [rows, dim] : kLayerNormShapes) {
+    const LayerNormInputs in(rows, dim);
+    std::vector<float> y(in.x.size()), mean(rows), rstd(rows);
+    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                            dim, 1e-5f);
+    std::vector<float> dx = nans(in.x.size()), dgamma = normal(dim, "ln.dgamma"), dbeta = normal(dim, "ln.dbeta");
+    DevF d_dy(gpu(), in.dy), d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
+    DevF d_dx(gpu(), dx), d_dgamma(gpu(), dgamma), d_dbeta(gpu(), dbeta);
+    cpu().layernorm_backward(in.dy.data(), in.x.data(), in.gamma.data(), mean.data(), rstd.data(), dx.data(),
+                             dgamma.data(), dbeta.data(), rows, dim);
+    gpu().layernorm_backward(d_dy, d_x, d_g, d_mean, d_rstd, d_dx, d_dgamma, d_dbeta, rows, dim);
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(dim));
+    EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "dx";
+    EXPECT_TRUE(close_l2(d_dgamma.download(), dgamma, kF32)) << "dgamma";
+    EXPECT_TRUE(close_l2(d_dbeta.download(), dbeta, kF32)) << "dbeta";
+  }
+}
+
+// x[rows, ch] with ~15% of the rows masked; masked rows hold 1000 so any statistic they enter shifts.
+struct BatchNormInputs {
+  static constexpr int rows = 1531, ch = 64;  // 97984 elements
+  static constexpr float eps = 1e-5f, momentum = 0.1f;
+  std::vector<std::uint8_t> mask = random_mask(rows, "bn.mask", 0.15);
+  std::vector<float> x = normal(sz(rows, ch), "bn.x", 2.0, 0.5);
+  std::vector<float> gamma = uniform(ch, "bn.gamma", 0.5, 1.5), beta = normal(ch, "bn.beta");
+  std::vector<float> running_mean = normal(ch, "bn.rm"), running_var = uniform(ch, "bn.rv", 0.5, 2.0);
+  std::vector<float> dy = normal(sz(rows, ch), "bn.dy");
+  BatchNormInputs() {
+    for (int r = 0; r < rows; ++r)
+      if (!mask[r]) std::fill(x.begin() + sz(r, ch), x.begin() + sz(r + 1, ch), 1000.0f);
+  }
+};
+
+TEST_F(CudaOps, BatchNormTrainMatchesCpuOverUnmaskedRowsAndUpdatesRunningStats) {
+  const BatchNormInputs in;
+  const int rows = in.rows, ch = in.ch;
+  std::vector<float> y = nans(in.x.size()), mean = nans(ch), rstd = nans(ch);
+  std::vector<float> rm = in.running_mean, rv = in.running_var;
+  DevU8 d_mask(gpu(), in.mask);
+  DevF d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_b(gpu(), in.beta), d_rm(gpu(), rm), d_rv(gpu(), rv);
+  DevF d_y(gpu(), y), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
+  cpu().batchnorm_forward_train(in.x.data(), in.mask.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(),
+                                rstd.data(), rm.data(), rv.data(), rows, ch, in.eps, in.momentum);
+  gpu().batchnorm_forward_train(d_x, d_mask, d_g, d_b, d_y, d_mean, d_rstd, d_rm, d_rv, rows, ch, in.eps,
+                                in.momentum);
+  EXPECT_TRUE(close_l2(d_y.download(), y, kF32)) << "y";
+  EXPECT_TRUE(close_l2(d_mean.download(), mean, kF32)) << "mean";
+  EXPECT_TRUE(close_l2(d_rstd.download(), rstd, kF32)) << "rstd";
+  EXPECT_TRUE(close_l2(d_rm.download(), rm, kF32)) << "running mean";
+  EXPECT_TRUE(close_l2(d_rv.download(), rv, kF32)) << "running var";
+}
+
+TEST_F(CudaOps, BatchNormEvalMatchesCpuAndZeroesMaskedRows) {
+  const BatchNormInputs in;
+  std::vector<float> y = nans(in.x.size());
+  cpu().batchnorm_forward_eval(in.x.data(), in.mask.data(), in.gamma.data(), in.beta.data(), in.running_mean.data(),
+                               in.running_var.data(), y.data(), in.rows, in.ch, in.eps);
+  DevU8 d_mask(gpu(), in.mask);
+  DevF d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_b(gpu(), in.beta), d_rm(gpu(), in.running_mean),
+      d_rv(gpu(), in.running_var), d_y(gpu(), nans(in.x.size()));
+  gpu().batchnorm_forward_eval(d_x, d_mask, d_g, d_b, d_rm, d_rv, d_y, in.rows, in.ch, in.eps);
+  EXPECT_TRUE(close_l2(d_y.download(), y, kF32));
+}
+
+TEST_F(CudaOps, BatchNormBackwardMatchesCpuWithMaskedRowsAndAccumulatesParameterGrads) {
+  const BatchNormInputs in;
+  const int rows = in.rows, ch = in.ch;
+  std::vector<float> y(in.x.size()), mean(ch), rstd(ch), rm = in.running_mean, rv = in.running_var;
+  cpu().batchnorm_forward_train(in.x.data(), in.mask.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(),
+                                rstd.data(), rm.data(), rv.data(), rows, ch, in.eps, in.momentum);
+  std::vector<float> dx = nans(in.x.size()), dgamma = normal(ch, "bn.dgamma"), dbeta = normal(ch, "bn.dbeta");
+  DevU8 d_mask(gpu(), in.mask);
+  DevF d_dy(gpu(), in.dy), d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
+  DevF d_dx(gpu(), dx), d_dgamma(gpu(), dgamma), d_dbeta(gpu(), dbeta);
+  cpu().batchnorm_backward(in.dy.data(), in.x.data(), in.mask.data(), in.gamma.data(), mean.data(), rstd.data(),
+                           dx.data(), dgamma.data(), dbeta.data(), rows, ch);
+  gpu().batchnorm_backward(d_dy, d_x, d_mask, d_g, d_mean, d_rstd, d_dx, d_dgamma, d_dbeta, rows, ch);
+  EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "dx";
+  EXPECT_TRUE(close_l2(d_dgamma.download(), dgamma, kF32)) << "dgamma";
+  EXPECT_TRUE(close_l2(d_dbeta.download(), dbeta, kF32)) << "dbeta";
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttentionShape {
+  int B, L, H, hd;
+};
+
+// Sample 0: every key valid; 1: the last third padded; 2: scattered padding; 3 on: a few valid keys.
+std::vector<std::uint8_t> key_mask(const AttentionShape& s) {
+  std::vector<std::uint8_t> m = random_mask(sz(s.B, s.L), "attention.mask", 0.25);
+  for (int b = 0; b < s.B; ++b)
+    for (int j = 0; j < s.L; ++j) {
+      std::uint8_t& v = m[sz(b, s.L) + j];
+      if (b == 0) v = 1;
+      else if (b == 1) v = j < s.L - s.L / 3;
+      else if (b >= 3) v = j < 7;
+      else if (j == 0) v = 1;
+    }
+  return m;
+}
+
+const AttentionShape kAttentionShapes[] = {{4, 95, 4, 32}, {3, 197, 6, 64}};
+
+TEST_F(CudaOps, AttentionForwardMatchesCpuWithPaddedKeysExactlyZero) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    const auto [B, L, H, hd] = s;
+    const auto mask = key_mask(s);
+    const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
+    std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd));
+    cpu().attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    DevU8 d_mask(gpu(), mask);
+    DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
+    gpu().attention_forward(d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
+    const auto got_p = d_p.download();
+    SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
+                 std::to_string(hd));
+    EXPECT_TRUE(close_l2(got_p, p, kF32)) << "p";
+    EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kF32)) << "ctx";
+    std::size_t nonzero_masked = 0;
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < L; ++j)
+        if (!mask[sz(b, L) + j])
+          for (int h = 0; h < H; ++h)
+            for (int i = 0; i < L; ++i) nonzero_masked += got_p[((sz(b, H) + h) * L + i) * L + j] != 0.0f;
+    EXPECT_EQ(nonzero_masked, 0u) << "probabilities of padded keys not exactly 0";
+  }
+}
+
+TEST_F(CudaOps, AttentionBackwardMatchesCpuWithPaddedKeys) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    const auto [B, L, H, hd] = s;
+    const auto mask = key_mask(s);
+    const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
+    const auto dctx = normal(sz(B, L, H, hd), "attention.dctx");
+    std::vector<float> p(sz(B, H, L, L)), ctx(sz(B, L, H, hd)), dqkv = nans(qkv.size());
+    cpu().attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+    DevF d_qkv(gpu(), qkv), d_p(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
+    gpu().attention_backward(d_qkv, d_p, d_dctx, d_dqkv, B, L, H, hd);
+    EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kF32))
+        << "B " << B << " L " << L << " H " << H << " hd " << hd;
+  }
+}
+
+// ---------------------------------------------------------------- audio front end and video
+
+TEST_F(CudaOps, FrameSignalMatchesCpu) {
+  const int B = 3, win = 256, hop = 128;
+  const std::int64_t A = 16000;
+  const int T = int((A - win) / hop + 1);  // 124: frames has 95232 elements
+  const auto audio = normal(sz(B, A), "frame.audio", 0.3), window = uniform(win, "frame.window", 0.05, 1.0);
+  std::vector<float> frames = nans(sz(B, T, win));
+  cpu().frame_signal(audio.data(), window.data(), frames.data(), B, A, T, win, hop);
+  DevF d_audio(gpu(), audio), d_window(gpu(), window), d_frames(gpu(), nans(frames.size()));
+  gpu().frame_signal(d_audio, d_window, d_frames, B, A, T, win, hop);
+  EXPECT_TRUE(close_l2(d_frames.download(), frames, kF32));
+}
+
+TEST_F(CudaOps, PowerSpectrumMatchesCpu) {
+  const int rows = 600, nb = 129;
+  const auto spec = normal(sz(rows, 2 * nb), "power.spec");
+  std::vector<float> power = nans(sz(rows, nb));
+  cpu().power_spectrum(spec.data(), power.data(), rows, nb);
+  DevF d_spec(gpu(), spec), d_power(gpu(), nans(power.size()));
+  gpu().power_spectrum(d_spec, d_power, rows, nb);
+  EXPECT_TRUE(close_l2(d_power.download(), power, kF32));
+}
+
+TEST_F(CudaOps, MaskedLogMatchesCpuAndOverwritesMaskedRows) {
+  const int rows = 1201, cols = 64;
+  const float eps = 1e-6f;
+  const auto mask = random_mask(rows, "masked_log.mask", 0.2);
+  std::vector<float> x = uniform(sz(rows, cols), "masked_log.x", 0.0, 10.0);
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r]) std::fill(x.begin() + sz(r, cols), x.begin() + sz(r + 1, cols), kNaN);  // must become 0
+  DevU8 d_mask(gpu(), mask);
+  DevF d_x(gpu(), x);
+  cpu().masked_log(x.data(), mask.data(), rows, cols, eps);
+  gpu().masked_log(d_x, d_mask, rows, cols, eps);
+  EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
+}
+
+struct ConvShape {
+  int B, T, C, k, stride, pad;
+  int To() const { return (T + 2 * pad - k) / stride + 1; }
+};
+const ConvShape kConvShapes[] = {{4, 101, 128, 3, 2, 1}, {3, 100, 67, 4, 2, 2}, {2, 95, 64, 5, 1, 2}};
+
+TEST_F(CudaOps, Im2colMatchesCpuWithPaddingOnBothSides) {
+  for (const ConvShape& s : kConvShapes) {
+    const int To = s.To();
+    const auto x = normal(sz(s.B, s.T, s.C), "im2col.x");
+    std::vector<float> col = nans(sz(s.B, To, s.C, s.k));
+    cpu().im2col_1d(x.data(), col.data(), s.B, s.T, s.C, s.k, s.stride, s.pad, To);
+    DevF d_x(gpu(), x), d_col(gpu(), nans(col.size()));
+    gpu().im2col_1d(d_x, d_col, s.B, s.T, s.C, s.k, s.stride, s.pad, To);
+    EXPECT_TRUE(close_l2(d_col.download(), col, kF32)) << "k " << s.k << " stride " << s.stride << " pad " << s.pad;
+  }
+}
+
+TEST_F(CudaOps, Col2imMatchesCpuAndOverwritesDx) {
+  for (const ConvShape& s : kConvShapes) {
+    const int To = s.To();
+    const auto dcol = normal(sz(s.B, To, s.C, s.k), "col2im.dcol");
+    std::vector<float> dx = nans(sz(s.B, s.T, s.C));
+    cpu().col2im_1d(dcol.data(), dx.data(), s.B, s.T, s.C, s.k, s.stride, s.pad, To);
+    DevF d_dcol(gpu(), dcol), d_dx(gpu(), nans(dx.size()));
+    gpu().col2im_1d(d_dcol, d_dx, s.B, s.T, s.C, s.k, s.stride, s.pad, To);
+    EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "k " << s.k << " stride " << s.stride << " pad " << s.pad;
+  }
+}
+
+TEST_F(CudaOps, VideoPatchesMatchCpu) {
+  const int B = 2, F = 4, H = 48, W = 80, C = 3, tp = 2, p = 8;  // 120 tubelets of 384 values per sample
+  KeyedRandom rng(kSeed, "video");
+  std::vector<std::uint8_t> video(sz(B, F, H, sz(W, C)));
+  for (auto& v : video) v = std::uint8_t(rng.below(256));
+  video[0] = 0;
+  video[1] = 255;
+  const std::size_t n = sz(B, (F / tp) * (H / p) * (W / p), sz(tp, p, p, C));
+  std::vector<float> patches = nans(n);
+  cpu().video_patches(video.data(), patches.data(), B, F, H, W, C, tp, p);
+  DevU8 d_video(gpu(), video);
+  DevF d_patches(gpu(), nans(n));
+  gpu().video_patches(d_video, d_patches, B, F, H, W, C, tp, p);
+  EXPECT_TRUE(close_l2(d_patches.download(), patches, kF32));
+}
+
+// ---------------------------------------------------------------- token assembly
+
+TEST_F(CudaOps, MaskRowsZeroesMaskedRowsWhateverTheyHeld) {
+  const int rows = 1001, dim = 129;
+  const auto mask = random_mask(rows, "mask_rows.mask", 0.3);
+  std::vector<float> x = normal(sz(rows, dim), "mask_rows.x");
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r]) x[sz(r, dim) + r % dim] = kNaN;
+  DevU8 d_mask(gpu(), mask);
+  DevF d_x(gpu(), x);
+  cpu().mask_rows(x.data(), mask.data(), rows, dim);
+  gpu().mask_rows(d_x, d_mask, rows, dim);
+  EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
+}
+
+struct EmbedShape {
+  static constexpr int B = 8, Ta = 31, L = 95, D = 128, Tv = L - Ta;  // x has 97280 elements
+};
+
+TEST_F(CudaOps, EmbedForwardMatchesCpu) {
+  using S = EmbedShape;
+  const auto a = normal(sz(S::B, S::Ta, S::D), "embed.a"), v = normal(sz(S::B, S::Tv, S::D), "embed.v");
+  const auto pos = normal(sz(S::L, S::D), "embed.pos", 0.1), mod = normal(2 * S::D, "embed.mod", 0.1);
+  std::vector<float> x = nans(sz(S::B, S::L, S::D));
+  cpu().embed_forward(a.data(), v.data(), pos.data(), mod.data(), x.data(), S::B, S::Ta, S::L, S::D);
+  DevF d_a(gpu(), a), d_v(gpu(), v), d_pos(gpu(), pos), d_mod(gpu(), mod), d_x(gpu(), nans(x.size()));
+  gpu().embed_forward(d_a, d_v, d_pos, d_mod, d_x, S::B, S::Ta, S::L, S::D);
+  EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
+}
+
+TEST_F(CudaOps, EmbedBackwardWritesTokenGradsAndAccumulatesPositionAndModality) {
+  using S = EmbedShape;
+  const auto dx = normal(sz(S::B, S::L, S::D), "embed_bw.dx");
+  std::vector<float> da = nans(sz(S::B, S::Ta, S::D)), dv = nans(sz(S::B, S::Tv, S::D));
+  std::vector<float> dpos = normal(sz(S::L, S::D), "embed_bw.dpos"), dmod = normal(2 * S::D, "embed_bw.dmod");
+  DevF d_dx(gpu(), dx), d_da(gpu(), da), d_dv(gpu(), dv), d_dpos(gpu(), dpos), d_dmod(gpu(), dmod);
+  cpu().embed_backward(dx.data(), da.data(), dv.data(), dpos.data(), dmod.data(), S::B, S::Ta, S::L, S::D);
+  gpu().embed_backward(d_dx, d_da, d_dv, d_dpos, d_dmod, S::B, S::Ta, S::L, S::D);
+  EXPECT_TRUE(close_l2(d_da.download(), da, kF32)) << "da";
+  EXPECT_TRUE(close_l2(d_dv.download(), dv, kF32)) << "dv";
+  EXPECT_TRUE(close_l2(d_dpos.download(), dpos, kF32)) << "dpos";
+  EXPECT_TRUE(close_l2(d_dmod.download(), dmod, kF32)) << "dmodality";
+}
+
+// Token mask of x[B, L, D] with padding; the last sample has no valid token among the video tokens.
+std::vector<std::uint8_t> pool_mask() {
+  using S = EmbedShape;
+  auto m = random_mask(sz(S::B, S::L), "pool.mask", 0.3);
+  for (int l = 0; l < S::L; ++l) m[sz(S::B - 1, S::L) + l] = l < S::Ta;
+  return m;
+}
+
+TEST_F(CudaOps, MaskedMeanPoolForwardMatchesCpuOverBothTokenRanges) {
+  using S = EmbedShape;
+  const auto mask = pool_mask();
+  const auto x = normal(sz(S::B, S::L, S::D), "pool.x");
+  DevU8 d_mask(gpu(), mask);
+  DevF d_x(gpu(), x);
+  for (auto [begin, end] : {std::pair{0, S::Ta}, std::pair{S::Ta, S::L}}) {
+    std::vector<float> pooled = nans(sz(S::B, S::D));
+    cpu().masked_mean_pool_forward(x.data(), mask.data(), pooled.data(), S::B, S::L, S::D, begin, end);
+    DevF d_pooled(gpu(), nans(pooled.size()));
+    gpu().masked_mean_pool_forward(d_x, d_mask, d_pooled, S::B, S::L, S::D, begin, end);
+    EXPECT_TRUE(close_l2(d_pooled.download(), pooled, kF32)) << "tokens [" << begin << ", " << end << ")";
+  }
+}
+
+TEST_F(CudaOps, MaskedMeanPoolBackwardMatchesCpuAndAccumulates) {
+  using S = EmbedShape;
+  const auto mask = pool_mask();
+  const auto dpooled = normal(sz(S::B, S::D), "pool_bw.dpooled");
+  DevU8 d_mask(gpu(), mask);
+  DevF d_dpooled(gpu(), dpooled);
+  for (auto [begin, end] : {std::pair{0, S::Ta}, std::pair{S::Ta, S::L}}) {
+    std::vector<float> dx = normal(sz(S::B, S::L, S::D), "pool_bw.dx");
+    DevF d_dx(gpu(), dx);
+    cpu().masked_mean_pool_backward(dpooled.data(), mask.data(), dx.data(), S::B, S::L, S::D, begin, end);
+    gpu().masked_mean_pool_backward(d_dpooled, d_mask, d_dx, S::B, S::L, S::D, begin, end);
+    EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "tokens [" << begin << ", " << end << ")";
+  }
+}
+
+TEST_F(CudaOps, ConcatAndSplitColumnsMatchCpu) {
+  const int B = 300, Da = 257, Db = 131;
+  const auto a = normal(sz(B, Da), "concat.a"), b = normal(sz(B, Db), "concat.b");
+  std::vector<float> out = nans(sz(B, Da + Db));
+  cpu().concat_columns(a.data(), b.data(), out.data(), B, Da, Db);
+  DevF d_a(gpu(), a), d_b(gpu(), b), d_out(gpu(), nans(out.size()));
+  gpu().concat_columns(d_a, d_b, d_out, B, Da, Db);
+  EXPECT_TRUE(close_l2(d_out.download(), out, kF32)) << "concat";
+
+  const auto d = normal(out.size(), "split.d");
+  std::vector<float> da = nans(a.size()), db = nans(b.size());
+  cpu().split_columns(d.data(), da.data(), db.data(), B, Da, Db);
+  DevF d_d(gpu(), d), d_da(gpu(), nans(a.size())), d_db(gpu(), nans(b.size()));
+  gpu().split_columns(d_d, d_da, d_db, B, Da, Db);
+  EXPECT_TRUE(close_l2(d_da.download(), da, kF32)) << "split a";
+  EXPECT_TRUE(close_l2(d_db.download(), db, kF32)) << "split b";
+}
+
+// ---------------------------------------------------------------- losses
+
+TEST_F(CudaOps, CrossEntropyLossGradientAndCorrectCountMatchCpu) {
+  for (auto [rows, classes] : {std::pair{300, 527}, std::pair{32, 309}}) {
+    const float grad_scale = 0.7f;
+    const auto logits = normal(sz(rows, classes), "ce.logits", 3.0);
+    // Every third row is labelled with its arg-max, the others at random.
+    KeyedRandom rng(kSeed, "ce.labels");
+    std::vector<std::int32_t> labels(rows);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = logits.data() + sz(r, classes);
+      labels[r] = r % 3 == 0 ? std::int32_t(std::max_element(row, row + classes) - row)
+                             : std::int32_t(rng.below(std::uint64_t(classes)));
+    }
+    std::vector<float> dlogits = nans(logits.size());
+    int correct = -1;
+    const double loss =
+        cpu().cross_entropy(logits.data(), labels.data(), dlogits.data(), rows, classes, grad_scale, &correct);
+    DevF d_logits(gpu(), logits), d_dlogits(gpu(), nans(logits.size()));
+    DeviceBuffer<std::int32_t> d_labels(gpu(), labels);
+    int got_correct = -1;
+    const double got = gpu().cross_entropy(d_logits, d_labels, d_dlogits, rows, classes, grad_scale, &got_correct);
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(classes));
+    EXPECT_TRUE(close_scalar(got, loss, kF32)) << "loss";
+    EXPECT_EQ(got_correct, correct);
+    EXPECT_GE(correct, rows / 3);
+    EXPECT_TRUE(close_l2(d_dlogits.download(), dlogits, kF32)) << "dlogits";
+
+    // Evaluation: no gradient wanted.
+    got_correct = -1;
+    const double eval = gpu().cross_entropy(d_logits, d_labels, nullptr, rows, classes, grad_scale, &got_correct);
+    EXPECT_TRUE(close_scalar(eval, loss, kF32)) << "loss without dlogits";
+    EXPECT_EQ(got_correct, correct) << "correct without dlogits";
+  }
+}
+
+TEST_F(CudaOps, InfoNceLossMatchesCpuAndAccumulatesGradients) {
+  for (auto [B, D, tau] : {std::tuple{32, 128, 0.1f}, std::tuple{200, 96, 0.07f}}) {
+    const float grad_scale = 0.1f;
+    const auto a = normal(sz(B, D), "nce.a"), b = normal(sz(B, D), "nce.b");
+    std::vector<float> da = normal(a.size(), "nce.da", 0.01), db = normal(b.size(), "nce.db", 0.01);
+    DevF d_a(gpu(), a), d_b(gpu(), b), d_da(gpu(), da), d_db(gpu(), db);
+    const double loss = cpu().info_nce(a.data(), b.data(), da.data(), db.data(), B, D, tau, grad_scale);
+    const double got = gpu().info_nce(d_a, d_b, d_da, d_db, B, D, tau, grad_scale);
+    SCOPED_TRACE("B " + std::to_string(B) + " D " + std::to_string(D));
+    EXPECT_TRUE(close_scalar(got, loss, kF32)) << "loss";
+    EXPECT_TRUE(close_l2(d_da.download(), da, kF32)) << "da";
+    EXPECT_TRUE(close_l2(d_db.download(), db, kF32)) << "db";
+  }
+}
+
+// ---------------------------------------------------------------- optimizer
+
+TEST_F(CudaOps, AdamWMatchesCpuOverSeveralSteps) {
+  const std::size_t n = 100003;
+  const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.05f;
+  std::vector<float> w = normal(n, "adamw.w", 0.05), m(n, 0.0f), v(n, 0.0f);
+  DevF d_w(gpu(), w), d_m(gpu(), m), d_v(gpu(), v);
+  for (int step = 1; step <= 4; ++step) {
+    const auto g = normal(n, "adamw.g" + std::to_string(step), 0.01);
+    DevF d_g(gpu(), g);
+    cpu().adamw(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    gpu().adamw(d_w, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step);
+    EXPECT_TRUE(close_l2(d_w.download(), w, kF32)) << "w after step " << step;
+    EXPECT_TRUE(close_l2(d_m.download(), m, kF32)) << "m after step " << step;
+    EXPECT_TRUE(close_l2(d_v.download(), v, kF32)) << "v after step " << step;
+  }
+}
+
+// ---------------------------------------------------------------- determinism
+
+TEST_F(CudaOps, ReductionsGiveIdenticalBitsWhenRunTwice) {
+  const int rows = 3040, cols = 384;
+  const auto dy = normal(sz(rows, cols), "determinism.dy"), x = normal(sz(rows, cols), "determinism.x", 1.0, 2.0);
+  const auto gamma = uniform(cols, "determinism.gamma", 0.5, 1.5), beta = normal(cols, "determinism.beta");
+  const auto init = normal(cols, "determinism.init");
+  DevF d_dy(gpu(), dy), d_x(gpu(), x), d_g(gpu(), gamma), d_b(gpu(), beta);
+  DevF d_y(gpu(), nans(dy.size())), d_mean(gpu(), nans(rows)), d_rstd(gpu(), nans(rows));
+  gpu().layernorm_forward(d_x, d_g, d_b, d_y, d_mean, d_rstd, rows, cols, 1e-5f);
+
+  auto bias_grad = [&] {
+    DevF db(gpu(), init);
+    gpu().bias_grad(d_dy, db, rows, cols);
+    return bits(db.download());
+  };
+  EXPECT_TRUE(same_bits(bias_grad(), bias_grad())) << "bias_grad";
+
+  auto layernorm_backward = [&] {
+    DevF dx(gpu(), nans(x.size())), dgamma(gpu(), init), dbeta(gpu(), init);
+    gpu().layernorm_backward(d_dy, d_x, d_g, d_mean, d_rstd, dx, dgamma, dbeta, rows, cols);
+    auto all = bits(dx.download());
+    for (const auto& part : {bits(dgamma.download()), bits(dbeta.download())}) all.insert(all.end(), part.begin(), part.end());
+    return all;
+  };
+  EXPECT_TRUE(same_bits(layernorm_backward(), layernorm_backward())) << "layernorm_backward";
+
+  const double first = gpu().sum_squares(d_dy, dy.size()), second = gpu().sum_squares(d_dy, dy.size());
+  EXPECT_EQ(std::memcmp(&first, &second, sizeof first), 0) << "sum_squares: " << first << " then " << second;
+}
+
+}  // namespace
+}  // namespace avtrain
+
+int main(int argc, char** argv) {
+  try {
+    if (avtrain::cuda::device_count() == 0) {
+      std::printf("no CUDA device: skipped\n");
+      return 77;
+    }
+  } catch (const std::exception& e) {
+    std::printf("no CUDA device: skipped (%s)\n", e.what());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  avtrain::g_cpu = avtrain::make_cpu_backend();
+  avtrain::g_cpu->set_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  avtrain::cuda::CudaOptions options;
+  options.device = 0;
+  options.allow_tf32 = false;
+  avtrain::g_gpu = avtrain::cuda::make_cuda_backend(options);
+  const int rc = RUN_ALL_TESTS();
+  avtrain::g_gpu.reset();
+  avtrain::g_cpu.reset();
+  return rc;
+}

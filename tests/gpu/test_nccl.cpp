@@ -1,0 +1,332 @@
+// NcclCommunicator on this machine's GPUs, under mpiexec with 1 or 2 ranks, one GPU per rank.
+// Every rank exits 77 (CTest: skipped) when any rank sees no CUDA device or fewer devices than
+// there are ranks. Each rank runs the world-of-one suite on its own (an NCCL group over
+// MPI_COMM_SELF) and, together, the suites over the world; expected values are computed locally.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "cuda_check.hpp"
+#include "device_binding.hpp"
+#include "nccl_communicator.hpp"
+#include "parallel/mpi_communicator.hpp"
+#include "parallel/process_groups.hpp"
+
+namespace avtrain::cuda {
+namespace {
+
+using parallel::ReduceOp;
+
+// Device memory of `bytes` bytes.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&data_, bytes)); }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() { return data_; }
+  void upload(const std::vector<std::byte>& bytes) {
+    CUDA_CHECK(cudaMemcpy(data_, bytes.data(), bytes_, cudaMemcpyHostToDevice));
+  }
+  std::vector<std::byte> download() const {
+    std::vector<std::byte> bytes(bytes_);
+    CUDA_CHECK(cudaMemcpy(bytes.data(), data_, bytes_, cudaMemcpyDeviceToHost));
+    return bytes;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_;
+};
+
+std::vector<std::byte> encode(const std::vector<float>& values, DType type) {
+  std::vector<std::byte> bytes(values.size() * dtype_size(type));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (type == DType::f32) {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+      continue;
+    }
+    const std::uint16_t h = type == DType::f16 ? float_to_half(values[i]) : float_to_bf16(values[i]);
+    std::memcpy(&bytes[2 * i], &h, 2);
+  }
+  return bytes;
+}
+
+std::vector<float> decode(const std::vector<std::byte>& bytes, DType type) {
+  std::vector<float> values(bytes.size() / dtype_size(type));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (type == DType::f32) {
+      std::memcpy(&values[i], &bytes[4 * i], 4);
+      continue;
+    }
+    std::uint16_t h;
+    std::memcpy(&h, &bytes[2 * i], 2);
+    values[i] = type == DType::f16 ? half_to_float(h) : bf16_to_float(h);
+  }
+  return values;
+}
+
+// Rank r's value i: nonzero, alternating in sign, exact in bf16 (and so are sums over 2 ranks).
+float value(std::size_t i, int r) { return (i % 2 ? -0.25f : 0.25f) * float(i % 5 + 1) * float(r + 1); }
+
+std::vector<float> values_of(int r, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value(i, r);
+  return v;
+}
+
+std::vector<float> expected(ReduceOp op, int ranks, std::size_t n) {
+  std::vector<float> v(n, 0.0f);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int r = 0; r < ranks; ++r)
+      v[i] = op == ReduceOp::sum ? v[i] + value(i, r) : r == 0 ? value(i, r) : std::max(v[i], value(i, r));
+  return v;
+}
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> bytes(n);
+  for (std::size_t i = 0; i < n; ++i) bytes[i] = std::byte((i * 7 + std::size_t(seed) * 31 + 1) & 0xff);
+  return bytes;
+}
+
+struct Case {
+  DType type;
+  ReduceOp op;
+  bool async;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(dtype_name(info.param.type)) + (info.param.op == ReduceOp::sum ? "_sum" : "_max") +
+         (info.param.async ? "_async" : "_blocking");
+}
+
+const std::vector<Case> cases = [] {
+  std::vector<Case> all;
+  for (DType type : {DType::f32, DType::f16, DType::bf16})
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
+      for (bool async : {false, true}) all.push_back({type, op, async});
+  return all;
+}();
+
+void check_all_reduce(NcclCommunicator& nccl, const Case& c) {
+  const std::size_t n = 4099;  // not a multiple of NCCL's chunks
+  DeviceBuffer buffer(n * dtype_size(c.type));
+  buffer.upload(encode(values_of(nccl.rank(), n), c.type));
+  if (c.async) {
+    parallel::Request request = nccl.all_reduce_async(buffer.data(), n, c.type, c.op);
+    request.wait();
+    EXPECT_FALSE(request.active());
+  } else {
+    nccl.all_reduce(buffer.data(), n, c.type, c.op);
+  }
+  const std::vector<float> got = decode(buffer.download(), c.type);
+  const std::vector<float> want = expected(c.op, nccl.size(), n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << "value " << i;
+}
+
+// An NCCL group of one over MPI_COMM_SELF, borrowing its MPI communicator.
+class WorldOfOne : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    mpi_ = std::make_unique<parallel::MpiCommunicator>(MPI_COMM_SELF, false, "self");
+    nccl_ = make_nccl_communicator(*mpi_, "self");
+  }
+  static void TearDownTestSuite() {
+    nccl_.reset();
+    mpi_.reset();
+  }
+
+ protected:
+  static inline std::unique_ptr<parallel::MpiCommunicator> mpi_;
+  static inline std::unique_ptr<NcclCommunicator> nccl_;
+};
+
+class WorldOfOneTypes : public WorldOfOne, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(WorldOfOneTypes, AllReduceKeepsTheValues) { check_all_reduce(*nccl_, GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Types, WorldOfOneTypes, ::testing::ValuesIn(cases), case_name);
+
+TEST_F(WorldOfOne, SendsToItselfInOneGroup) {
+  const std::size_t n = 100003;
+  DeviceBuffer from(n), to(n);
+  from.upload(pattern(n, 1));
+  to.upload(pattern(n, 2));
+  const std::uint64_t before = nccl_->bytes_sent();
+  nccl_->group_begin();
+  parallel::Request sent = nccl_->send_async(from.data(), n, 0, /*tag=*/5);
+  parallel::Request received = nccl_->recv_async(to.data(), n, 0, /*tag=*/5);
+  nccl_->group_end();
+  received.wait();
+  sent.wait();
+  EXPECT_TRUE(to.download() == pattern(n, 1));
+  EXPECT_EQ(nccl_->bytes_sent() - before, n);
+}
+
+TEST_F(WorldOfOne, BroadcastKeepsTheRootsBytes) {
+  DeviceBuffer buffer(1000);
+  buffer.upload(pattern(1000, 3));
+  nccl_->broadcast(buffer.data(), 1000, 0);
+  EXPECT_TRUE(buffer.download() == pattern(1000, 3));
+  EXPECT_THROW(nccl_->broadcast(buffer.data(), 1000, 1), Error);
+}
+
+TEST_F(WorldOfOne, WaitsForTheComputeStream) {
+  const std::size_t n = 1 << 20;
+  const std::vector<std::byte> bytes = encode(values_of(0, n), DType::f32);
+  DeviceBuffer buffer(bytes.size());
+  cudaStream_t compute = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMemsetAsync(buffer.data(), 0, bytes.size(), compute));
+  CUDA_CHECK(cudaMemcpyAsync(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, compute));
+  nccl_->after(compute);
+  nccl_->all_reduce(buffer.data(), n, DType::f32, ReduceOp::sum);
+  EXPECT_TRUE(buffer.download() == bytes);
+  CUDA_CHECK(cudaStreamDestroy(compute));
+}
+
+TEST_F(WorldOfOne, HostDataGoesThroughMpi) {
+  double stats[2] = {1.5, -2.0};
+  nccl_->all_reduce(stats, 2, ReduceOp::sum);
+  EXPECT_EQ(stats[0], 1.5);
+  EXPECT_EQ(stats[1], -2.0);
+  EXPECT_EQ(nccl_->gather("mine", 0), std::vector<std::string>{"mine"});
+  nccl_->barrier();
+}
+
+// An NCCL group over the world (1 or 2 ranks), owning its MPI communicator.
+class World : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    auto mpi = std::make_unique<parallel::MpiCommunicator>(comm, true, "world");
+    nccl_ = std::make_unique<NcclCommunicator>(std::move(mpi), "world");
+  }
+  static void TearDownTestSuite() { nccl_.reset(); }
+
+ protected:
+  static inline std::unique_ptr<NcclCommunicator> nccl_;
+};
+
+class WorldTypes : public World, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(WorldTypes, AllReducesAcrossTheRanks) { check_all_reduce(*nccl_, GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Types, WorldTypes, ::testing::ValuesIn(cases), case_name);
+
+TEST_F(World, ExchangesWithTheNextRankInOneGroup) {
+  const int r = nccl_->rank(), n = nccl_->size();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const std::size_t bytes = 65537;
+  DeviceBuffer out(bytes), in(bytes);
+  out.upload(pattern(bytes, r));
+  nccl_->group_begin();
+  parallel::Request sent = nccl_->send_async(out.data(), bytes, next, 0);
+  parallel::Request received = nccl_->recv_async(in.data(), bytes, prev, 0);
+  nccl_->group_end();
+  sent.wait();
+  received.wait();
+  EXPECT_TRUE(in.download() == pattern(bytes, prev));
+}
+
+TEST_F(World, BlockingSendMatchesReceiveInOrder) {
+  if (nccl_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  DeviceBuffer first(64), second(128);
+  if (nccl_->rank() == 0) {
+    first.upload(pattern(64, 10));
+    second.upload(pattern(128, 11));
+    nccl_->send(first.data(), 64, 1, /*tag=*/1);
+    nccl_->send(second.data(), 128, 1, /*tag=*/2);
+  } else if (nccl_->rank() == 1) {
+    nccl_->recv(first.data(), 64, 0, /*tag=*/1);
+    nccl_->recv(second.data(), 128, 0, /*tag=*/2);
+    EXPECT_TRUE(first.download() == pattern(64, 10));
+    EXPECT_TRUE(second.download() == pattern(128, 11));
+  }
+}
+
+TEST_F(World, BroadcastsFromTheLastRank) {
+  const int root = nccl_->size() - 1;
+  DeviceBuffer buffer(4096);
+  buffer.upload(pattern(4096, nccl_->rank()));
+  nccl_->broadcast(buffer.data(), 4096, root);
+  EXPECT_TRUE(buffer.download() == pattern(4096, root));
+}
+
+TEST(ProcessGroups, DataAndPipelineBecomeNccl) {
+  parallel::ProcessGroups groups = parallel::make_mpi_process_groups(/*pp=*/1, /*dp=*/0);
+  make_nccl_groups(groups);
+  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.data.get()), nullptr);
+  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.pipeline.get()), nullptr);
+  EXPECT_EQ(dynamic_cast<NcclCommunicator*>(groups.world.get()), nullptr);
+  EXPECT_EQ(groups.data->size(), groups.topology.world);
+  EXPECT_EQ(groups.pipeline->size(), 1);
+  check_all_reduce(*static_cast<NcclCommunicator*>(groups.data.get()), {DType::bf16, ReduceOp::sum, true});
+}
+
+// Failures of ranks other than 0, which do not print gtest's report.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
+                   result.line_number(), result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+// 1 on every rank when every rank sees at least as many devices as there are ranks.
+int enough_devices(int ranks) {
+  int count = 0;
+  const int mine = cudaGetDeviceCount(&count) == cudaSuccess && count >= ranks ? 1 : 0;
+  int all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
+
+}  // namespace
+}  // namespace avtrain::cuda
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (!avtrain::cuda::enough_devices(size)) {
+    if (rank == 0) std::printf("fewer than %d CUDA device(s) visible to some rank: skipped\n", size);
+    MPI_Finalize();
+    return 77;
+  }
+  avtrain::cuda::set_error_rank(rank);
+  avtrain::parallel::Topology node;  // one node: the node-local rank is the world rank
+  node.world = node.local_size = size;
+  node.rank = node.local_rank = rank;
+  avtrain::cuda::bind_device(node, /*nccl=*/true);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new avtrain::cuda::RankFailurePrinter(rank));
+  }
+  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = failed;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any_failed && !failed) std::fprintf(stderr, "FAILED on another rank: see the [rank N] lines\n");
+  MPI_Finalize();
+  return any_failed;
+}
