@@ -81,6 +81,10 @@ void CudaBackend::download(void* host_dst, const void* src, std::size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::zero(void* p, std::size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+}
+
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void* CudaBackend::scratch(std::size_t bytes) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/tensor_memory.hpp"
 
 namespace avtrain {
 
@@ -21,7 +22,7 @@ struct Operand {
 };
 inline Operand fp32(const float* x) { return {x, DType::f32}; }
 
-class Backend {
+class Backend : public TensorMemory {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
@@ -29,13 +30,11 @@ class Backend {
   // Floating-point operations issued through matrix products so far (2 M N K each).
   virtual double gemm_flops() const = 0;
 
-  // ---- memory: where this backend's tensors live (host memory for the CPU, device memory for
-  // CUDA). allocate() returns zeroed, 256-byte aligned memory; upload/download copy to and from
-  // host memory and return when the copy is done; synchronize() waits for every op issued.
-  virtual void* allocate(std::size_t bytes) = 0;
-  virtual void deallocate(void* p) noexcept = 0;
-  virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
-  virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
+  // ---- memory (the TensorMemory interface): where this backend's tensors live, host memory for
+  // the CPU, device memory for CUDA. allocate() returns zeroed, 256-byte aligned memory;
+  // upload/download copy to and from host memory and return when the copy is done. A run installs
+  // its backend as the tensor memory (TensorMemoryScope) so the model's buffers live there.
+  // synchronize() waits for every op issued.
   virtual void synchronize() = 0;
 
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.

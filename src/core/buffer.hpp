@@ -1,6 +1,8 @@
 #pragma once
-// An owning, 64-byte aligned array: fp32 activations, gradients and parameters (Buffer), and the
-// 16-bit bit patterns of fp16/bf16 tensors (Buffer16).
+// An owning, aligned array in tensor memory (core/tensor_memory.hpp: host memory, or the device's
+// during a device run): fp32 activations, gradients and parameters (Buffer), the 16-bit bit
+// patterns of fp16/bf16 tensors (Buffer16), masks (Mask) and labels (Labels). Element access
+// (operator[]) is for host memory only: tests and host-side tools.
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,8 @@
 #include <new>
 #include <cstdint>
 #include <utility>
+
+#include "core/tensor_memory.hpp"
 
 namespace avtrain {
 
@@ -30,16 +34,23 @@ class AlignedArray {
   // staying within capacity keeps them.
   void resize(std::size_t n) {
     if (n > capacity_) {
-      std::size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
-      void* p = std::aligned_alloc(64, bytes);
-      if (!p) throw std::bad_alloc();
-      std::memset(p, 0, bytes);
-      data_.reset(static_cast<T*>(p));
+      TensorMemory& memory = tensor_memory();
+      data_ = std::unique_ptr<T, Free>(static_cast<T*>(memory.allocate(n * sizeof(T))), Free{&memory});
       capacity_ = n;
     }
     size_ = n;
   }
-  void zero() { if (size_) std::memset(data_.get(), 0, size_ * sizeof(T)); }
+  void zero() {
+    if (size_) data_.get_deleter().memory->zero(data_.get(), size_ * sizeof(T));
+  }
+  // Copies host values in (resizing to their count) / out, wherever the array lives.
+  void upload(const T* host, std::size_t n) {
+    resize(n);
+    if (n) data_.get_deleter().memory->upload(data_.get(), host, n * sizeof(T));
+  }
+  void download(T* host) const {
+    if (size_) data_.get_deleter().memory->download(host, data_.get(), size_ * sizeof(T));
+  }
 
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
@@ -49,12 +60,17 @@ class AlignedArray {
   T operator[](std::size_t i) const { return data_.get()[i]; }
 
  private:
-  struct Free { void operator()(T* p) const { std::free(p); } };
+  struct Free {
+    TensorMemory* memory = nullptr;
+    void operator()(T* p) const { memory->deallocate(p); }
+  };
   std::unique_ptr<T, Free> data_;
   std::size_t size_ = 0, capacity_ = 0;
 };
 
 using Buffer = AlignedArray<float>;
 using Buffer16 = AlignedArray<std::uint16_t>;
+using Mask = AlignedArray<std::uint8_t>;
+using Labels = AlignedArray<std::int32_t>;
 
 }  // namespace avtrain

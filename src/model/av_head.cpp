@@ -46,8 +46,8 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   Buffer& pv = ws_[kPv];
   pa.resize(std::size_t(B) * D);
   pv.resize(std::size_t(B) * D);
-  be_.masked_mean_pool_forward(y.data(), flow.key_mask.data(), pa.data(), B, L, D, 0, Ta);
-  be_.masked_mean_pool_forward(y.data(), flow.key_mask.data(), pv.data(), B, L, D, Ta, L);
+  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), pa.data(), B, L, D, 0, Ta);
+  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), pv.data(), B, L, D, Ta, L);
   Buffer& z = ws_[kZ];
   z.resize(std::size_t(B) * 2 * D);
   be_.concat_columns(pa.data(), pv.data(), z.data(), B, D, D);
@@ -59,7 +59,8 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
 
   const bool training = flow.mode == Mode::train;
   st.dlogits.resize(logits.size());
-  flow.ce_loss = be_.cross_entropy(logits.data(), flow.batch->label.data(), training ? st.dlogits.data() : nullptr, B,
+  labels_.upload(flow.batch->label.data(), flow.batch->label.size());
+  flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
                                    classes_, flow.grad_scale * ce_weight_, &flow.correct);
   flow.nce_loss = 0;
   st.dpa.resize(std::size_t(B) * D);
@@ -90,8 +91,8 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   Buffer& dy = ws_[kY];
   dy.resize(n);
   be_.fill(dy.data(), n, 0.0f);
-  be_.masked_mean_pool_backward(st.dpa.data(), flow.key_mask.data(), dy.data(), B, L, D, 0, Ta);
-  be_.masked_mean_pool_backward(st.dpv.data(), flow.key_mask.data(), dy.data(), B, L, D, Ta, L);
+  be_.masked_mean_pool_backward(st.dpa.data(), flow.token_mask.data(), dy.data(), B, L, D, 0, Ta);
+  be_.masked_mean_pool_backward(st.dpv.data(), flow.token_mask.data(), dy.data(), B, L, D, Ta, L);
   be_.round_to(ln_.dtype(), dy.data(), nullptr, n);
   const float* x = st.x.load(be_, ws_[kLogits]);
   flow.dx.resize(n);

@@ -30,6 +30,7 @@ class AVHead final : public Layer {
   float tau_, nce_weight_, ce_weight_;
   LayerNorm ln_;
   Linear cls_;
+  Labels labels_;  // the micro-batch's labels in tensor memory
 };
 
 }  // namespace avtrain

@@ -7,7 +7,7 @@ namespace avtrain {
 
 namespace {
 struct AVInputState final : LayerState {
-  std::vector<std::uint8_t> frame_mask, audio_mask, video_mask;
+  Mask frame_mask, audio_mask, video_mask;  // in tensor memory
   SavedTensor col, conv_out, bn_out, patches;
   Buffer bn_mean, bn_rstd;
   std::size_t bytes() const override {
@@ -48,23 +48,31 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   const int B = mb.size, D = D_, Tf = g_.frames, Ta = g_.audio_tokens, Nv = g_.video_tokens, L = g_.tokens;
   require(mb.audio.size() == std::size_t(B) * set_.audio_samples, "internal: micro-batch audio size");
 
-  st.frame_mask.assign(std::size_t(B) * Tf, 0);
-  st.audio_mask.assign(std::size_t(B) * Ta, 0);
-  st.video_mask.assign(std::size_t(B) * Nv, 0);
+  // The masks follow from the sample lengths, on the host; then they and the samples are uploaded
+  // to wherever the tensors live.
+  host_frame_mask_.assign(std::size_t(B) * Tf, 0);
+  host_audio_mask_.assign(std::size_t(B) * Ta, 0);
+  host_video_mask_.assign(std::size_t(B) * Nv, 0);
   flow.key_mask.assign(std::size_t(B) * L, 0);
   for (int b = 0; b < B; ++b) {
     const int nf = g_.valid_frames(mb.audio_len[b]), na = g_.valid_audio_tokens(mb.audio_len[b]);
     const int nv = g_.valid_video_tokens(mb.video_len[b]);
-    for (int t = 0; t < nf; ++t) st.frame_mask[std::size_t(b) * Tf + t] = 1;
-    for (int t = 0; t < na; ++t) st.audio_mask[std::size_t(b) * Ta + t] = flow.key_mask[std::size_t(b) * L + t] = 1;
-    for (int t = 0; t < nv; ++t) st.video_mask[std::size_t(b) * Nv + t] = flow.key_mask[std::size_t(b) * L + Ta + t] = 1;
+    for (int t = 0; t < nf; ++t) host_frame_mask_[std::size_t(b) * Tf + t] = 1;
+    for (int t = 0; t < na; ++t) host_audio_mask_[std::size_t(b) * Ta + t] = flow.key_mask[std::size_t(b) * L + t] = 1;
+    for (int t = 0; t < nv; ++t) host_video_mask_[std::size_t(b) * Nv + t] = flow.key_mask[std::size_t(b) * L + Ta + t] = 1;
   }
+  st.frame_mask.upload(host_frame_mask_.data(), host_frame_mask_.size());
+  st.audio_mask.upload(host_audio_mask_.data(), host_audio_mask_.size());
+  st.video_mask.upload(host_video_mask_.data(), host_video_mask_.size());
+  flow.upload_key_mask();
+  audio_in_.upload(mb.audio.data(), mb.audio.size());
+  video_in_.upload(mb.video.data(), mb.video.size());
 
   // Audio branch.
   const std::size_t na = std::size_t(B) * Ta * D;
   Buffer& logmel = ws_[kLogmel];
   logmel.resize(std::size_t(B) * Tf * frontend_.mel_bins());
-  frontend_.forward(be_, mb.audio.data(), set_.audio_samples, st.frame_mask.data(), logmel.data(), B);
+  frontend_.forward(be_, audio_in_.data(), set_.audio_samples, st.frame_mask.data(), logmel.data(), B);
   Buffer& conv_out = ws_[kConv];
   conv_out.resize(na);
   conv_.forward(be_, logmel.data(), ws_[kCol], conv_out.data(), B, Tf);
@@ -88,7 +96,7 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   const std::size_t nv = std::size_t(B) * Nv * D;
   Buffer& patches = ws_[kPatches];
   patches.resize(std::size_t(B) * Nv * g_.patch_dim);
-  be_.video_patches(mb.video.data(), patches.data(), B, set_.frames, set_.height, set_.width, set_.channels,
+  be_.video_patches(video_in_.data(), patches.data(), B, set_.frames, set_.height, set_.width, set_.channels,
                     g_.tubelet_frames, g_.patch);
   st.patches.round_and_keep(be_, patches, patch_.dtype());
   Buffer& video = ws_[kVideo];

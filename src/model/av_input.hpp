@@ -4,6 +4,9 @@
 //   video -> tubelets t x p x p x C -> video.patch (linear)
 //   [audio tokens | video tokens] + embed.pos[L] + embed.modality[0|1], with the key-padding mask.
 // The log-mel front end always runs in fp32; GELU's output takes the type of audio.bn.
+#include <cstdint>
+#include <vector>
+
 #include "backend/backend.hpp"
 #include "model/batch_norm.hpp"
 #include "model/conv1d.hpp"
@@ -38,6 +41,9 @@ class AVInput final : public Layer {
   Linear patch_;
   ParamId pos_, modality_;
   DType embed_dtype_;  // of the token sum
+  std::vector<std::uint8_t> host_frame_mask_, host_audio_mask_, host_video_mask_;
+  Buffer audio_in_;                          // the micro-batch's samples in tensor memory
+  AlignedArray<std::uint8_t> video_in_;
 };
 
 }  // namespace avtrain

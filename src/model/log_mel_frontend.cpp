@@ -16,17 +16,16 @@ LogMelFrontend::LogMelFrontend(const TokenGeometry& g, int mel_bins, int sample_
     : g_(g), mel_bins_(mel_bins) {
   require(mel_bins >= 1, "model.mel_bins must be >= 1");
   const int win = g.window, nb = g.bins;
-  window_.resize(win);
-  for (int i = 0; i < win; ++i) window_[i] = float(0.5 - 0.5 * std::cos(2.0 * M_PI * i / win));
-  dft_.resize(std::size_t(win) * 2 * nb);
+  // The constants are computed on the host and uploaded to wherever the tensors live.
+  std::vector<float> window(win), dft(std::size_t(win) * 2 * nb), filterbank(std::size_t(nb) * mel_bins);
+  for (int i = 0; i < win; ++i) window[i] = float(0.5 - 0.5 * std::cos(2.0 * M_PI * i / win));
   for (int i = 0; i < win; ++i)
     for (int k = 0; k < nb; ++k) {
       double phase = 2.0 * M_PI * double((std::int64_t(i) * k) % win) / win;
-      dft_[std::size_t(i) * 2 * nb + k] = float(std::cos(phase));
-      dft_[std::size_t(i) * 2 * nb + nb + k] = float(-std::sin(phase));
+      dft[std::size_t(i) * 2 * nb + k] = float(std::cos(phase));
+      dft[std::size_t(i) * 2 * nb + nb + k] = float(-std::sin(phase));
     }
   // Triangles between mel_bins + 2 points equally spaced in mel from 0 to the Nyquist frequency.
-  filterbank_.resize(std::size_t(nb) * mel_bins);
   const double top = hz_to_mel(sample_rate / 2.0);
   std::vector<double> edges(mel_bins + 2);
   for (int m = 0; m < mel_bins + 2; ++m) edges[m] = mel_to_hz(top * m / (mel_bins + 1));
@@ -35,9 +34,12 @@ LogMelFrontend::LogMelFrontend(const TokenGeometry& g, int mel_bins, int sample_
     for (int m = 0; m < mel_bins; ++m) {
       double lo = edges[m], mid = edges[m + 1], hi = edges[m + 2];
       double up = (f - lo) / (mid - lo), down = (hi - f) / (hi - mid);
-      filterbank_[std::size_t(k) * mel_bins + m] = float(std::max(0.0, std::min(up, down)));
+      filterbank[std::size_t(k) * mel_bins + m] = float(std::max(0.0, std::min(up, down)));
     }
   }
+  window_.upload(window.data(), window.size());
+  dft_.upload(dft.data(), dft.size());
+  filterbank_.upload(filterbank.data(), filterbank.size());
 }
 
 void LogMelFrontend::forward(Backend& be, const float* audio, std::int64_t A, const std::uint8_t* frame_mask,

@@ -1,5 +1,8 @@
 #include "model/param_store.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <cmath>
 
 #include "core/error.hpp"
@@ -33,14 +36,17 @@ void ParamStore::allocate(std::uint64_t seed) {
   values_.zero();
   grads_.zero();
   working_.resize(working_total_);
+  // Drawn on the host, then uploaded to wherever the tensors live.
+  std::vector<float> initial(total_, 0.0f);
   for (const ParamInfo& p : params_) {
-    float* v = values_.data() + p.offset;
+    float* v = initial.data() + p.offset;
     switch (p.init) {
       case Init::zeros: break;
-      case Init::ones: for (std::size_t i = 0; i < p.size; ++i) v[i] = 1.0f; break;
+      case Init::ones: std::fill(v, v + p.size, 1.0f); break;
       case Init::normal: fill_normal_keyed(v, p.size, seed, p.name, p.init_std); break;
     }
   }
+  values_.upload(initial.data(), initial.size());
 }
 
 void ParamStore::set_working_dtype(ParamId id, DType dtype) {

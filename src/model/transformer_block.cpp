@@ -70,7 +70,7 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   Buffer& ctx = ws_[kCtx];
   p.resize(std::size_t(B) * H * L * L);
   ctx.resize(n);
-  be_.attention_forward(qkv_values, flow.key_mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be_.attention_forward(qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
   st.p.round_and_keep(be_, p, qkv_.dtype());
   st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 
-#include "core/half.hpp"
 
 namespace avtrain::parallel {
 
-GradBuckets::GradBuckets(float* grads, std::vector<std::size_t> bounds, double bucket_mb, DType wire,
+GradBuckets::GradBuckets(Backend& be, float* grads, std::vector<std::size_t> bounds, double bucket_mb, DType wire,
                          Communicator& group)
-    : grads_(grads), wire_(wire), group_(group) {
+    : be_(be), grads_(grads), wire_(wire), group_(group) {
   const auto cap = std::max<std::size_t>(1, std::size_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   // Walk the parameters from the last one back, closing a bucket once it reaches the cap.
   if (bounds.size() < 2) return;
@@ -37,21 +36,14 @@ void GradBuckets::launch(Bucket& b) {
   if (group_.size() == 1) return;  // nothing to average: the local gradient is the stage's
   float* g = grads_ + b.begin;
   const std::size_t n = b.end - b.begin;
-  const float inv_dp = 1.0f / float(group_.size());
-  double sq = 0;
-  for (std::size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
-  local_sum_squares_ += sq;
+  local_sum_squares_ += be_.sum_squares(g, n);
+  // Scaled in the gradient buffer (the result overwrites it anyway), then cast for a 16-bit wire.
+  be_.scale(g, n, 1.0f / float(group_.size()));
   if (wire_ == DType::f32) {
-    for (std::size_t i = 0; i < n; ++i) g[i] *= inv_dp;
     b.request = group_.all_reduce_async(g, n, DType::f32, ReduceOp::sum);
     return;
   }
-  // Scale into the gradient buffer (it is overwritten by the result anyway), then cast.
-  for (std::size_t i = 0; i < n; ++i) g[i] *= inv_dp;
-  if (wire_ == DType::f16)
-    floats_to_half(g, b.wire.data(), n);
-  else
-    floats_to_bf16(g, b.wire.data(), n);
+  be_.pack(wire_, g, b.wire.data(), n);
   b.request = group_.all_reduce_async(b.wire.data(), n, wire_, ReduceOp::sum);
 }
 
@@ -68,10 +60,7 @@ void GradBuckets::finish() {
   for (Bucket& b : buckets_) {
     b.request.wait();
     if (wire_ == DType::f32 || group_.size() == 1) continue;
-    if (wire_ == DType::f16)
-      half_to_floats(b.wire.data(), grads_ + b.begin, b.end - b.begin);
-    else
-      bf16_to_floats(b.wire.data(), grads_ + b.begin, b.end - b.begin);
+    be_.unpack(wire_, b.wire.data(), grads_ + b.begin, b.end - b.begin);
   }
 }
 

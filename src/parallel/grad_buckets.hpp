@@ -5,11 +5,14 @@
 // every bucket lying wholly in the final part is launched at once as a non-blocking all-reduce, so
 // the transfer overlaps the rest of backward. A bucket is divided by dp first (the average; as in
 // PyTorch's compression hooks, before a 16-bit cast, so the sum cannot overflow), cast to the wire
-// type when that is fp16/bf16, summed over the group, and written back into the fp32 buffer.
+// type when that is fp16/bf16, summed over the group, and written back into the fp32 buffer. The
+// buffers are tensor memory: the casts and scalings are backend ops, and the group's communicator
+// moves that memory (MPI host memory, NCCL device memory).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/buffer.hpp"
 #include "core/dtype.hpp"
 #include "parallel/communicator.hpp"
@@ -19,7 +22,7 @@ namespace avtrain::parallel {
 class GradBuckets {
  public:
   // param_bounds: the offsets where parameters begin in `grads`, ascending, then the buffer's size.
-  GradBuckets(float* grads, std::vector<std::size_t> param_bounds, double bucket_mb, DType wire,
+  GradBuckets(Backend& be, float* grads, std::vector<std::size_t> param_bounds, double bucket_mb, DType wire,
               Communicator& group);
   std::size_t count() const { return buckets_.size(); }
 
@@ -43,6 +46,7 @@ class GradBuckets {
   };
   void launch(Bucket& b);
 
+  Backend& be_;
   float* grads_;
   DType wire_;
   Communicator& group_;

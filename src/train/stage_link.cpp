@@ -35,11 +35,11 @@ void StageLink::send_activation(const Flow& flow) {
   std::vector<std::uint8_t> body(mask + n * elem);
   std::memcpy(body.data(), flow.key_mask.data(), mask);
   if (flow.x_dtype == DType::f32) {
-    std::memcpy(body.data() + mask, flow.x.data(), n * sizeof(float));
+    flow.x.download(reinterpret_cast<float*>(body.data() + mask));
   } else {
     packed_.resize(n);
     be_.pack(flow.x_dtype, flow.x.data(), packed_.data(), n);
-    std::memcpy(body.data() + mask, packed_.data(), n * sizeof(std::uint16_t));
+    packed_.download(reinterpret_cast<std::uint16_t*>(body.data() + mask));
   }
   send(std::move(body), next, kTokens);
 }
@@ -58,25 +58,27 @@ void StageLink::recv_activation(Flow& flow) {
   recv_buffer_.resize(mask + n * elem);
   pipe_.recv(recv_buffer_.data(), recv_buffer_.size(), prev, kTokens);
   flow.key_mask.assign(recv_buffer_.begin(), recv_buffer_.begin() + std::ptrdiff_t(mask));
-  flow.x.resize(n);
+  flow.upload_key_mask();
   if (flow.x_dtype == DType::f32) {
-    std::memcpy(flow.x.data(), recv_buffer_.data() + mask, n * sizeof(float));
+    flow.x.upload(reinterpret_cast<const float*>(recv_buffer_.data() + mask), n);
   } else {
-    packed_.resize(n);
-    std::memcpy(packed_.data(), recv_buffer_.data() + mask, n * sizeof(std::uint16_t));
+    packed_.upload(reinterpret_cast<const std::uint16_t*>(recv_buffer_.data() + mask), n);
+    flow.x.resize(n);
     be_.unpack(flow.x_dtype, packed_.data(), flow.x.data(), n);
   }
 }
 
 void StageLink::send_gradient(const Flow& flow) {
   std::vector<std::uint8_t> body(flow.dx.size() * sizeof(float));
-  std::memcpy(body.data(), flow.dx.data(), body.size());
+  flow.dx.download(reinterpret_cast<float*>(body.data()));
   send(std::move(body), pipe_.rank() - 1, kGradient);
 }
 
 void StageLink::recv_gradient(Flow& flow) {
-  flow.dx.resize(std::size_t(flow.B) * flow.L * D_);
-  pipe_.recv(flow.dx.data(), flow.dx.size() * sizeof(float), pipe_.rank() + 1, kGradient);
+  const std::size_t n = std::size_t(flow.B) * flow.L * D_;
+  recv_buffer_.resize(n * sizeof(float));
+  pipe_.recv(recv_buffer_.data(), recv_buffer_.size(), pipe_.rank() + 1, kGradient);
+  flow.dx.upload(reinterpret_cast<const float*>(recv_buffer_.data()), n);
 }
 
 void StageLink::finish_sends() {

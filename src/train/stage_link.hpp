@@ -2,8 +2,9 @@
 // The transfers between neighbouring pipeline stages of one replica. Forward: a small header
 // (B, L, audio tokens, the tokens' type), then the key-padding mask (the sample lengths) and the
 // tokens in their type (they are exact in it, so 16-bit tokens travel as 16 bits). Backward: the
-// tokens' gradient in fp32, its shape known from the forward. Sends are non-blocking (their
-// buffers are kept until complete), receives blocking, so a schedule whose dependencies are
+// tokens' gradient in fp32, its shape known from the forward. The bytes travel from host memory
+// (tensors in device memory are downloaded first and uploaded on arrival). Sends are non-blocking
+// (their buffers are kept until complete), receives blocking, so a schedule whose dependencies are
 // acyclic cannot deadlock.
 #include <cstdint>
 #include <deque>

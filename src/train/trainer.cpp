@@ -116,7 +116,7 @@ struct Trainer::Impl {
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last}),
         link(*g.pipeline, b, c.model.width),
-        buckets(allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
+        buckets(b, allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
                 parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data),
         schedule(parallel::parse_schedule(c.parallel.schedule)),
         inject_overflow(parse_rank_step(c.debug.inject_overflow)) {
@@ -199,7 +199,10 @@ struct Trainer::Impl {
       if (!topo.last_stage()) link.recv_gradient(flow);
       return !topo.last_stage();
     });
-    if (w.inject_overflow && m == 0) params.grads().data()[0] = std::numeric_limits<float>::infinity();
+    if (w.inject_overflow && m == 0) {
+      const float inf = std::numeric_limits<float>::infinity();
+      be.upload(params.grads().data(), &inf, sizeof inf);
+    }
     const auto t = Clock::now();
     if (last_of_step) {
       net.backward(flow, slot.states, [&](std::size_t i) {

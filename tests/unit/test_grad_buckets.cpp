@@ -14,6 +14,13 @@
 namespace avtrain::parallel {
 namespace {
 
+// The buckets cast and scale through a backend; the CPU's works on these host vectors.
+Backend& cpu() {
+  static const std::unique_ptr<Backend> backend = make_cpu_backend();
+  return *backend;
+}
+
+
 // One all-reduce as GradBuckets handed it over.
 struct Call {
   const void* data;
@@ -128,7 +135,7 @@ std::size_t offset_of(const Call& c, const float* grads) {
 TEST(GradBuckets, PlanCutsWholeParametersFromTheEndWithEachBucketAtLeastTheCap) {
   std::vector<float> grads(kSize);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   buckets.start_step();
   buckets.finish();
 
@@ -156,21 +163,21 @@ TEST(GradBuckets, PlanCutsWholeParametersFromTheEndWithEachBucketAtLeastTheCap) 
 TEST(GradBuckets, ACapLargerThanTheBufferGivesOneBucket) {
   std::vector<float> grads(kSize);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, 25.0, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, 25.0, DType::f32, group);
   EXPECT_EQ(buckets.count(), 1u);
 }
 
 TEST(GradBuckets, ACapOfOneFloatGivesOneBucketPerParameter) {
   std::vector<float> grads(kSize);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, 1e-9, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, 1e-9, DType::f32, group);
   EXPECT_EQ(buckets.count(), kBounds.size() - 1);
 }
 
 TEST(GradBuckets, ReadyFromLaunchesExactlyTheBucketsWhollyPastTheOffset) {
   std::vector<float> grads(kSize, 1.0f);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   buckets.start_step();
 
   buckets.ready_from(400);  // inside the last bucket [350, 1000): not final yet
@@ -200,7 +207,7 @@ TEST(GradBuckets, ReadyFromLaunchesExactlyTheBucketsWhollyPastTheOffset) {
 TEST(GradBuckets, FinishLaunchesTheRestAndWaitsForAll) {
   std::vector<float> grads(kSize, 1.5f);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   buckets.start_step();
   buckets.ready_from(350);
   buckets.finish();
@@ -214,7 +221,7 @@ TEST(GradBuckets, FinishLaunchesTheRestAndWaitsForAll) {
 TEST(GradBuckets, EachStepLaunchesEveryBucketAgain) {
   std::vector<float> grads(kSize, 2.0f);
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   for (int step = 0; step < 2; ++step) {
     buckets.start_step();
     buckets.ready_from(100);
@@ -228,7 +235,7 @@ TEST(GradBuckets, Fp32AverageOfEqualGradientsIsBitForBitTheGradient) {
   const std::vector<float> original = random_grads(kSize, 1);
   std::vector<float> grads = original;
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   buckets.start_step();
   buckets.ready_from(0);
   buckets.finish();
@@ -242,7 +249,7 @@ TEST(GradBuckets, AverageOverFourDividesByFour) {
   for (std::size_t i = 0; i < kSize; ++i) grads[i] = float(int(i % 17) - 8) * 0.125f;
   const std::vector<float> original = grads;
   FakeGroup group(4);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
   buckets.start_step();
   buckets.finish();
   EXPECT_EQ(grads, original);
@@ -258,7 +265,7 @@ TEST_P(GradBucketsWire, AverageIsTheGradientRoundedThroughTheWireType) {
   original[500] = 1.0f / 3.0f;  // not representable: must come back rounded
   std::vector<float> grads = original;
   FakeGroup group(2);
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, wire, group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
   buckets.start_step();
   buckets.ready_from(350);
   buckets.finish();
@@ -279,11 +286,11 @@ TEST_P(GradBucketsWire, HandsTheGroupHalfTheBytesOfFp32) {
   std::vector<float> grads = random_grads(kSize, 3);
   FakeGroup fp32_group(2), wire_group(2);
   {
-    GradBuckets buckets(grads.data(), kBounds, kCap250Floats, DType::f32, fp32_group);
+    GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, fp32_group);
     buckets.start_step();
     buckets.finish();
   }
-  GradBuckets buckets(grads.data(), kBounds, kCap250Floats, GetParam(), wire_group);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, GetParam(), wire_group);
   buckets.start_step();
   buckets.finish();
   EXPECT_EQ(fp32_group.bytes_sent(), kSize * 4);
@@ -306,7 +313,7 @@ TEST(GradBuckets, LocalSumSquaresIsOverTheOwnGradientsBeforeReduction) {
   for (const DType wire : {DType::f32, DType::f16, DType::bf16}) {
     std::vector<float> grads = original;
     FakeGroup group(2);
-    GradBuckets buckets(grads.data(), kBounds, kCap250Floats, wire, group);
+    GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
     buckets.start_step();
     buckets.ready_from(350);
     buckets.finish();
@@ -322,7 +329,7 @@ TEST(GradBuckets, GroupOfOneMakesNoCallsAndLeavesTheGradients) {
   for (const DType wire : {DType::f32, DType::f16, DType::bf16}) {
     std::vector<float> grads = original;
     FakeGroup group(1);
-    GradBuckets buckets(grads.data(), kBounds, kCap250Floats, wire, group);
+    GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
     buckets.start_step();
     buckets.ready_from(350);
     buckets.progress();

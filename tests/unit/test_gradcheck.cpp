@@ -131,6 +131,7 @@ TEST_P(GradCheck, TransformerBlockParametersAndInput) {
   auto state = block.make_state();
   auto run = [&](Flow& f) {
     f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
+    f.upload_key_mask();
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);
@@ -169,6 +170,7 @@ TEST_P(GradCheck, HeadParametersAndInputWithBothLosses) {
   auto run = [&](Flow& f) {
     f.batch = &mb;
     f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
+    f.upload_key_mask();
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     head.forward(f, *state);
@@ -227,6 +229,7 @@ TEST(GradCheckTightness, RejectsAGradientOffByThreePercent) {
   auto state = block.make_state();
   auto run = [&](Flow& f) {
     f.B = B, f.L = L, f.key_mask.assign(L, 1);
+    f.upload_key_mask();
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);

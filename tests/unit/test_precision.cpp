@@ -192,6 +192,7 @@ BlockRun run_block(const PrecisionPolicy& policy) {
   flow.B = B, flow.L = L, flow.audio_tokens = 4;
   flow.key_mask.assign(std::size_t(B) * L, 1);
   flow.key_mask[5] = flow.key_mask[L + 8] = 0;
+  flow.upload_key_mask();
   flow.x.resize(x0.size());
   std::copy(x0.data(), x0.data() + x0.size(), flow.x.data());
   flow.x_dtype = in;

@@ -19,6 +19,8 @@ class CpuBackend final : public Backend {
   void deallocate(void* p) noexcept override;
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void download(void* host_dst, const void* src, std::size_t bytes) override;
+  void zero(void* p, std::size_t bytes) override;
+  bool host_accessible() const override { return true; }
   void synchronize() override {}
 
   using Backend::gemm;
