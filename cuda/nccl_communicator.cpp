@@ -154,6 +154,7 @@ void NcclCommunicator::all_reduce(void* data, std::size_t count, DType type, par
 }
 
 parallel::Request NcclCommunicator::all_reduce_async(void* data, std::size_t count, DType type, parallel::ReduceOp op) {
+  order_after_compute();
   NCCL_OK(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream_.get()));
   bytes_sent_ += count * dtype_size(type);
   return enqueued();
@@ -166,6 +167,7 @@ void NcclCommunicator::all_reduce(double* data, std::size_t count, parallel::Red
 
 void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   require_member(root, "broadcast root");
+  order_after_compute();
   NCCL_OK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
   enqueued().wait();
 }
@@ -181,6 +183,7 @@ void NcclCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
 parallel::Request NcclCommunicator::send_async(const void* data, std::size_t bytes, int peer, int /*tag*/) {
   require_member(peer, "send peer");
   group_begin();
+  order_after_compute();
   NCCL_OK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_.get()));
   group_end();
   bytes_sent_ += bytes;
@@ -190,6 +193,7 @@ parallel::Request NcclCommunicator::send_async(const void* data, std::size_t byt
 parallel::Request NcclCommunicator::recv_async(void* data, std::size_t bytes, int peer, int /*tag*/) {
   require_member(peer, "recv peer");
   group_begin();
+  order_after_compute();
   NCCL_OK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_.get()));
   group_end();
   return enqueued();
@@ -204,6 +208,12 @@ void NcclCommunicator::barrier() { host_->barrier(); }
 void NcclCommunicator::after(cudaStream_t compute) {
   CUDA_OK(cudaEventRecord(ready_.get(), compute));
   CUDA_OK(cudaStreamWaitEvent(stream_.get(), ready_.get(), 0));
+}
+
+void NcclCommunicator::follow(cudaStream_t compute) { follows_ = compute; }
+
+void NcclCommunicator::order_after_compute() {
+  if (follows_) after(follows_);
 }
 
 void NcclCommunicator::group_begin() {

@@ -68,6 +68,9 @@ class NcclCommunicator final : public parallel::Communicator {
 
   // The next operations wait (on the GPU) for the work enqueued on compute so far.
   void after(cudaStream_t compute);
+  // From now on every operation first waits for the work enqueued on compute when it is issued
+  // (the backend's stream: a bucket's all-reduce then starts after the backward that wrote it).
+  void follow(cudaStream_t compute);
   // An NCCL group (it spans every communicator of this thread); groups nest.
   void group_begin();
   void group_end();
@@ -89,6 +92,8 @@ class NcclCommunicator final : public parallel::Communicator {
   bool complete(cudaEvent_t event);
   void wait(cudaEvent_t event);
   void poll_async_error();
+  void order_after_compute();
+  cudaStream_t follows_ = nullptr;
   void require_member(int rank, const char* role) const;
   void nccl_ok(ncclResult_t result, const char* call, int line);
   void cuda_ok(cudaError_t status, const char* call, int line);

@@ -44,11 +44,8 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   const avtrain::RunConfig& config = options.config;
   const avtrain::parallel::Topology& topo = groups.topology;
   auto backend = avtrain::make_backend(config, topo);
-  // The layers keep their tensors in host memory; placing them in the backend's memory is the
-  // rest of the CUDA work (docs/cuda.md), so a GPU run stops here, after the device checks.
-  avtrain::require(backend->name() == "cpu", "--device cuda: rank " + std::to_string(topo.rank) + " bound " +
-                                                 backend->name() + " device; training on it is not available yet "
-                                                 "(the model's tensors live in host memory; see docs/cuda.md)");
+  avtrain::TensorMemoryScope tensors_on_the_backend(*backend);  // the model's tensors live there
+  avtrain::use_device_collectives(config, groups, *backend);
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
   avtrain::Trainer trainer(config, *backend, *shards, groups);
   nlohmann::json manifest;

@@ -4,6 +4,7 @@
 #ifdef AVTRAIN_HAVE_CUDA
 #include "cuda_backend.hpp"
 #include "device_binding.hpp"
+#include "nccl_communicator.hpp"
 #endif
 
 namespace avtrain {
@@ -27,6 +28,22 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
   (void)topology;
   throw Error("--device cuda: this build has no CUDA backend (nvcc was not found when it was configured); "
               "build the cuda preset: cmake --preset cuda && cmake --build --preset cuda");
+#endif
+}
+
+void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {
+  if (!uses_nccl(c)) {
+    require(backend.host_accessible() || groups.topology.world == 1,
+            "--device cuda --comm mpi: MPI moves host memory here, the gradients live on the GPU; use --comm nccl");
+    return;
+  }
+#ifdef AVTRAIN_HAVE_CUDA
+  auto nccl = std::make_unique<cuda::NcclCommunicator>(std::move(groups.data), "data-parallel");
+  nccl->follow(static_cast<cuda::CudaBackend&>(backend).stream());
+  groups.data = std::move(nccl);
+#else
+  (void)groups;
+  (void)backend;
 #endif
 }
 

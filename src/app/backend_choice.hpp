@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "parallel/process_groups.hpp"
 #include "parallel/topology.hpp"
 #include "train/run_config.hpp"
 
@@ -15,5 +16,11 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config, const parallel::T
 
 // nccl or mpi, after resolving auto.
 bool uses_nccl(const RunConfig& config);
+
+// With NCCL (CUDA only): the data-parallel group becomes an NCCL communicator over the GPUs,
+// ordered after the backend's compute stream; the pipeline group stays MPI (stage transfers go
+// through host memory for now). A device backend with MPI collectives is refused when several
+// ranks train: MPI here moves host memory.
+void use_device_collectives(const RunConfig& config, parallel::ProcessGroups& groups, Backend& backend);
 
 }  // namespace avtrain
