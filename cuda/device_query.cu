@@ -21,6 +21,12 @@ int device_count() {
   return count;
 }
 
+std::size_t free_memory() {
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
 std::string describe_device(int index) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");

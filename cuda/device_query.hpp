@@ -1,5 +1,6 @@
 #pragma once
 // What the CUDA runtime sees on this node. The CUDA backend (kernels, cuBLAS, NCCL) builds on this.
+#include <cstddef>
 #include <string>
 
 namespace avtrain::cuda {
@@ -7,6 +8,9 @@ namespace avtrain::cuda {
 // Number of visible CUDA devices; throws avtrain::Error with the runtime's message when the
 // driver or runtime cannot answer (no GPU, no driver).
 int device_count();
+
+// Bytes free on the current device (cudaMemGetInfo).
+std::size_t free_memory();
 
 // "NAME (sm_XY, N GiB)" of device `index`.
 std::string describe_device(int index);

@@ -4,6 +4,7 @@
 #ifdef AVTRAIN_HAVE_CUDA
 #include "cuda_backend.hpp"
 #include "device_binding.hpp"
+#include "device_query.hpp"
 #include "nccl_communicator.hpp"
 #endif
 
@@ -29,6 +30,15 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
   throw Error("--device cuda: this build has no CUDA backend (nvcc was not found when it was configured); "
               "build the cuda preset: cmake --preset cuda && cmake --build --preset cuda");
 #endif
+}
+
+std::unique_ptr<ArenaMemory> make_tensor_arena(const RunConfig& c, Backend& backend) {
+  if (backend.host_accessible()) return nullptr;
+  std::size_t bytes = std::size_t(c.device.arena_mb * 1024 * 1024);
+#ifdef AVTRAIN_HAVE_CUDA
+  if (bytes == 0) bytes = cuda::free_memory() / 10 * 9;
+#endif
+  return std::make_unique<ArenaMemory>(backend, bytes, "device.arena_mb");
 }
 
 void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {

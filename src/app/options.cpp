@@ -216,6 +216,9 @@ void bind(OptionTable& t, RunConfig& c) {
         std::vector<std::string>{"auto", "mpi", "nccl"});
   t.add(V, "device.allow_tf32", &c.device.allow_tf32,
         "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline); --allow-tf32");
+  t.add(V, "device.arena_mb", &c.device.arena_mb,
+        "cuda: device memory taken at start for every tensor of the run (no allocation in the step loop); "
+        "0: 90% of the GPU's free memory", kNonNegative);
 
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");

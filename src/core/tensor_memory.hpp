@@ -19,6 +19,8 @@ class TensorMemory {
   virtual void zero(void* p, std::size_t bytes) = 0;
   // True when the host may read and write the memory directly.
   virtual bool host_accessible() const = 0;
+  // The most this memory has held at once, where it keeps count (an arena); 0 where it does not.
+  virtual std::size_t peak_bytes() const { return 0; }
 };
 
 // The memory new tensors come from now.

@@ -544,8 +544,11 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     mine.comm_ms = comm_ms;
     mine.data_wait_ms = w.data_wait_ms;
     mine.grad_bytes = d.groups.data->bytes_sent() - bytes_before;
-    mem_peak = std::max(mem_peak, d.parameter_bytes() + double(w.act_bytes) + double(d.net.workspace().bytes()) +
-                                      d.flow_bytes());
+    // An arena counts what the tensors really took; elsewhere the model's own tally is used.
+    mem_peak = tensor_memory().peak_bytes()
+                   ? double(tensor_memory().peak_bytes())
+                   : std::max(mem_peak, d.parameter_bytes() + double(w.act_bytes) + double(d.net.workspace().bytes()) +
+                                            d.flow_bytes());
     RankReport report{mine, {}};
     if (topo.dp_rank == 0) report.layers = std::move(layer_rows);  // one replica per stage reports its modules
     const std::vector<std::string> reports = world.gather(encode_report(report), 0);
