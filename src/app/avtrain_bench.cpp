@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/options.hpp"
+#include "app/tool_main.hpp"
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
 #include "core/error.hpp"
@@ -136,15 +137,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    code = run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "avtrain-bench: %s\n", e.what());
-    code = 1;
-  }
-  MPI_Finalize();
-  return code;
-}
+int main(int argc, char** argv) { return avtrain::run_tool("avtrain-bench", argc, argv, run); }

@@ -12,6 +12,7 @@
 
 #include "app/backend_choice.hpp"
 #include "app/options.hpp"
+#include "app/tool_main.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "precision/precision_policy.hpp"
@@ -86,15 +87,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    code = run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "avtrain-gemm-peak: %s\n", e.what());
-    code = 1;
-  }
-  MPI_Finalize();
-  return code;
-}
+int main(int argc, char** argv) { return avtrain::run_tool("avtrain-gemm-peak", argc, argv, run); }
