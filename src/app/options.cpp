@@ -222,6 +222,8 @@ void bind(OptionTable& t, RunConfig& c) {
 
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
+  t.add("[debug] fault injection for tests", "debug.perturb_weights", &c.debug.perturb_weights,
+        "RANK:STEP: move that rank's first weight after that step's update (its replicas must notice)");
 }
 
 // Short forms a user types often, and the dotted key each stands for.

@@ -58,15 +58,15 @@ std::vector<ModuleGroup> group_modules(const ParamStore& params) {
   return groups;
 }
 
-// "RANK:STEP" of debug.inject_overflow; {-1, -1} when empty.
-std::pair<int, std::int64_t> parse_rank_step(const std::string& text) {
+// "RANK:STEP" of a debug option; {-1, -1} when empty.
+std::pair<int, std::int64_t> parse_rank_step(const std::string& text, const char* option) {
   if (text.empty()) return {-1, -1};
   const auto colon = text.find(':');
   try {
     if (colon != std::string::npos) return {std::stoi(text.substr(0, colon)), std::stoll(text.substr(colon + 1))};
   } catch (const std::exception&) {
   }
-  throw Error("option debug.inject_overflow = '" + text + "': expected RANK:STEP, e.g. 1:3");
+  throw Error(std::string("option ") + option + " = '" + text + "': expected RANK:STEP, e.g. 1:3");
 }
 
 // A micro-batch in flight on this stage: its flow (tokens, mask, shapes), what its layers keep for
@@ -109,7 +109,7 @@ struct Trainer::Impl {
   StageLink link;
   parallel::GradBuckets buckets;
   parallel::Schedule schedule;
-  std::pair<int, std::int64_t> inject_overflow;
+  std::pair<int, std::int64_t> inject_overflow, perturb_weights;
 
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
@@ -119,7 +119,8 @@ struct Trainer::Impl {
         buckets(b, allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
                 parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data),
         schedule(parallel::parse_schedule(c.parallel.schedule)),
-        inject_overflow(parse_rank_step(c.debug.inject_overflow)) {
+        inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
+        perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
     modules = group_modules(params);
   }
 
@@ -285,6 +286,21 @@ struct Trainer::Impl {
   // the last stage the labels, a middle stage nothing.
   bool reads() const { return topo.first_stage() || topo.last_stage(); }
   data::Fields fields() const { return topo.first_stage() ? data::Fields::all : data::Fields::labels; }
+
+  // The replicas of a stage apply the same averaged gradients, so their weights must stay equal to
+  // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
+  void check_replicas_agree(std::int64_t step) {
+    if (topo.dp == 1) return;
+    double sum = 0;
+    for (ParamId id = 0; id < ParamId(params.params().size()); ++id)
+      if (params.info(id).trainable) sum += be.sum_squares(params.value(id), params.info(id).size);
+    double stage_range[2] = {sum, -sum};  // max and -min over the replicas
+    groups.data->all_reduce(stage_range, 2, parallel::ReduceOp::max);
+    require(stage_range[0] == -stage_range[1],
+            "step " + std::to_string(step) + ": the data-parallel replicas of stage " + std::to_string(topo.pp_rank) +
+                " hold different weights (sum of squares from " + std::to_string(-stage_range[1]) + " to " +
+                std::to_string(stage_range[0]) + ")");
+  }
 
   // BatchNorm's running statistics drift apart across replicas (each sees its own micro-batches);
   // evaluation and the end of the run use their average over the data-parallel group.
@@ -524,6 +540,12 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       optimizer.step(lr);
       d.params.refresh_working(d.be);
     }
+    if (d.perturb_weights.first == topo.rank && d.perturb_weights.second == step) {
+      float first = 0;
+      d.be.download(&first, d.params.values().data(), sizeof first);
+      first += 1e-3f;
+      d.be.upload(d.params.values().data(), &first, sizeof first);
+    }
     d.params.zero_grads();
     timeline.span(applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), step);
     const double train_ms = ms_since(t_step);
@@ -569,6 +591,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     const bool last = step + 1 == c.train.steps;
     if ((c.train.eval_interval > 0 && (step + 1) % c.train.eval_interval == 0) || last) {
       const auto t_eval = Clock::now();
+      d.check_replicas_agree(step);
       Impl::Evaluation e = d.evaluate(reader, sampler.validation());
       timeline.span("evaluation", "eval", t_eval, Clock::now(), step);
       if (!sampler.validation().empty()) {
