@@ -1,22 +1,18 @@
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; the CPU's formula
 // and order of operations.
-#include <algorithm>
 #include <cmath>
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
-
 __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
                              float beta2, float one_minus_beta1, float one_minus_beta2, float bc1, float bc2, float eps,
                              float weight_decay) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const float gi = g[i];
     const float mi = beta1 * m[i] + one_minus_beta1 * gi;
     const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;

@@ -4,22 +4,15 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
-
-#define FOR_EACH_INDEX(i, n)                                                                       \
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += std::size_t(gridDim.x) * blockDim.x)
-
 __global__ void frame_signal_kernel(const float* audio, const float* window, float* frames, std::int64_t A, int T,
                                     int win, int hop, std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e % win);
     const std::size_t bt = e / win;
     const std::size_t b = bt / T, t = bt % T;
@@ -28,7 +21,7 @@ __global__ void frame_signal_kernel(const float* audio, const float* window, flo
 }
 
 __global__ void power_spectrum_kernel(const float* spec, float* power, int nb, std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const std::size_t r = e / nb, k = e % nb;
     const float re = spec[r * 2 * nb + k], im = spec[r * 2 * nb + nb + k];
     power[e] = re * re + im * im;
@@ -36,13 +29,14 @@ __global__ void power_spectrum_kernel(const float* spec, float* power, int nb, s
 }
 
 __global__ void masked_log_kernel(float* x, const std::uint8_t* row_mask, int cols, float eps, std::size_t n) {
-  FOR_EACH_INDEX(e, n) x[e] = row_mask[e / cols] ? logf(x[e] + eps) : 0.0f;
+  for (std::size_t e = first_index(); e < n; e += grid_stride())
+    x[e] = row_mask[e / cols] ? logf(x[e] + eps) : 0.0f;
 }
 
 // col[b, t, c*k + j] = x[b, t*stride + j - pad, c], 0 outside [0, T)
 __global__ void im2col_kernel(const float* x, float* col, int T, int C, int k, int stride, int pad, int To,
                               std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const std::size_t ck = std::size_t(C) * k;
     const int c = int(e % ck / k), j = int(e % k);
     const std::size_t bt = e / ck;
@@ -55,7 +49,7 @@ __global__ void im2col_kernel(const float* x, float* col, int T, int C, int k, i
 // dx[b, ti, c] = sum over t ascending (j = ti + pad - t*stride in [0, k)) of dcol[b, t, c*k + j]
 __global__ void col2im_kernel(const float* dcol, float* dx, int T, int C, int k, int stride, int pad, int To,
                               std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int c = int(e % C);
     const std::size_t bti = e / C;
     const std::size_t b = bti / T;
@@ -76,7 +70,7 @@ __global__ void video_patches_kernel(const std::uint8_t* video, float* patches, 
                                      int p, std::size_t n) {
   const int Nh = H / p, Nw = W / p, Nt = F / tp;
   const std::size_t P = std::size_t(tp) * p * p * C;
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const std::size_t inner = e % P, patch = e / P;
     const int pc = p * C;
     const int i = int(inner % pc), dy = int(inner / pc % p), dt = int(inner / pc / p);
@@ -87,8 +81,6 @@ __global__ void video_patches_kernel(const std::uint8_t* video, float* patches, 
     patches[e] = __fmul_rn(float(v), 1.0f / 127.5f) - 1.0f;  // unfused, as the CPU rounds it
   }
 }
-
-#undef FOR_EACH_INDEX
 
 }  // namespace
 

@@ -1,29 +1,21 @@
-// Storage conversions between fp32 and fp16/bf16, elementwise with the bit-exact conversions of
-// half_device.cuh.
-#include <algorithm>
-
+// Storage conversions between fp32 and fp16/bf16, elementwise with the scalar conversions of
+// core/half.hpp: the same code as the CPU's, so a GPU gives the same bits.
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
-#include "half_device.cuh"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
-
-__device__ std::size_t first_index() { return blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; }
-__device__ std::size_t grid_stride() { return std::size_t(gridDim.x) * blockDim.x; }
-
 struct Half {
-  __device__ static std::uint16_t narrow(float x) { return to_half(x); }
-  __device__ static float widen(std::uint16_t h) { return from_half(h); }
+  __device__ static std::uint16_t narrow(float x) { return float_to_half(x); }
+  __device__ static float widen(std::uint16_t h) { return half_to_float(h); }
 };
 struct BFloat16 {
-  __device__ static std::uint16_t narrow(float x) { return to_bf16(x); }
-  __device__ static float widen(std::uint16_t b) { return from_bf16(b); }
+  __device__ static std::uint16_t narrow(float x) { return float_to_bf16(x); }
+  __device__ static float widen(std::uint16_t b) { return bf16_to_float(b); }
 };
 
 template <typename Format>

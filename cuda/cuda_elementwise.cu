@@ -3,17 +3,11 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
-
-__device__ std::size_t first_index() { return blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; }
-__device__ std::size_t grid_stride() { return std::size_t(gridDim.x) * blockDim.x; }
-
 __global__ void fill_kernel(float* x, std::size_t n, float value) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
 }

@@ -7,12 +7,11 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;  // every kernel here runs blocks of this size
 
 struct Sum {
   template <typename T>
@@ -124,8 +123,7 @@ __global__ void softmax_stats(const double* s, int B, double* maxes, double* sum
 // In place: s[i, j] becomes dS[i, j] / tau, dS = 0.5/B * (p[i,j] + pt[j,i] - 2 [i==j]).
 __global__ void info_nce_scores_grad(double* s, const double* maxes, const double* sums, int B, double tau) {
   const std::size_t n = std::size_t(B) * B;
-  for (std::size_t e = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; e < n;
-       e += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e / B), j = int(e % B);
     const double p = exp(s[e] - maxes[i]) / sums[i];
     const double pt = exp(s[e] - maxes[B + j]) / sums[B + j];
@@ -221,8 +219,7 @@ double CudaBackend::info_nce(const float* a, const float* b, float* da, float* d
   info_nce_total<<<1, kThreads, 0, stream_>>>(losses, B, result);
   CUDA_CHECK_LAUNCH();
   if (D > 0) {
-    const unsigned blocks = unsigned(std::min<std::size_t>((scores + kThreads - 1) / kThreads, 1u << 16));
-    info_nce_scores_grad<<<blocks, kThreads, 0, stream_>>>(s, maxes, sums, B, tau);
+    info_nce_scores_grad<<<blocks_for(scores), kThreads, 0, stream_>>>(s, maxes, sums, B, tau);
     CUDA_CHECK_LAUNCH();
     dgemm(cublas(), false, false, B, D, B, 1.0, s, B, bn, D, dan, D);  // dan = g bn
     dgemm(cublas(), true, false, B, D, B, 1.0, s, B, an, D, dbn, D);   // dbn = g^T an

@@ -1,21 +1,18 @@
 // Whole-tensor reductions returned to the host: sum of squares (in double), largest magnitude, and
 // the gradient statistics of layers.csv. Two passes, each block then one block over the block
 // results, every sum in a fixed order: the grid depends only on n, so the bits repeat run to run.
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
-constexpr int kThreads = 256;
-constexpr std::size_t kMaxBlocks = 1024;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min((n + kThreads - 1) / kThreads, kMaxBlocks)); }
+constexpr std::size_t kMaxBlocks = 1024;  // the second pass reduces the block results in one block
 
 struct SumSquares {
   using Value = double;
@@ -84,7 +81,7 @@ template <typename R>
 typename R::Value reduce(CudaBackend& backend, const float* x, std::size_t n, R r) {
   using Value = typename R::Value;
   if (n == 0) return r.identity();
-  const unsigned blocks = blocks_for(n);
+  const unsigned blocks = blocks_for(n, kMaxBlocks);
   auto* partial = static_cast<Value*>(backend.scratch((blocks + 1) * sizeof(Value)));
   auto* result = static_cast<Value*>(backend.host_result(sizeof(Value)));
   reduce_blocks<<<blocks, kThreads, 0, backend.stream()>>>(x, n, r, partial);

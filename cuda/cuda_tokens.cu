@@ -4,21 +4,15 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + kThreads - 1) / kThreads, 1u << 16)); }
-
-#define FOR_EACH_INDEX(i, n)                                                                       \
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += std::size_t(gridDim.x) * blockDim.x)
-
 __global__ void mask_rows_kernel(float* x, const std::uint8_t* row_mask, int dim, std::size_t n) {
-  FOR_EACH_INDEX(e, n) if (!row_mask[e / dim]) x[e] = 0.0f;
+  for (std::size_t e = first_index(); e < n; e += grid_stride())
+    if (!row_mask[e / dim]) x[e] = 0.0f;
 }
 
 // The row of a (l < Ta) or v (l >= Ta) that token l of sample b comes from.
@@ -28,7 +22,7 @@ __device__ std::size_t source_row(std::size_t b, int l, int Ta, int L) {
 
 __global__ void embed_forward_kernel(const float* a, const float* v, const float* pos, const float* modality,
                                      float* x, int Ta, int L, int D, std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e % D), l = int(e / D % L);
     const std::size_t b = e / D / L;
     const float* src = l < Ta ? a : v;
@@ -37,7 +31,7 @@ __global__ void embed_forward_kernel(const float* a, const float* v, const float
 }
 
 __global__ void embed_split_kernel(const float* dx, float* da, float* dv, int Ta, int L, int D, std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e % D), l = int(e / D % L);
     const std::size_t b = e / D / L;
     (l < Ta ? da : dv)[source_row(b, l, Ta, L) * D + i] = dx[e];
@@ -47,7 +41,7 @@ __global__ void embed_split_kernel(const float* dx, float* da, float* dv, int Ta
 // token_sum[l, i] = sum over samples b (in order) of dx[b, l, i]; dpos += it.
 __global__ void embed_dpos_kernel(const float* dx, float* dpos, float* token_sum, int B, int L, int D) {
   const std::size_t per_sample = std::size_t(L) * D;
-  FOR_EACH_INDEX(e, per_sample) {
+  for (std::size_t e = first_index(); e < per_sample; e += grid_stride()) {
     float s = 0;
     for (int b = 0; b < B; ++b) s += dx[b * per_sample + e];
     token_sum[e] = s;
@@ -57,7 +51,7 @@ __global__ void embed_dpos_kernel(const float* dx, float* dpos, float* token_sum
 
 // dmodality[m, i] += sum over the tokens of modality m (in order) of token_sum[l, i].
 __global__ void embed_dmodality_kernel(const float* token_sum, float* dmodality, int Ta, int L, int D) {
-  FOR_EACH_INDEX(e, std::size_t(2) * D) {
+  for (std::size_t e = first_index(); e < std::size_t(2) * D; e += grid_stride()) {
     const int m = int(e / D), i = int(e % D);
     const int l0 = m == 0 ? 0 : Ta, l1 = m == 0 ? Ta : L;
     if (l0 == l1) continue;
@@ -75,7 +69,7 @@ __device__ int count_tokens(const std::uint8_t* mask_b, int begin, int end) {
 
 __global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, float* pooled, int L, int D, int begin,
                                     int end, std::size_t n) {
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const std::size_t b = e / D;
     const int i = int(e % D);
     const std::uint8_t* mask_b = mask + b * L;
@@ -88,21 +82,20 @@ __global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, fl
 }
 
 __global__ void pool_counts_kernel(const std::uint8_t* mask, int* counts, int B, int L, int begin, int end) {
-  FOR_EACH_INDEX(b, std::size_t(B)) counts[b] = count_tokens(mask + b * L, begin, end);
+  for (std::size_t b = first_index(); b < std::size_t(B); b += grid_stride())
+    counts[b] = count_tokens(mask + b * L, begin, end);
 }
 
 __global__ void pool_backward_kernel(const float* dpooled, const std::uint8_t* mask, const int* counts, float* dx,
                                      int L, int D, int begin, int end, std::size_t n) {
   const int span = end - begin;
-  FOR_EACH_INDEX(e, n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e % D), l = begin + int(e / D % span);
     const std::size_t b = e / D / span;
     if (!mask[b * L + l] || counts[b] == 0) continue;
     dx[(b * L + l) * D + i] += dpooled[b * D + i] * (1.0f / counts[b]);
   }
 }
-
-#undef FOR_EACH_INDEX
 
 // dst[rows, dst_pitch] columns [0, cols) <- src[rows, src_pitch] columns [0, cols), on the stream.
 void copy_columns(float* dst, int dst_pitch, const float* src, int src_pitch, int rows, int cols, cudaStream_t s) {

@@ -2,27 +2,42 @@
 // IEEE binary16 (fp16) and bfloat16 (bf16) storage types: conversion from fp32 with
 // round-to-nearest-even, subnormals, overflow to +-inf, and NaN kept NaN (made quiet, top payload
 // bits kept — what the x86 F16C instructions do). The array versions use F16C where the compiler
-// targets it and give the same bits as the scalar versions everywhere.
+// targets it and give the same bits as the scalar versions everywhere. The scalar versions are
+// also device functions under nvcc, so CUDA kernels convert with this same code.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#ifdef __CUDACC__
+#define AVTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define AVTRAIN_HOST_DEVICE
+#endif
+
 namespace avtrain {
 
-inline std::uint32_t float_bits(float f) {
+AVTRAIN_HOST_DEVICE inline std::uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
-inline float bits_float(std::uint32_t u) {
+AVTRAIN_HOST_DEVICE inline float bits_float(std::uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
 // fp32 -> fp16 bits (after F. Giesen's float_to_half_fast3_rtne, NaN payload kept).
-inline std::uint16_t float_to_half(float value) {
+AVTRAIN_HOST_DEVICE inline std::uint16_t float_to_half(float value) {
   constexpr std::uint32_t f32_inf = 255u << 23;
   constexpr std::uint32_t f16_overflow = (127u + 16u) << 23;                   // 65536.0f
   constexpr std::uint32_t denormal_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;  // 0.5f
@@ -43,7 +58,7 @@ inline std::uint16_t float_to_half(float value) {
   return std::uint16_t(h | (sign >> 16));
 }
 
-inline float half_to_float(std::uint16_t h) {
+AVTRAIN_HOST_DEVICE inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   const std::uint32_t mantissa = h & 0x3ffu;
@@ -56,15 +71,15 @@ inline float half_to_float(std::uint16_t h) {
 }
 
 // fp32 -> bf16 bits: keep the top 16 bits, rounded to nearest even; NaN made quiet.
-inline std::uint16_t float_to_bf16(float value) {
+AVTRAIN_HOST_DEVICE inline std::uint16_t float_to_bf16(float value) {
   const std::uint32_t x = float_bits(value);
   if ((x & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((x >> 16) | 0x40u);
   return std::uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-inline float bf16_to_float(std::uint16_t b) { return bits_float(std::uint32_t(b) << 16); }
+AVTRAIN_HOST_DEVICE inline float bf16_to_float(std::uint16_t b) { return bits_float(std::uint32_t(b) << 16); }
 
-// Array conversions (vectorised).
+// Array conversions (vectorised; host only).
 void floats_to_half(const float* in, std::uint16_t* out, std::size_t n);
 void half_to_floats(const std::uint16_t* in, float* out, std::size_t n);
 void floats_to_bf16(const float* in, std::uint16_t* out, std::size_t n);
