@@ -87,32 +87,32 @@ void CudaBackend::zero(void* p, std::size_t bytes) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::scratch(std::size_t bytes) {
-  if (bytes <= scratch_bytes_ && scratch_) return scratch_;
-  const std::size_t grown = round_up(bytes, kAlignment);
-  if (scratch_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops issued earlier may still read the old scratch
-    CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
+namespace {
+// Grows a buffer that ops issued earlier may still read: waits for them before releasing it.
+template <class Allocate, class Release>
+void* grow(cudaStream_t stream, void*& p, std::size_t& size, std::size_t bytes, Allocate allocate, Release release) {
+  if (bytes <= size && p) return p;
+  if (p) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(release(p));
+    p = nullptr;
+    size = 0;
   }
-  CUDA_CHECK(cudaMalloc(&scratch_, grown));
-  scratch_bytes_ = grown;
-  return scratch_;
+  const std::size_t grown = round_up(bytes, kAlignment);
+  CUDA_CHECK(allocate(&p, grown));
+  size = grown;
+  return p;
+}
+}  // namespace
+
+void* CudaBackend::scratch(std::size_t bytes) {
+  return grow(stream_, scratch_, scratch_bytes_, bytes, [](void** q, std::size_t n) { return cudaMalloc(q, n); },
+              [](void* q) { return cudaFree(q); });
 }
 
 void* CudaBackend::host_result(std::size_t bytes) {
-  if (bytes <= host_result_bytes_ && host_result_) return host_result_;
-  const std::size_t grown = round_up(bytes, kAlignment);
-  if (host_result_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaFreeHost(host_result_));
-    host_result_ = nullptr;
-    host_result_bytes_ = 0;
-  }
-  CUDA_CHECK(cudaMallocHost(&host_result_, grown));
-  host_result_bytes_ = grown;
-  return host_result_;
+  return grow(stream_, host_result_, host_result_bytes_, bytes,
+              [](void** q, std::size_t n) { return cudaMallocHost(q, n); }, [](void* q) { return cudaFreeHost(q); });
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, N and M

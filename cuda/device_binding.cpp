@@ -8,7 +8,8 @@
 namespace avtrain::cuda {
 namespace {
 
-std::string prefix(const parallel::Topology& t) { return "--device cuda: rank " + std::to_string(t.rank) + ": "; }
+// main() puts "rank R:" in front of every message.
+std::string prefix(const parallel::Topology&) { return "--device cuda: "; }
 
 std::string explain(cudaError_t status) {
   return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);

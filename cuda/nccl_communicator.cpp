@@ -235,9 +235,10 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(parallel::Communicator&
   return std::make_unique<NcclCommunicator>(mpi_group, std::move(name));
 }
 
-void make_nccl_groups(parallel::ProcessGroups& groups) {
-  groups.data = std::make_unique<NcclCommunicator>(std::move(groups.data), "data-parallel");
-  groups.pipeline = std::make_unique<NcclCommunicator>(std::move(groups.pipeline), "pipeline");
+void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute) {
+  auto data = std::make_unique<NcclCommunicator>(std::move(groups.data), "data-parallel");
+  data->follow(compute);
+  groups.data = std::move(data);
 }
 
 }  // namespace avtrain::cuda

@@ -117,9 +117,10 @@ class NcclCommunicator final : public parallel::Communicator {
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(parallel::Communicator& mpi_group,
                                                          std::string name = "nccl");
 
-// Collective over the world: data and pipeline become NCCL communicators that own the MPI ones
-// they were (in that order on every rank, so the bootstraps pair up). world stays MPI: it carries
-// only host data (statistics, reports, barriers).
-void make_nccl_groups(parallel::ProcessGroups& groups);
+// Collective over the world: the data-parallel group becomes an NCCL communicator that owns the
+// MPI one it was and follows `compute` (each bucket's all-reduce waits for the backward that wrote
+// it). world stays MPI: it carries only host data (statistics, reports, barriers); so does the
+// pipeline group for now: stage transfers go through host memory.
+void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute);
 
 }  // namespace avtrain::cuda

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/gemm_rate.hpp"
 #include "app/options.hpp"
 #include "app/tool_main.hpp"
 #include "backend/backend.hpp"
@@ -31,20 +32,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Best of `repeats` n x n x n products: the rate a large, well-shaped GEMM reaches here.
-double sgemm_gflops(avtrain::Backend& be, int n, int repeats) {
-  avtrain::Buffer a(std::size_t(n) * n), b(std::size_t(n) * n), c(std::size_t(n) * n);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = float(i % 7) * 0.1f;
-  be.gemm(avtrain::Trans::no, avtrain::Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    be.gemm(avtrain::Trans::no, avtrain::Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * n * n * double(n) / best / 1e9;
-}
-
 int run(int argc, char** argv) {
   std::string deck = "inputs/quickstart.ini", workdir, precision = "fp32";
   int warmup = 3, steps = 10, threads = 2;
@@ -55,17 +42,7 @@ int run(int argc, char** argv) {
       "steps", po::value(&steps)->default_value(steps), "timed steps")(
       "threads", po::value(&threads)->default_value(threads), "BLAS/OpenMP threads")(
       "workdir", po::value(&workdir), "where the synthetic shards go (default: a temporary directory)");
-  po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw avtrain::Error(std::string("command line: ") + e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (!avtrain::parse_tool_options(opts, argc, argv)) return 0;
   avtrain::require(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
 
   avtrain::ParsedOptions parsed = avtrain::parse_options(
@@ -98,7 +75,7 @@ int run(int argc, char** argv) {
   std::vector<double> timed, ratios, rates;
   double flops = 0;
   for (int done = 0; done < steps; done += kStepsPerRound) {
-    const double rate = sgemm_gflops(*backend, 2048, 3);
+    const double rate = avtrain::gemm_rate_gflops(*backend, avtrain::DType::f32, 2048, 3);
     config.train.steps = 1 + std::min(kStepsPerRound, steps - done);
     const double flops_before = backend->gemm_flops();
     const avtrain::TrainSummary round = trainer.run({}, quiet);

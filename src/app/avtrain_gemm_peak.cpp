@@ -11,25 +11,15 @@
 #include <vector>
 
 #include "app/backend_choice.hpp"
+#include "app/gemm_rate.hpp"
 #include "app/options.hpp"
 #include "app/tool_main.hpp"
 #include "core/error.hpp"
-#include "core/half.hpp"
 #include "precision/precision_policy.hpp"
 
 namespace po = boost::program_options;
 
 namespace {
-
-// A device (or host) buffer of the backend, freed on scope exit.
-struct Memory {
-  avtrain::Backend& be;
-  void* p;
-  Memory(avtrain::Backend& b, std::size_t bytes) : be(b), p(b.allocate(bytes)) {}
-  ~Memory() { be.deallocate(p); }
-  Memory(const Memory&) = delete;
-  Memory& operator=(const Memory&) = delete;
-};
 
 int run(int argc, char** argv) {
   std::string device = "cpu", dtype = "bf16";
@@ -40,45 +30,14 @@ int run(int argc, char** argv) {
       "n", po::value(&n)->default_value(n), "M = N = K")("repeats", po::value(&repeats)->default_value(repeats),
                                                           "timed products")(
       "threads", po::value(&threads)->default_value(threads), "CPU threads");
-  po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw avtrain::Error(std::string("command line: ") + e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (!avtrain::parse_tool_options(opts, argc, argv)) return 0;
   avtrain::require(n >= 1 && repeats >= 1, "--n and --repeats must be >= 1");
   avtrain::ParsedOptions parsed = avtrain::parse_options({"--device", device, "--threads", std::to_string(threads)});
   auto be = avtrain::make_backend(parsed.config, {});
   const avtrain::DType type = avtrain::parse_dtype(dtype, "--dtype");
-  const std::size_t count = std::size_t(n) * n, element = avtrain::dtype_size(type);
-
-  // Operands: small dyadic values, exact in every type.
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) values[i] = float(int(i % 7) - 3) * 0.125f;
-  std::vector<std::uint16_t> packed(count);
-  if (type == avtrain::DType::f16) avtrain::floats_to_half(values.data(), packed.data(), count);
-  if (type == avtrain::DType::bf16) avtrain::floats_to_bf16(values.data(), packed.data(), count);
-  const void* host = type == avtrain::DType::f32 ? static_cast<const void*>(values.data()) : packed.data();
-  Memory a(*be, count * element), b(*be, count * element), c(*be, count * sizeof(float));
-  be->upload(a.p, host, count * element);
-  be->upload(b.p, host, count * element);
-  const avtrain::Operand A{a.p, type}, B{b.p, type};
-  auto product = [&] {
-    be->gemm(type, avtrain::Trans::no, avtrain::Trans::no, n, n, n, 1.0f, A, n, B, n, 0.0f, static_cast<float*>(c.p), n);
-  };
-  product();  // warm-up: handles, kernels, clocks
-  be->synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < repeats; ++r) product();
-  be->synchronize();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeats;
-  const double tflops = 2.0 * n * double(n) * n / seconds / 1e12;
-  std::printf("avtrain-gemm-peak: %s %s %d^3: %.3f ms per product, %.2f TFLOP/s (%s)\n", be->name().c_str(),
+  const double tflops = avtrain::gemm_rate_gflops(*be, type, n, repeats) / 1e3;
+  const double seconds = 2.0 * n * double(n) * n / (tflops * 1e12);
+  std::printf("avtrain-gemm-peak: %s %s %d^3: %.3f ms per product (best of the timed), %.2f TFLOP/s (%s)\n", be->name().c_str(),
               dtype.c_str(), n, seconds * 1e3, tflops, be->gemm_engine(type).c_str());
   std::printf("{\"device\": \"%s\", \"dtype\": \"%s\", \"n\": %d, \"tflops\": %.4f}\n", be->name().c_str(), dtype.c_str(),
               n, tflops);

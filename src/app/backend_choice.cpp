@@ -48,9 +48,7 @@ void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups,
     return;
   }
 #ifdef AVTRAIN_HAVE_CUDA
-  auto nccl = std::make_unique<cuda::NcclCommunicator>(std::move(groups.data), "data-parallel");
-  nccl->follow(static_cast<cuda::CudaBackend&>(backend).stream());
-  groups.data = std::move(nccl);
+  cuda::make_nccl_groups(groups, static_cast<cuda::CudaBackend&>(backend).stream());
 #else
   (void)groups;
   (void)backend;

@@ -3,8 +3,13 @@
 // libraries that need it, and an error becomes one line "NAME: message" and exit status 1.
 #include <mpi.h>
 
+#include <boost/program_options.hpp>
 #include <cstdio>
 #include <exception>
+#include <iostream>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace avtrain {
 
@@ -19,6 +24,22 @@ inline int run_tool(const char* name, int argc, char** argv, int (*run)(int, cha
   }
   MPI_Finalize();
   return code;
+}
+
+// Reads the tool's command line into the options' fields; prints the help and returns false when
+// --help was given. A bad option throws Error naming it.
+inline bool parse_tool_options(const boost::program_options::options_description& options, int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, options), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("command line: ") + e.what());
+  }
+  if (!vm.count("help")) return true;
+  std::cout << options;
+  return false;
 }
 
 }  // namespace avtrain

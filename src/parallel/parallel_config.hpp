@@ -15,10 +15,4 @@ struct ParallelConfig {
   std::string timeline;                // Chrome-trace JSON of the run's spans; empty writes none
 };
 
-// Faults a test injects on purpose, to check that every rank sees them.
-struct DebugConfig {
-  std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
-  std::string perturb_weights;  // "RANK:STEP": that rank's first weight moved after that step's update
-};
-
 }  // namespace avtrain

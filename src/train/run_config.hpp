@@ -27,6 +27,12 @@ struct TrainConfig {
   std::string out;            // trace directory; empty writes none
 };
 
+// Faults a test injects on purpose, to check that every rank sees them.
+struct DebugConfig {
+  std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
+  std::string perturb_weights;  // "RANK:STEP": that rank's first weight moved after that step's update
+};
+
 // Which backend a rank runs on, and what its collectives go through.
 struct DeviceConfig {
   std::string backend = "cpu";  // cpu | cuda

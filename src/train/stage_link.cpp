@@ -18,7 +18,6 @@ StageLink::StageLink(parallel::Communicator& pipeline, Backend& be, int width) :
 void StageLink::send(std::vector<std::uint8_t> bytes, int peer, int tag) {
   // Completed sends are dropped as new ones go out, so the queue holds only those in flight.
   while (!sends_.empty() && sends_.front().request.test()) sends_.pop_front();
-  bytes_sent_ += bytes.size();
   Pending& p = sends_.emplace_back();
   p.bytes = std::move(bytes);
   p.request = pipe_.send_async(p.bytes.data(), p.bytes.size(), peer, tag);

@@ -26,7 +26,6 @@ class StageLink {
   void recv_gradient(Flow& flow);          // flow.dx from stage + 1, shaped like flow.x
   // Completes the sends in flight (their buffers are then freed).
   void finish_sends();
-  std::uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
   struct Pending {
@@ -41,7 +40,6 @@ class StageLink {
   std::deque<Pending> sends_;
   std::vector<std::uint8_t> recv_buffer_;
   Buffer16 packed_;
-  std::uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace avtrain

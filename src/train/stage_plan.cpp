@@ -19,6 +19,8 @@ StagePlan plan_stages(const RunConfig& c, Backend& be, const data::SetInfo& set,
     cost.flops = net.layers()[i]->forward_flops(c.train.micro_batch, net.geometry().tokens);
     plan.layers.push_back(cost);
   }
+  for (const ParamInfo& p : params.params())
+    if (p.trainable && (plan.modules.empty() || plan.modules.back() != p.module)) plan.modules.push_back(p.module);
   plan.stages = parallel::partition_stages(plan.layers, pp, c.parallel.partition);
   return plan;
 }

@@ -30,10 +30,7 @@ namespace avtrain {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-double ms_since(Clock::time_point t0) { return ms_between(t0, Clock::now()); }
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -425,13 +422,9 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     manifest["data"]["steps_per_epoch"] = sampler.steps_per_epoch();
     d.add_layout(manifest);
     nlohmann::json fp32_modules = nlohmann::json::array();
-    if (amp) {
-      ParamStore all;
-      const PrecisionPolicy policy(c.precision);
-      AVNet whole(d.be, all, c.model, d.shards.info(), policy);
-      for (const ModuleGroup& g : group_modules(all))
-        if (policy.of(g.name) == DType::f32) fp32_modules.push_back(g.name);
-    }
+    if (amp)
+      for (const std::string& module : d.plan.modules)
+        if (d.policy.of(module) == DType::f32) fp32_modules.push_back(module);
     manifest["precision"] = {{"mode", dtype_name(d.policy.compute())},
                              {"products", d.be.gemm_engine(d.policy.compute())},
                              {"loss_scaling", scaler.describe()},
@@ -622,7 +615,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       log << std::endl;
     }
   }
-  const std::vector<std::string> events = world.gather(timeline.events_json(), 0);
+  const std::vector<std::string> events =
+      timeline.enabled() ? world.gather(timeline.events_json(), 0) : std::vector<std::string>();
   if (rank0 && timeline.enabled()) {
     std::vector<std::string> labels;
     for (int r = 0; r < topo.world; ++r)

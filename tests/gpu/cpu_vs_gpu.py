@@ -14,14 +14,7 @@ import shutil
 import subprocess
 import sys
 
-
-def run(command):
-    print("+", " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stdout[-3000:], done.stderr[-3000:])
-        sys.exit(f"cpu_vs_gpu: failed ({done.returncode}): {' '.join(command)}")
-    return done.stdout
+from checked_run import run
 
 
 def first_row(run_dir):

@@ -10,14 +10,7 @@ import shutil
 import subprocess
 import sys
 
-
-def run(command):
-    print("+", " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stdout[-3000:], done.stderr[-3000:])
-        sys.exit(f"layouts_on_gpus: failed ({done.returncode}): {' '.join(command)}")
-    return done.stdout
+from checked_run import run
 
 
 def main():

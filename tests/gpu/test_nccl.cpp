@@ -4,6 +4,8 @@
 // MPI_COMM_SELF) and, together, the suites over the world; expected values are computed locally.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include "../mpi/mpi_gtest_runner.hpp"
 #include <mpi.h>
 
 #include <algorithm>
@@ -264,30 +266,16 @@ TEST_F(World, BroadcastsFromTheLastRank) {
   EXPECT_TRUE(buffer.download() == pattern(4096, root));
 }
 
-TEST(ProcessGroups, DataAndPipelineBecomeNccl) {
+TEST(ProcessGroups, DataBecomesNcclPipelineAndWorldStayMpi) {
   parallel::ProcessGroups groups = parallel::make_mpi_process_groups(/*pp=*/1, /*dp=*/0);
-  make_nccl_groups(groups);
+  make_nccl_groups(groups, nullptr);
   ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.data.get()), nullptr);
-  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.pipeline.get()), nullptr);
+  EXPECT_EQ(dynamic_cast<NcclCommunicator*>(groups.pipeline.get()), nullptr);
   EXPECT_EQ(dynamic_cast<NcclCommunicator*>(groups.world.get()), nullptr);
   EXPECT_EQ(groups.data->size(), groups.topology.world);
   EXPECT_EQ(groups.pipeline->size(), 1);
   check_all_reduce(*static_cast<NcclCommunicator*>(groups.data.get()), {DType::bf16, ReduceOp::sum, true});
 }
-
-// Failures of ranks other than 0, which do not print gtest's report.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-};
 
 // 1 on every rank when every rank sees at least as many devices as there are ranks.
 int enough_devices(int ranks) {
@@ -318,15 +306,7 @@ int main(int argc, char** argv) {
   node.world = node.local_size = size;
   node.rank = node.local_rank = rank;
   avtrain::cuda::bind_device(node, /*nccl=*/true);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new avtrain::cuda::RankFailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = failed;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any_failed && !failed) std::fprintf(stderr, "FAILED on another rank: see the [rank N] lines\n");
+  const int failed = avtrain::test::run_tests_on_every_rank();
   MPI_Finalize();
-  return any_failed;
+  return failed;
 }

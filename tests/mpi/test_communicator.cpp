@@ -3,6 +3,8 @@
 // is computed locally on each. Only rank 0 prints gtest's report; other ranks print their
 // failures, and the exit code says whether any rank failed.
 #include <gtest/gtest.h>
+
+#include "mpi_gtest_runner.hpp"
 #include <mpi.h>
 
 #include <cmath>
@@ -430,20 +432,6 @@ TEST(Topology, RankMapsToStageAndReplica) {
   }
 }
 
-// Failures of ranks other than 0, which do not print gtest's report.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace avtrain::parallel
 
@@ -451,17 +439,7 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new avtrain::parallel::RankFailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = failed;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any_failed && !failed) std::fprintf(stderr, "FAILED on another rank: see the [rank N] lines\n");
+  const int failed = avtrain::test::run_tests_on_every_rank();
   MPI_Finalize();
-  return any_failed;
+  return failed;
 }
