@@ -33,8 +33,10 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    host_result(std::size_t(1) << 20);
   } catch (...) {
     // A throwing constructor runs no destructor: release what was made so far.
+    if (host_result_) cudaFreeHost(host_result_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
     throw;
@@ -43,7 +45,8 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (scratch_) cudaFree(scratch_);
+  if (scratch_) deallocate(scratch_);
+  arena_.reset();
   if (host_result_) cudaFreeHost(host_result_);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -51,13 +54,14 @@ CudaBackend::~CudaBackend() {
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) { return std::make_unique<CudaBackend>(options); }
 
-void* CudaBackend::allocate(std::size_t bytes) {
+void* CudaBackend::DeviceMemory::allocate(std::size_t bytes) {
   const std::size_t rounded = round_up(bytes, kAlignment);
   void* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, rounded));
+  ++backend_.device_allocations_;
   try {
-    CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, backend_.stream_));
+    CUDA_CHECK(cudaStreamSynchronize(backend_.stream_));
   } catch (...) {
     cudaFree(p);
     throw;
@@ -65,8 +69,24 @@ void* CudaBackend::allocate(std::size_t bytes) {
   return p;
 }
 
-void CudaBackend::deallocate(void* p) noexcept {
+void CudaBackend::DeviceMemory::deallocate(void* p) noexcept {
   if (p) cudaFree(p);
+}
+
+void* CudaBackend::allocate(std::size_t bytes) {
+  return arena_ ? arena_->allocate(bytes) : device_memory_.allocate(bytes);
+}
+
+void CudaBackend::deallocate(void* p) noexcept {
+  if (arena_ && arena_->contains(p))
+    arena_->deallocate(p);
+  else
+    device_memory_.deallocate(p);
+}
+
+void CudaBackend::reserve_arena(std::size_t bytes, const std::string& what) {
+  require(!arena_, "internal: the CUDA backend's arena is reserved twice");
+  arena_ = std::make_unique<ArenaMemory>(device_memory_, bytes, what);
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, std::size_t bytes) {
@@ -83,6 +103,10 @@ void CudaBackend::download(void* host_dst, const void* src, std::size_t bytes) {
 
 void CudaBackend::zero(void* p, std::size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -106,8 +130,16 @@ void* grow(cudaStream_t stream, void*& p, std::size_t& size, std::size_t bytes, 
 }  // namespace
 
 void* CudaBackend::scratch(std::size_t bytes) {
-  return grow(stream_, scratch_, scratch_bytes_, bytes, [](void** q, std::size_t n) { return cudaMalloc(q, n); },
-              [](void* q) { return cudaFree(q); });
+  return grow(
+      stream_, scratch_, scratch_bytes_, bytes,
+      [this](void** q, std::size_t n) {
+        *q = allocate(n);
+        return cudaSuccess;
+      },
+      [this](void* q) {
+        deallocate(q);
+        return cudaSuccess;
+      });
 }
 
 void* CudaBackend::host_result(std::size_t bytes) {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "core/arena_memory.hpp"
 
 namespace avtrain::cuda {
 
@@ -33,8 +34,17 @@ class CudaBackend final : public Backend {
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void download(void* host_dst, const void* src, std::size_t bytes) override;
   void zero(void* p, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
   bool host_accessible() const override { return false; }
+  std::size_t peak_bytes() const override { return arena_ ? arena_->peak() : 0; }
   void synchronize() override;
+
+  // Takes one block of `bytes` of device memory now; from then on every allocation of this backend
+  // (the tensors, its own scratch) comes from it, so nothing calls cudaMalloc inside the step loop,
+  // and peak_bytes() is its high-water mark. `what` names the option that sets the size.
+  void reserve_arena(std::size_t bytes, const std::string& what);
+  // Device allocations made with cudaMalloc so far (the arena's block counts once).
+  std::size_t device_allocations() const { return device_allocations_; }
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return options_.device; }
@@ -110,15 +120,36 @@ class CudaBackend final : public Backend {
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
 
-  // Device scratch of at least `bytes` for an op's temporaries (grows, never shrinks; not shared
-  // between ops in flight: every op that uses it is ordered on the one stream).
+  // Device scratch of at least `bytes` for an op's temporaries (grows, from the arena once there is
+  // one, never shrinks; not shared between ops in flight: every op that uses it is ordered on the
+  // one stream).
   void* scratch(std::size_t bytes);
-  // A small pinned host buffer for results an op returns to the host.
+  // A pinned host buffer for results an op returns to the host (1 MiB from the start; grows past it
+  // only for results that large).
   void* host_result(std::size_t bytes);
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
+  // cudaMalloc'd memory: the arena's block, or every tensor where no arena is reserved.
+  class DeviceMemory final : public TensorMemory {
+   public:
+    explicit DeviceMemory(CudaBackend& backend) : backend_(backend) {}
+    void* allocate(std::size_t bytes) override;
+    void deallocate(void* p) noexcept override;
+    void upload(void* dst, const void* src, std::size_t bytes) override { backend_.upload(dst, src, bytes); }
+    void download(void* dst, const void* src, std::size_t bytes) override { backend_.download(dst, src, bytes); }
+    void zero(void* p, std::size_t bytes) override { backend_.zero(p, bytes); }
+    void copy(void* dst, const void* src, std::size_t bytes) override { backend_.copy(dst, src, bytes); }
+    bool host_accessible() const override { return false; }
+
+   private:
+    CudaBackend& backend_;
+  };
+
   CudaOptions options_;
+  DeviceMemory device_memory_{*this};
+  std::unique_ptr<ArenaMemory> arena_;
+  std::size_t device_allocations_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* scratch_ = nullptr;

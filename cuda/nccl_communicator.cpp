@@ -239,6 +239,15 @@ void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute) {
   auto data = std::make_unique<NcclCommunicator>(std::move(groups.data), "data-parallel");
   data->follow(compute);
   groups.data = std::move(data);
+  if (groups.topology.pp == 1) return;  // no stage transfers
+  // One communicator per direction: NCCL has no tags, and one stream per direction keeps each a
+  // FIFO in schedule order, so a send to the next stage never waits behind a receive from it.
+  auto activations = std::make_unique<NcclCommunicator>(std::move(groups.pipeline), "pipeline (activations)");
+  auto gradients = std::make_unique<NcclCommunicator>(activations->host(), "pipeline (gradients)");
+  activations->follow(compute);
+  gradients->follow(compute);
+  groups.pipeline = std::move(activations);
+  groups.pipeline_gradients = std::move(gradients);  // declared after pipeline: destroyed first, as it borrows its host
 }
 
 }  // namespace avtrain::cuda

@@ -72,8 +72,8 @@ class NcclCommunicator final : public parallel::Communicator {
   // (the backend's stream: a bucket's all-reduce then starts after the backward that wrote it).
   void follow(cudaStream_t compute);
   // An NCCL group (it spans every communicator of this thread); groups nest.
-  void group_begin();
-  void group_end();
+  void group_begin() override;
+  void group_end() override;
 
  private:
   struct StreamDeleter {
@@ -119,8 +119,9 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(parallel::Communicator&
 
 // Collective over the world: the data-parallel group becomes an NCCL communicator that owns the
 // MPI one it was and follows `compute` (each bucket's all-reduce waits for the backward that wrote
-// it). world stays MPI: it carries only host data (statistics, reports, barriers); so does the
-// pipeline group for now: stage transfers go through host memory.
+// it). With pp > 1 the pipeline group becomes two, one per direction (activations forward,
+// gradients back), both following `compute`. world stays MPI: it carries only host data
+// (found_inf, the norm's partial sums, the reports, barriers).
 void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute);
 
 }  // namespace avtrain::cuda

@@ -32,13 +32,15 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
 #endif
 }
 
-std::unique_ptr<ArenaMemory> make_tensor_arena(const RunConfig& c, Backend& backend) {
-  if (backend.host_accessible()) return nullptr;
-  std::size_t bytes = std::size_t(c.device.arena_mb * 1024 * 1024);
+void reserve_device_memory(const RunConfig& c, Backend& backend) {
+  if (backend.host_accessible()) return;
 #ifdef AVTRAIN_HAVE_CUDA
+  std::size_t bytes = std::size_t(c.device.arena_mb * 1024 * 1024);
   if (bytes == 0) bytes = cuda::free_memory() / 10 * 9;
+  static_cast<cuda::CudaBackend&>(backend).reserve_arena(bytes, "device.arena_mb");
+#else
+  (void)c;
 #endif
-  return std::make_unique<ArenaMemory>(backend, bytes, "device.arena_mb");
 }
 
 void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {

@@ -26,8 +26,13 @@ class ArenaMemory final : public TensorMemory {
   void upload(void* dst, const void* host_src, std::size_t bytes) override { parent_.upload(dst, host_src, bytes); }
   void download(void* host_dst, const void* src, std::size_t bytes) override { parent_.download(host_dst, src, bytes); }
   void zero(void* p, std::size_t bytes) override { parent_.zero(p, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { parent_.copy(dst, src, bytes); }
   bool host_accessible() const override { return parent_.host_accessible(); }
 
+  // True when p lies inside this arena's block.
+  bool contains(const void* p) const {
+    return static_cast<const char*>(p) >= base_ && static_cast<const char*>(p) < base_ + capacity_;
+  }
   std::size_t capacity() const { return capacity_; }
   std::size_t in_use() const { return in_use_; }
   std::size_t peak() const { return peak_; }  // highest in_use so far

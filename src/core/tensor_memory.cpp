@@ -24,6 +24,9 @@ class HostMemory final : public TensorMemory {
   void download(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
   void zero(void* p, std::size_t bytes) override {
     if (bytes) std::memset(p, 0, bytes);
   }

@@ -17,6 +17,8 @@ class TensorMemory {
   virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void zero(void* p, std::size_t bytes) = 0;
+  // dst = src, both in this memory; ordered with the backend's ops (it may return before it is done).
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
   // True when the host may read and write the memory directly.
   virtual bool host_accessible() const = 0;
   // The most this memory has held at once, where it keeps count (an arena); 0 where it does not.

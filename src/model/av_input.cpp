@@ -53,18 +53,18 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   host_frame_mask_.assign(std::size_t(B) * Tf, 0);
   host_audio_mask_.assign(std::size_t(B) * Ta, 0);
   host_video_mask_.assign(std::size_t(B) * Nv, 0);
-  flow.key_mask.assign(std::size_t(B) * L, 0);
+  host_key_mask_.assign(std::size_t(B) * L, 0);
   for (int b = 0; b < B; ++b) {
     const int nf = g_.valid_frames(mb.audio_len[b]), na = g_.valid_audio_tokens(mb.audio_len[b]);
     const int nv = g_.valid_video_tokens(mb.video_len[b]);
     for (int t = 0; t < nf; ++t) host_frame_mask_[std::size_t(b) * Tf + t] = 1;
-    for (int t = 0; t < na; ++t) host_audio_mask_[std::size_t(b) * Ta + t] = flow.key_mask[std::size_t(b) * L + t] = 1;
-    for (int t = 0; t < nv; ++t) host_video_mask_[std::size_t(b) * Nv + t] = flow.key_mask[std::size_t(b) * L + Ta + t] = 1;
+    for (int t = 0; t < na; ++t) host_audio_mask_[std::size_t(b) * Ta + t] = host_key_mask_[std::size_t(b) * L + t] = 1;
+    for (int t = 0; t < nv; ++t) host_video_mask_[std::size_t(b) * Nv + t] = host_key_mask_[std::size_t(b) * L + Ta + t] = 1;
   }
   st.frame_mask.upload(host_frame_mask_.data(), host_frame_mask_.size());
   st.audio_mask.upload(host_audio_mask_.data(), host_audio_mask_.size());
   st.video_mask.upload(host_video_mask_.data(), host_video_mask_.size());
-  flow.upload_key_mask();
+  flow.token_mask.upload(host_key_mask_.data(), host_key_mask_.size());
   audio_in_.upload(mb.audio.data(), mb.audio.size());
   video_in_.upload(mb.video.data(), mb.video.size());
 

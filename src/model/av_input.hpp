@@ -41,7 +41,7 @@ class AVInput final : public Layer {
   Linear patch_;
   ParamId pos_, modality_;
   DType embed_dtype_;  // of the token sum
-  std::vector<std::uint8_t> host_frame_mask_, host_audio_mask_, host_video_mask_;
+  std::vector<std::uint8_t> host_frame_mask_, host_audio_mask_, host_video_mask_, host_key_mask_;
   Buffer audio_in_;                          // the micro-batch's samples in tensor memory
   AlignedArray<std::uint8_t> video_in_;
 };

@@ -29,9 +29,7 @@ struct Flow {
   Buffer x;                           // tokens [B, L, D]
   DType x_dtype = DType::f32;         // the type x's values are exact in (the producer's)
   Buffer dx;                          // their gradient
-  std::vector<std::uint8_t> key_mask; // [B, L], 1 for a real token, on the host (built, sent)
-  Mask token_mask;                    // the same in tensor memory: what the ops read
-  void upload_key_mask() { token_mask.upload(key_mask.data(), key_mask.size()); }
+  Mask token_mask;                    // [B, L], 1 for a real token (the key-padding mask)
   float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
   double loss = 0, ce_loss = 0, nce_loss = 0;
   int correct = 0;

@@ -58,6 +58,12 @@ class Communicator {
   virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
   virtual Request send_async(const void* data, std::size_t bytes, int peer, int tag) = 0;
   virtual Request recv_async(void* data, std::size_t bytes, int peer, int tag) = 0;
+  // Sends and receives issued between group_begin() and group_end() start together (NCCL's group
+  // calls, which pair them so that a send and a receive do not wait on each other); their Requests
+  // are tested or waited after group_end(). Where every send and receive is non-blocking anyway
+  // (MPI), the group changes nothing.
+  virtual void group_begin() {}
+  virtual void group_end() {}
   // Every member's string, in rank order, at root; an empty vector elsewhere.
   virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
   virtual void barrier() = 0;

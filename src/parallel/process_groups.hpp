@@ -13,7 +13,11 @@ struct ProcessGroups {
   Topology topology;
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> data;      // size dp, rank dp_rank
-  std::unique_ptr<Communicator> pipeline;  // size pp, rank pp_rank
+  std::unique_ptr<Communicator> pipeline;  // size pp, rank pp_rank: activations to the next stage
+  // The same ranks, for gradients to the previous stage where that direction needs a communicator
+  // of its own (NCCL has no tags); null where `pipeline` carries both (MPI).
+  std::unique_ptr<Communicator> pipeline_gradients;
+  Communicator& gradient_pipeline() const { return pipeline_gradients ? *pipeline_gradients : *pipeline; }
 };
 
 // After MPI_Init_thread: splits MPI_COMM_WORLD by the topology (Topology::of(world, rank, pp, dp))

@@ -1,88 +1,95 @@
 #include "train/stage_link.hpp"
 
-#include <cstring>
-
 #include "core/error.hpp"
 
 namespace avtrain {
 
 namespace {
-enum Tag { kHeader = 101, kTokens = 102, kGradient = 103 };
-struct Header {
-  std::int32_t B, L, audio_tokens, dtype;
-};
+enum Tag { kHeader = 101, kMask = 102, kTokens = 103, kGradient = 104 };
+enum HeaderField { kB, kL, kAudioTokens, kType, kHeaderFields };
 }  // namespace
 
-StageLink::StageLink(parallel::Communicator& pipeline, Backend& be, int width) : pipe_(pipeline), be_(be), D_(width) {}
+StageLink::StageLink(parallel::Communicator& activations, parallel::Communicator& gradients, Backend& be, int width)
+    : act_(activations), grad_(gradients), be_(be), D_(width) {}
 
-void StageLink::send(std::vector<std::uint8_t> bytes, int peer, int tag) {
-  // Completed sends are dropped as new ones go out, so the queue holds only those in flight.
-  while (!sends_.empty() && sends_.front().request.test()) sends_.pop_front();
-  Pending& p = sends_.emplace_back();
-  p.bytes = std::move(bytes);
-  p.request = pipe_.send_async(p.bytes.data(), p.bytes.size(), peer, tag);
+StageLink::Outbox& StageLink::free_outbox() {
+  for (Outbox& o : outboxes_)
+    if (o.done()) return o;
+  return outboxes_.emplace_back();
 }
 
 void StageLink::send_activation(const Flow& flow) {
-  const Header h{flow.B, flow.L, flow.audio_tokens, std::int32_t(flow.x_dtype)};
-  std::vector<std::uint8_t> header(sizeof h);
-  std::memcpy(header.data(), &h, sizeof h);
-  const int next = pipe_.rank() + 1;
-  send(std::move(header), next, kHeader);
-
-  const std::size_t mask = flow.key_mask.size(), n = flow.x.size(), elem = dtype_size(flow.x_dtype);
-  std::vector<std::uint8_t> body(mask + n * elem);
-  std::memcpy(body.data(), flow.key_mask.data(), mask);
+  Outbox& o = free_outbox();
+  const std::int32_t header[kHeaderFields] = {flow.B, flow.L, flow.audio_tokens, std::int32_t(flow.x_dtype)};
+  o.header.upload(header, kHeaderFields);
+  const std::size_t mask = flow.token_mask.size(), n = flow.x.size();
+  require(mask == std::size_t(flow.B) * flow.L && n == mask * std::size_t(D_),
+          "internal: stage " + std::to_string(act_.rank()) + " sends an activation of the wrong size");
+  o.mask.resize(mask);
+  be_.copy(o.mask.data(), flow.token_mask.data(), mask);
+  const void* tokens = nullptr;
+  std::size_t bytes = 0;
   if (flow.x_dtype == DType::f32) {
-    flow.x.download(reinterpret_cast<float*>(body.data() + mask));
+    o.tokens.resize(n);
+    be_.copy(o.tokens.data(), flow.x.data(), flow.x.bytes());
+    tokens = o.tokens.data(), bytes = o.tokens.bytes();
   } else {
-    packed_.resize(n);
-    be_.pack(flow.x_dtype, flow.x.data(), packed_.data(), n);
-    packed_.download(reinterpret_cast<std::uint16_t*>(body.data() + mask));
+    o.packed.resize(n);
+    be_.pack(flow.x_dtype, flow.x.data(), o.packed.data(), n);
+    tokens = o.packed.data(), bytes = o.packed.bytes();
   }
-  send(std::move(body), next, kTokens);
+  const int next = act_.rank() + 1;
+  o.requests.push_back(act_.send_async(o.header.data(), o.header.bytes(), next, kHeader));
+  act_.group_begin();
+  o.requests.push_back(act_.send_async(o.mask.data(), mask, next, kMask));
+  o.requests.push_back(act_.send_async(tokens, bytes, next, kTokens));
+  act_.group_end();
 }
 
 void StageLink::recv_activation(Flow& flow) {
-  Header h{};
-  const int prev = pipe_.rank() - 1;
-  pipe_.recv(&h, sizeof h, prev, kHeader);
-  require(h.B > 0 && h.L > 0 && h.dtype >= 0 && h.dtype <= int(DType::bf16),
-          "stage " + std::to_string(pipe_.rank()) + ": malformed activation header from stage " + std::to_string(prev));
-  flow.B = h.B;
-  flow.L = h.L;
-  flow.audio_tokens = h.audio_tokens;
-  flow.x_dtype = DType(h.dtype);
-  const std::size_t mask = std::size_t(h.B) * h.L, n = mask * D_, elem = dtype_size(flow.x_dtype);
-  recv_buffer_.resize(mask + n * elem);
-  pipe_.recv(recv_buffer_.data(), recv_buffer_.size(), prev, kTokens);
-  flow.key_mask.assign(recv_buffer_.begin(), recv_buffer_.begin() + std::ptrdiff_t(mask));
-  flow.upload_key_mask();
-  if (flow.x_dtype == DType::f32) {
-    flow.x.upload(reinterpret_cast<const float*>(recv_buffer_.data() + mask), n);
-  } else {
-    packed_.upload(reinterpret_cast<const std::uint16_t*>(recv_buffer_.data() + mask), n);
-    flow.x.resize(n);
-    be_.unpack(flow.x_dtype, packed_.data(), flow.x.data(), n);
-  }
+  const int prev = act_.rank() - 1;
+  header_in_.resize(kHeaderFields);
+  act_.recv(header_in_.data(), header_in_.bytes(), prev, kHeader);
+  std::int32_t h[kHeaderFields];
+  header_in_.download(h);
+  require(h[kB] > 0 && h[kL] > 0 && h[kType] >= 0 && h[kType] <= int(DType::bf16),
+          "stage " + std::to_string(act_.rank()) + ": malformed activation header from stage " + std::to_string(prev));
+  flow.B = h[kB];
+  flow.L = h[kL];
+  flow.audio_tokens = h[kAudioTokens];
+  flow.x_dtype = DType(h[kType]);
+  const std::size_t mask = std::size_t(flow.B) * flow.L, n = mask * std::size_t(D_);
+  flow.token_mask.resize(mask);
+  flow.x.resize(n);
+  const bool f32 = flow.x_dtype == DType::f32;
+  if (!f32) packed_in_.resize(n);
+  act_.group_begin();
+  parallel::Request got_mask = act_.recv_async(flow.token_mask.data(), mask, prev, kMask);
+  parallel::Request got_tokens = f32 ? act_.recv_async(flow.x.data(), flow.x.bytes(), prev, kTokens)
+                                     : act_.recv_async(packed_in_.data(), packed_in_.bytes(), prev, kTokens);
+  act_.group_end();
+  got_mask.wait();
+  got_tokens.wait();
+  if (!f32) be_.unpack(flow.x_dtype, packed_in_.data(), flow.x.data(), n);
 }
 
 void StageLink::send_gradient(const Flow& flow) {
-  std::vector<std::uint8_t> body(flow.dx.size() * sizeof(float));
-  flow.dx.download(reinterpret_cast<float*>(body.data()));
-  send(std::move(body), pipe_.rank() - 1, kGradient);
+  Outbox& o = free_outbox();
+  o.tokens.resize(flow.dx.size());
+  be_.copy(o.tokens.data(), flow.dx.data(), flow.dx.bytes());
+  o.requests.push_back(grad_.send_async(o.tokens.data(), o.tokens.bytes(), grad_.rank() - 1, kGradient));
 }
 
 void StageLink::recv_gradient(Flow& flow) {
-  const std::size_t n = std::size_t(flow.B) * flow.L * D_;
-  recv_buffer_.resize(n * sizeof(float));
-  pipe_.recv(recv_buffer_.data(), recv_buffer_.size(), pipe_.rank() + 1, kGradient);
-  flow.dx.upload(reinterpret_cast<const float*>(recv_buffer_.data()), n);
+  flow.dx.resize(std::size_t(flow.B) * flow.L * D_);
+  grad_.recv(flow.dx.data(), flow.dx.bytes(), grad_.rank() + 1, kGradient);
 }
 
 void StageLink::finish_sends() {
-  for (Pending& p : sends_) p.request.wait();
-  sends_.clear();
+  for (Outbox& o : outboxes_) {
+    for (parallel::Request& r : o.requests) r.wait();
+    o.requests.clear();
+  }
 }
 
 }  // namespace avtrain

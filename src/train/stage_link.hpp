@@ -1,11 +1,18 @@
 #pragma once
-// The transfers between neighbouring pipeline stages of one replica. Forward: a small header
-// (B, L, audio tokens, the tokens' type), then the key-padding mask (the sample lengths) and the
-// tokens in their type (they are exact in it, so 16-bit tokens travel as 16 bits). Backward: the
-// tokens' gradient in fp32, its shape known from the forward. The bytes travel from host memory
-// (tensors in device memory are downloaded first and uploaded on arrival). Sends are non-blocking
-// (their buffers are kept until complete), receives blocking, so a schedule whose dependencies are
-// acyclic cannot deadlock.
+// The transfers between neighbouring pipeline stages of one replica, from tensor memory to tensor
+// memory (host memory on the CPU, device memory on a GPU: nothing passes through the host but a
+// 16-byte header).
+//
+// Forward: a header (B, L, audio tokens, the tokens' type) alone, then the key-padding mask and the
+// tokens in their type, as one group (16-bit tokens travel as 16 bits: they are exact in it).
+// Backward: the tokens' gradient in fp32, its shape known from the forward.
+//
+// Activations and gradients may go over one communicator (MPI: tags keep the messages apart) or
+// over one each (NCCL, which has no tags: each direction is then a FIFO in schedule order, and
+// neither direction's sends can hold up the other's receives, so a schedule whose dependencies are
+// acyclic cannot deadlock). Every send copies what it sends into buffers of its own (a device copy
+// on a GPU), so the caller may overwrite the flow at once. Sends are non-blocking, receives
+// blocking.
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -18,28 +25,42 @@ namespace avtrain {
 
 class StageLink {
  public:
-  // pipeline: the replica's pipeline group (rank = stage); width: the token width D.
-  StageLink(parallel::Communicator& pipeline, Backend& be, int width);
+  // activations: the replica's pipeline group (rank = stage), carrying tokens to stage + 1;
+  // gradients: the same ranks, carrying gradients to stage - 1 (may be the same communicator).
+  // width: the token width D.
+  StageLink(parallel::Communicator& activations, parallel::Communicator& gradients, Backend& be, int width);
+  StageLink(parallel::Communicator& pipeline, Backend& be, int width) : StageLink(pipeline, pipeline, be, width) {}
   void send_activation(const Flow& flow);  // to stage + 1
-  void recv_activation(Flow& flow);        // from stage - 1: fills B, L, audio_tokens, key_mask, x, x_dtype
+  void recv_activation(Flow& flow);        // from stage - 1: fills B, L, audio_tokens, token_mask, x, x_dtype
   void send_gradient(const Flow& flow);    // flow.dx to stage - 1
   void recv_gradient(Flow& flow);          // flow.dx from stage + 1, shaped like flow.x
-  // Completes the sends in flight (their buffers are then freed).
+  // Completes the sends in flight.
   void finish_sends();
 
  private:
-  struct Pending {
-    std::vector<std::uint8_t> bytes;
-    parallel::Request request;
+  // What one send owns until it completes; reused once it has.
+  struct Outbox {
+    Labels header;  // B, L, audio tokens, type
+    Mask mask;
+    Buffer tokens;  // fp32 tokens or gradient
+    Buffer16 packed;  // 16-bit tokens
+    std::vector<parallel::Request> requests;
+    bool done() {
+      for (parallel::Request& r : requests)
+        if (!r.test()) return false;
+      requests.clear();
+      return true;
+    }
   };
-  void send(std::vector<std::uint8_t> bytes, int peer, int tag);
+  Outbox& free_outbox();
 
-  parallel::Communicator& pipe_;
+  parallel::Communicator& act_;
+  parallel::Communicator& grad_;
   Backend& be_;
   int D_;
-  std::deque<Pending> sends_;
-  std::vector<std::uint8_t> recv_buffer_;
-  Buffer16 packed_;
+  std::deque<Outbox> outboxes_;
+  Labels header_in_;
+  Buffer16 packed_in_;
 };
 
 }  // namespace avtrain

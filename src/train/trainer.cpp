@@ -112,7 +112,7 @@ struct Trainer::Impl {
       : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last}),
-        link(*g.pipeline, b, c.model.width),
+        link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
         buckets(b, allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
                 parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data),
         schedule(parallel::parse_schedule(c.parallel.schedule)),

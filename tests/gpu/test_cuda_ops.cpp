@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "core/buffer.hpp"
 #include "core/keyed_random.hpp"
 #include "cuda_backend.hpp"
 #include "device_query.hpp"
@@ -286,6 +287,24 @@ TEST_F(CudaOps, GemmFlopsCountsTwoMNKPerProduct) {
   const double before = gpu().gemm_flops();
   gpu().gemm(Trans::no, Trans::no, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
   EXPECT_EQ(gpu().gemm_flops() - before, 2.0 * M * N * K);
+}
+
+TEST(CudaArena, TensorsAndScratchComeFromTheArenaWithoutCudaMalloc) {
+  cuda::CudaOptions options;
+  cuda::CudaBackend be(options);
+  be.reserve_arena(std::size_t(64) << 20, "device.arena_mb");
+  const std::size_t after_reserve = be.device_allocations();
+  EXPECT_EQ(after_reserve, 1u) << "the arena's block is the one cudaMalloc";
+  const int M = 256, N = 192, K = 320;
+  {
+    TensorMemoryScope on_the_device(be);
+    Buffer A(sz(M, K)), B(sz(K, N)), C(sz(M, N));
+    // fp32 operands of a bf16 product are packed into the backend's scratch.
+    be.gemm(DType::bf16, Trans::no, Trans::no, M, N, K, 1.0f, fp32(A.data()), K, fp32(B.data()), N, 0.0f, C.data(), N);
+    be.synchronize();
+    EXPECT_GE(be.peak_bytes(), A.bytes() + B.bytes() + C.bytes());
+  }
+  EXPECT_EQ(be.device_allocations(), after_reserve) << "a tensor or the scratch was cudaMalloc'd past the arena";
 }
 
 // ---------------------------------------------------------------- storage conversions

@@ -277,6 +277,39 @@ TEST(ProcessGroups, DataBecomesNcclPipelineAndWorldStayMpi) {
   check_all_reduce(*static_cast<NcclCommunicator*>(groups.data.get()), {DType::bf16, ReduceOp::sum, true});
 }
 
+// pp = world: the pipeline becomes NCCL, one communicator per direction. Each stage first sends
+// (activations forward on one, gradients back on the other) and only then receives: on a single
+// tagless communicator the two sends between neighbours would wait for each other.
+TEST(ProcessGroups, PipelineBecomesNcclOneCommunicatorPerDirection) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) GTEST_SKIP() << "one rank: no pipeline";
+  parallel::ProcessGroups groups = parallel::make_mpi_process_groups(/*pp=*/size, /*dp=*/1);
+  make_nccl_groups(groups, nullptr);
+  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.pipeline.get()), nullptr);
+  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.pipeline_gradients.get()), nullptr);
+  parallel::Communicator& forward = *groups.pipeline;
+  parallel::Communicator& backward = groups.gradient_pipeline();
+  const int stage = forward.rank(), stages = forward.size();
+  constexpr std::size_t kBytes = 1 << 20;
+  DeviceBuffer activation_out(kBytes), activation_in(kBytes), gradient_out(kBytes), gradient_in(kBytes);
+  activation_out.upload(pattern(kBytes, 100 + stage));
+  gradient_out.upload(pattern(kBytes, 200 + stage));
+  parallel::Request sent_forward, sent_backward;
+  if (stage + 1 < stages) sent_forward = forward.send_async(activation_out.data(), kBytes, stage + 1, 0);
+  if (stage > 0) sent_backward = backward.send_async(gradient_out.data(), kBytes, stage - 1, 0);
+  if (stage > 0) forward.recv(activation_in.data(), kBytes, stage - 1, 0);
+  if (stage + 1 < stages) backward.recv(gradient_in.data(), kBytes, stage + 1, 0);
+  sent_forward.wait();
+  sent_backward.wait();
+  if (stage > 0) {
+    EXPECT_TRUE(activation_in.download() == pattern(kBytes, 100 + stage - 1));
+  }
+  if (stage + 1 < stages) {
+    EXPECT_TRUE(gradient_in.download() == pattern(kBytes, 200 + stage + 1));
+  }
+}
+
 // 1 on every rank when every rank sees at least as many devices as there are ranks.
 int enough_devices(int ranks) {
   int count = 0;

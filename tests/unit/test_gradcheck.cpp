@@ -130,8 +130,8 @@ TEST_P(GradCheck, TransformerBlockParametersAndInput) {
   std::vector<std::uint8_t> mask = {1, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1};
   auto state = block.make_state();
   auto run = [&](Flow& f) {
-    f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
-    f.upload_key_mask();
+    f.B = B, f.L = L, f.audio_tokens = 3;
+    f.token_mask.upload(mask.data(), mask.size());
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);
@@ -169,8 +169,8 @@ TEST_P(GradCheck, HeadParametersAndInputWithBothLosses) {
   auto state = head.make_state();
   auto run = [&](Flow& f) {
     f.batch = &mb;
-    f.B = B, f.L = L, f.audio_tokens = 3, f.key_mask = mask;
-    f.upload_key_mask();
+    f.B = B, f.L = L, f.audio_tokens = 3;
+    f.token_mask.upload(mask.data(), mask.size());
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     head.forward(f, *state);
@@ -228,8 +228,9 @@ TEST(GradCheckTightness, RejectsAGradientOffByThreePercent) {
   fill_random(r, x0.size(), 5, "r");
   auto state = block.make_state();
   auto run = [&](Flow& f) {
-    f.B = B, f.L = L, f.key_mask.assign(L, 1);
-    f.upload_key_mask();
+    f.B = B, f.L = L;
+    f.token_mask.resize(L);
+    std::fill(f.token_mask.data(), f.token_mask.data() + L, std::uint8_t(1));
     f.x.resize(x0.size());
     std::copy(x0.data(), x0.data() + x0.size(), f.x.data());
     block.forward(f, *state);

@@ -190,9 +190,9 @@ BlockRun run_block(const PrecisionPolicy& policy) {
   be->round_to(in, r.data(), nullptr, r.size());
   Flow flow;
   flow.B = B, flow.L = L, flow.audio_tokens = 4;
-  flow.key_mask.assign(std::size_t(B) * L, 1);
-  flow.key_mask[5] = flow.key_mask[L + 8] = 0;
-  flow.upload_key_mask();
+  std::vector<std::uint8_t> key_mask(std::size_t(B) * L, 1);
+  key_mask[5] = key_mask[L + 8] = 0;
+  flow.token_mask.upload(key_mask.data(), key_mask.size());
   flow.x.resize(x0.size());
   std::copy(x0.data(), x0.data() + x0.size(), flow.x.data());
   flow.x_dtype = in;

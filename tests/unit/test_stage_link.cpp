@@ -1,5 +1,6 @@
 // StageLink between two pipeline stages joined by an in-memory mailbox: activations forward in
-// their own type, gradients back in fp32, every value arriving bit for bit.
+// their own type, gradients back in fp32, every value arriving bit for bit; over one tagged
+// communicator (as MPI) or over one tagless FIFO communicator per direction (as NCCL).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -29,11 +30,12 @@ struct Mailbox {
 
 // One member of a two-stage pipeline group. A send goes into the peer's inbox: at once, or (with
 // deliver_on_completion) only when its request completes, reading the caller's buffer then, as a
-// real non-blocking send may. Requests of deferred sends complete only in wait().
+// real non-blocking send may. Requests of deferred sends complete only in wait(). A tagless pipe
+// (as NCCL) matches a receive with the peer's oldest message, whatever its tag.
 class FakePipe final : public Communicator {
  public:
-  FakePipe(Mailbox& mailbox, int rank, bool deliver_on_completion = false)
-      : mailbox_(mailbox), rank_(rank), deferred_(deliver_on_completion) {}
+  FakePipe(Mailbox& mailbox, int rank, bool deliver_on_completion = false, bool tagless = false)
+      : mailbox_(mailbox), rank_(rank), deferred_(deliver_on_completion), tagless_(tagless) {}
   int rank() const override { return rank_; }
   int size() const override { return 2; }
 
@@ -49,7 +51,7 @@ class FakePipe final : public Communicator {
   void recv(void* data, std::size_t bytes, int peer, int tag) override {
     auto& inbox = mailbox_.inbox[rank_];
     for (auto it = inbox.begin(); it != inbox.end(); ++it) {
-      if (it->source != peer || it->tag != tag) continue;
+      if (it->source != peer || (!tagless_ && it->tag != tag)) continue;
       if (it->bytes.size() != bytes) {
         ADD_FAILURE() << "rank " << rank_ << " receives " << bytes << " bytes, tag " << tag << ", but " << it->bytes.size()
                       << " were sent";
@@ -61,13 +63,16 @@ class FakePipe final : public Communicator {
     }
     ADD_FAILURE() << "rank " << rank_ << " receives tag " << tag << " from " << peer << ": nothing was sent";
   }
+  Request recv_async(void* data, std::size_t bytes, int peer, int tag) override {
+    recv(data, bytes, peer, tag);
+    return Request();
+  }
   std::uint64_t bytes_sent() const override { return bytes_; }
 
   void all_reduce(void*, std::size_t, DType, ReduceOp) override { unexpected("all_reduce"); }
   Request all_reduce_async(void*, std::size_t, DType, ReduceOp) override { return unexpected("all_reduce_async"), Request(); }
   void all_reduce(double*, std::size_t, ReduceOp) override { unexpected("all_reduce(double)"); }
   void broadcast(void*, std::size_t, int) override { unexpected("broadcast"); }
-  Request recv_async(void*, std::size_t, int, int) override { return unexpected("recv_async"), Request(); }
   std::vector<std::string> gather(const std::string&, int) override { return unexpected("gather"), std::vector<std::string>(); }
   void barrier() override { unexpected("barrier"); }
 
@@ -103,7 +108,7 @@ class FakePipe final : public Communicator {
 
   Mailbox& mailbox_;
   int rank_;
-  bool deferred_;
+  bool deferred_, tagless_;
   std::uint64_t bytes_ = 0;
 };
 
@@ -125,10 +130,11 @@ Flow activation(Backend& be, DType dtype, unsigned seed) {
   f.L = L;
   f.audio_tokens = kAudioTokens;
   f.x_dtype = dtype;
-  f.key_mask.assign(kTokens, 1);
-  f.key_mask[1 * L + 4] = 0;
-  f.key_mask[2 * L + 3] = 0;
-  f.key_mask[2 * L + 4] = 0;
+  std::vector<std::uint8_t> mask(kTokens, 1);
+  mask[1 * L + 4] = 0;
+  mask[2 * L + 3] = 0;
+  mask[2 * L + 4] = 0;
+  f.token_mask.upload(mask.data(), mask.size());
   const std::vector<float> x = random_values(kValues, seed);
   f.x.resize(kValues);
   std::copy(x.begin(), x.end(), f.x.data());
@@ -136,7 +142,8 @@ Flow activation(Backend& be, DType dtype, unsigned seed) {
   return f;
 }
 
-bool same_bits(const Buffer& a, const Buffer& b) {
+template <typename T>
+bool same_bits(const AlignedArray<T>& a, const AlignedArray<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
 }
 
@@ -160,7 +167,7 @@ TEST_P(StageLinkTypes, ActivationArrivesBitForBit) {
   EXPECT_EQ(received.L, L);
   EXPECT_EQ(received.audio_tokens, kAudioTokens);
   EXPECT_EQ(received.x_dtype, dtype);
-  EXPECT_EQ(received.key_mask, sent.key_mask);
+  EXPECT_TRUE(same_bits(received.token_mask, sent.token_mask));
   EXPECT_TRUE(same_bits(received.x, sent.x));
   EXPECT_TRUE(mailbox.inbox[1].empty()) << "messages left over";
 }
@@ -232,11 +239,11 @@ TEST(StageLink, FinishSendsCompletesEveryTransferInFlight) {
   const Flow first = activation(*be, DType::f32, 1), second = activation(*be, DType::bf16, 2);
   stage0.send_activation(first);
   stage0.send_activation(second);
-  EXPECT_EQ(pipe0.in_flight, 4);
+  EXPECT_EQ(pipe0.in_flight, 6);  // header, mask and tokens, twice
   EXPECT_TRUE(mailbox.inbox[1].empty());
   stage0.finish_sends();
   EXPECT_EQ(pipe0.in_flight, 0);
-  EXPECT_EQ(mailbox.inbox[1].size(), 4u);
+  EXPECT_EQ(mailbox.inbox[1].size(), 6u);
 
   Flow a, b;
   stage1.recv_activation(a);
@@ -244,7 +251,7 @@ TEST(StageLink, FinishSendsCompletesEveryTransferInFlight) {
   EXPECT_TRUE(same_bits(a.x, first.x));
   EXPECT_EQ(b.x_dtype, DType::bf16);
   EXPECT_TRUE(same_bits(b.x, second.x));
-  EXPECT_EQ(b.key_mask, second.key_mask);
+  EXPECT_TRUE(same_bits(b.token_mask, second.token_mask));
 
   a.dx.resize(kValues);
   std::copy(first.x.data(), first.x.data() + kValues, a.dx.data());
@@ -256,6 +263,56 @@ TEST(StageLink, FinishSendsCompletesEveryTransferInFlight) {
   Flow back = activation(*be, DType::f32, 1);
   stage0.recv_gradient(back);
   EXPECT_TRUE(same_bits(back.dx, first.x));
+}
+
+TEST(StageLink, SendsOwnTheirBytes) {
+  // The sender overwrites its flow before the sends move a byte: what arrives is what was sent.
+  const auto be = make_cpu_backend();
+  Mailbox mailbox;
+  FakePipe pipe0(mailbox, 0, true), pipe1(mailbox, 1);
+  StageLink stage0(pipe0, *be, D), stage1(pipe1, *be, D);
+  Flow flow = activation(*be, DType::bf16, 4);
+  const Flow original = activation(*be, DType::bf16, 4);
+  stage0.send_activation(flow);
+  std::fill(flow.x.data(), flow.x.data() + kValues, 0.0f);
+  std::fill(flow.token_mask.data(), flow.token_mask.data() + kTokens, std::uint8_t(0));
+  stage0.finish_sends();
+  Flow received;
+  stage1.recv_activation(received);
+  EXPECT_TRUE(same_bits(received.x, original.x));
+  EXPECT_TRUE(same_bits(received.token_mask, original.token_mask));
+}
+
+TEST(StageLink, TaglessCommunicatorOnePerDirection) {
+  // As over NCCL: no tags, a FIFO per direction. Two micro-batches in 1F1B order, both directions
+  // in flight at once; every message is matched by its order alone and arrives bit for bit.
+  const auto be = make_cpu_backend();
+  Mailbox forward, backward;
+  FakePipe act0(forward, 0, true, true), act1(forward, 1, true, true);
+  FakePipe grad0(backward, 0, true, true), grad1(backward, 1, true, true);
+  StageLink stage0(act0, grad0, *be, D), stage1(act1, grad1, *be, D);
+  Flow sent[2] = {activation(*be, DType::f16, 21), activation(*be, DType::f32, 22)};
+  stage0.send_activation(sent[0]);
+  stage0.send_activation(sent[1]);
+  stage0.finish_sends();
+  Flow at1[2];
+  for (int m = 0; m < 2; ++m) {
+    stage1.recv_activation(at1[m]);
+    EXPECT_EQ(at1[m].x_dtype, sent[m].x_dtype);
+    EXPECT_TRUE(same_bits(at1[m].x, sent[m].x)) << "micro-batch " << m;
+    EXPECT_TRUE(same_bits(at1[m].token_mask, sent[m].token_mask)) << "micro-batch " << m;
+    const std::vector<float> dx = random_values(kValues, 30 + m);
+    at1[m].dx.upload(dx.data(), dx.size());
+    stage1.send_gradient(at1[m]);
+  }
+  EXPECT_TRUE(forward.inbox[0].empty() && forward.inbox[1].empty()) << "gradients went over the activations' pipe";
+  stage1.finish_sends();
+  for (int m = 0; m < 2; ++m) {
+    stage0.recv_gradient(sent[m]);
+    EXPECT_TRUE(same_bits(sent[m].dx, at1[m].dx)) << "micro-batch " << m;
+  }
+  EXPECT_EQ(grad0.bytes_sent(), 0u);
+  EXPECT_EQ(act1.bytes_sent(), 0u);
 }
 
 }  // namespace

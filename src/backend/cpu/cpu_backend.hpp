@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void download(void* host_dst, const void* src, std::size_t bytes) override;
   void zero(void* p, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
   bool host_accessible() const override { return true; }
   void synchronize() override {}
 

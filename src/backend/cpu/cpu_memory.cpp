@@ -8,5 +8,6 @@ void CpuBackend::deallocate(void* p) noexcept { host_memory().deallocate(p); }
 void CpuBackend::upload(void* dst, const void* src, std::size_t bytes) { host_memory().upload(dst, src, bytes); }
 void CpuBackend::download(void* dst, const void* src, std::size_t bytes) { host_memory().download(dst, src, bytes); }
 void CpuBackend::zero(void* p, std::size_t bytes) { host_memory().zero(p, bytes); }
+void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) { host_memory().copy(dst, src, bytes); }
 
 }  // namespace avtrain
