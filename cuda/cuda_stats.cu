@@ -1,9 +1,13 @@
-// Whole-tensor reductions returned to the host: sum of squares (in double), largest magnitude, and
-// the gradient statistics of layers.csv. Two passes, each block then one block over the block
-// results, every sum in a fixed order: the grid depends only on n, so the bits repeat run to run.
+// Whole-tensor reductions: sum of squares (in double), largest magnitude, and the gradient
+// statistics of layers.csv, returned to the host or folded into a result on the device. Two passes,
+// each block then one block over the block results, every sum in a fixed order: the grid depends
+// only on n, so the bits repeat run to run. The statistics of many tensors at once cut them into
+// fixed chunks (one block each), then add each tensor's chunks in order.
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -68,13 +72,40 @@ __global__ void __launch_bounds__(kThreads) reduce_blocks(const float* x, std::s
   if (threadIdx.x == 0) partial[blockIdx.x] = v;
 }
 
-template <typename R>
+// What the last pass does with the total: store it, or fold it into a running result.
+template <typename Value>
+struct StoreTo {
+  Value* total;
+  __device__ void operator()(const Value& v) const { *total = v; }
+};
+struct MaxBitsInto {  // |max| as bits: NaN patterns lie above +inf
+  std::uint32_t* total;
+  __device__ void operator()(std::uint32_t v) const { *total = v > *total ? v : *total; }
+};
+struct AddInto {
+  double* total;
+  __device__ void operator()(double v) const { *total += v; }
+};
+
+template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads) reduce_partials(const typename R::Value* partial, unsigned count, R r,
-                                                            typename R::Value* total) {
+                                                            Out out) {
   typename R::Value v = r.identity();
   for (unsigned i = threadIdx.x; i < count; i += kThreads) v = r.combine(v, partial[i]);
   v = block_reduce(v, r);
-  if (threadIdx.x == 0) *total = v;
+  if (threadIdx.x == 0) out(v);
+}
+
+// Both passes over x on the stream; the total goes to out. n > 0.
+template <typename R, typename Out>
+void enqueue_reduce(CudaBackend& backend, const float* x, std::size_t n, R r, Out out) {
+  using Value = typename R::Value;
+  const unsigned blocks = blocks_for(n, kMaxBlocks);
+  auto* partial = static_cast<Value*>(backend.scratch(blocks * sizeof(Value)));
+  reduce_blocks<<<blocks, kThreads, 0, backend.stream()>>>(x, n, r, partial);
+  CUDA_CHECK_LAUNCH();
+  reduce_partials<<<1, kThreads, 0, backend.stream()>>>(partial, blocks, r, out);
+  CUDA_CHECK_LAUNCH();
 }
 
 template <typename R>
@@ -82,16 +113,40 @@ typename R::Value reduce(CudaBackend& backend, const float* x, std::size_t n, R 
   using Value = typename R::Value;
   if (n == 0) return r.identity();
   const unsigned blocks = blocks_for(n, kMaxBlocks);
-  auto* partial = static_cast<Value*>(backend.scratch((blocks + 1) * sizeof(Value)));
+  auto* total = static_cast<Value*>(backend.scratch((blocks + 1) * sizeof(Value))) + blocks;
+  enqueue_reduce(backend, x, n, r, StoreTo<Value>{total});
   auto* result = static_cast<Value*>(backend.host_result(sizeof(Value)));
-  reduce_blocks<<<blocks, kThreads, 0, backend.stream()>>>(x, n, r, partial);
-  CUDA_CHECK_LAUNCH();
-  reduce_partials<<<1, kThreads, 0, backend.stream()>>>(partial, blocks, r, partial + blocks);
-  CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaMemcpyAsync(result, partial + blocks, sizeof(Value), cudaMemcpyDeviceToHost, backend.stream()));
+  CUDA_CHECK(cudaMemcpyAsync(result, total, sizeof(Value), cudaMemcpyDeviceToHost, backend.stream()));
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));
   return *result;
 }
+
+// Many tensors: chunks of at most kChunk elements, none spanning two tensors.
+constexpr std::size_t kChunk = std::size_t(1) << 16;
+struct Chunk {
+  std::size_t begin, end;  // in x
+};
+
+__global__ void __launch_bounds__(kThreads) stats_of_chunks(const float* x, const Chunk* chunks, GradientStats r,
+                                                            GradientStats::Value* partial) {
+  const Chunk c = chunks[blockIdx.x];
+  GradientStats::Value v = r.identity();
+  for (std::size_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) v = r.combine(v, r.of(x[i]));
+  v = block_reduce(v, r);
+  if (threadIdx.x == 0) partial[blockIdx.x] = v;
+}
+
+// Block s adds tensor s's chunks [first[s], first[s + 1]) in order.
+__global__ void __launch_bounds__(kThreads) stats_of_tensors(const GradientStats::Value* partial, const unsigned* first,
+                                                             GradientStats r, GradientStats::Value* out) {
+  GradientStats::Value v = r.identity();
+  for (unsigned i = first[blockIdx.x] + threadIdx.x; i < first[blockIdx.x + 1]; i += kThreads)
+    v = r.combine(v, partial[i]);
+  v = block_reduce(v, r);
+  if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
+
+std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
 double CudaBackend::sum_squares(const float* x, std::size_t n) { return reduce(*this, x, n, SumSquares{}); }
@@ -107,6 +162,50 @@ float CudaBackend::abs_max(const float* x, std::size_t n) {
 Backend::TensorStats CudaBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
   const GradientStats::Value v = reduce(*this, x, n, GradientStats{threshold});
   return {v.sum_squares, std::size_t(v.nonfinite), std::size_t(v.nonzero), std::size_t(v.below)};
+}
+
+void CudaBackend::abs_max_into(const float* x, std::size_t n, float* result) {
+  if (n) enqueue_reduce(*this, x, n, AbsMaxBits{}, MaxBitsInto{reinterpret_cast<std::uint32_t*>(result)});
+}
+
+void CudaBackend::sum_squares_into(const float* x, std::size_t n, double* result) {
+  if (n) enqueue_reduce(*this, x, n, SumSquares{}, AddInto{result});
+}
+
+void CudaBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
+  using Value = GradientStats::Value;
+  if (count <= 0) return;
+  std::vector<Chunk> chunks;
+  std::vector<unsigned> first(std::size_t(count) + 1);
+  for (int s = 0; s < count; ++s) {
+    first[s] = unsigned(chunks.size());
+    for (std::size_t b = 0; b < spans[s].size; b += kChunk)
+      chunks.push_back({spans[s].offset + b, spans[s].offset + std::min(spans[s].size, b + kChunk)});
+  }
+  first[count] = unsigned(chunks.size());
+  // Scratch: the chunks, the first chunk of each tensor, the chunks' partials, the tensors' totals.
+  const std::size_t chunk_bytes = aligned(chunks.size() * sizeof(Chunk)), first_bytes = aligned(first.size() * sizeof(unsigned));
+  const std::size_t partial_bytes = aligned(chunks.size() * sizeof(Value)), total_bytes = std::size_t(count) * sizeof(Value);
+  char* base = static_cast<char*>(scratch(chunk_bytes + first_bytes + partial_bytes + total_bytes));
+  auto* d_chunks = reinterpret_cast<Chunk*>(base);
+  auto* d_first = reinterpret_cast<unsigned*>(base + chunk_bytes);
+  auto* d_partial = reinterpret_cast<Value*>(base + chunk_bytes + first_bytes);
+  auto* d_total = reinterpret_cast<Value*>(base + chunk_bytes + first_bytes + partial_bytes);
+  const GradientStats r{threshold};
+  if (!chunks.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(d_chunks, chunks.data(), chunks.size() * sizeof(Chunk), cudaMemcpyHostToDevice, stream_));
+    stats_of_chunks<<<unsigned(chunks.size()), kThreads, 0, stream_>>>(x, d_chunks, r, d_partial);
+    CUDA_CHECK_LAUNCH();
+  }
+  CUDA_CHECK(cudaMemcpyAsync(d_first, first.data(), first.size() * sizeof(unsigned), cudaMemcpyHostToDevice, stream_));
+  stats_of_tensors<<<unsigned(count), kThreads, 0, stream_>>>(d_partial, d_first, r, d_total);
+  CUDA_CHECK_LAUNCH();
+  auto* result = static_cast<Value*>(host_result(total_bytes));
+  CUDA_CHECK(cudaMemcpyAsync(result, d_total, total_bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // also keeps chunks and first alive until copied
+  for (int s = 0; s < count; ++s)
+    out[s] = {result[s].sum_squares, std::size_t(result[s].nonfinite), std::size_t(result[s].nonzero),
+              std::size_t(result[s].below)};
 }
 
 }  // namespace avtrain::cuda

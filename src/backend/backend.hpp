@@ -74,6 +74,17 @@ class Backend : public TensorMemory {
     std::size_t below = 0;  // nonzero entries with |x| < the threshold
   };
   virtual TensorStats tensor_stats(const float* x, std::size_t n, float threshold) = 0;
+  // The same for many tensors in one pass and one return to the host: out[i] describes
+  // x[spans[i].offset, + spans[i].size), each as tensor_stats would (the same bits).
+  struct Span {
+    std::size_t offset, size;
+  };
+  virtual void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) = 0;
+  // Folded into a result in the backend's memory without returning to the host, so a device runs
+  // on; the result is read back once per step. *result = max(*result, |max| of x), NaN when either
+  // is NaN (as abs_max); *result += sum_squares(x) (the same bits as sum_squares, added once).
+  virtual void abs_max_into(const float* x, std::size_t n, float* result) = 0;
+  virtual void sum_squares_into(const float* x, std::size_t n, double* result) = 0;
 
   // ---- normalisation; statistics always in fp32
   virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
@@ -98,11 +109,15 @@ class Backend : public TensorMemory {
   // ---- multi-head self-attention with a key-padding mask, fused per (sample, head).
   // qkv[B, L, 3, H, hd] (the qkv projection's output as is); p[B, H, L, L] the probabilities
   // (saved for backward; masked keys exactly 0); ctx[B, L, H*hd] the heads' outputs side by side.
-  virtual void attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B,
-                                 int L, int H, int hd) = 0;
-  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
-  virtual void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B,
-                                  int L, int H, int hd) = 0;
+  // `compute` is the type the four products take their operands in, accumulating in fp32, as gemm:
+  // q, k, v must be exact in it; the probabilities (forward) and the output gradient and dS
+  // (backward) are rounded to it on their way into a product, as 16-bit attention kernels do, and p
+  // is returned rounded. The softmax and its backward run in fp32; fp32 rounds nothing.
+  virtual void attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx,
+                                 int B, int L, int H, int hd) = 0;
+  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated); p as forward returned it.
+  virtual void attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv,
+                                  int B, int L, int H, int hd) = 0;
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

@@ -12,13 +12,12 @@
 #include "core/buffer.hpp"
 #include "core/dtype.hpp"
 #include "data/shard_set.hpp"
+#include "model/activation_stats.hpp"
 
 namespace avtrain {
 
 enum class Mode { train, eval };
 
-// Per-step numerics seen on the way: each leaf module's output |max|.
-using ActivationStats = std::map<std::string, float>;
 
 struct Flow {
   const data::MicroBatch* batch = nullptr;  // the input layer reads samples, the head labels

@@ -16,12 +16,11 @@ namespace {
 
 void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
                      std::size_t n) {
-  if (!flow.act_stats && !flow.detect_anomaly) return;
-  const float m = backend.abs_max(y, n);
-  if (flow.detect_anomaly && !std::isfinite(m)) anomaly(flow, module, "forward output", m);
-  if (!flow.act_stats) return;
-  float& slot = (*flow.act_stats)[module];
-  slot = std::isnan(m) || std::isnan(slot) ? NAN : std::max(slot, m);
+  if (flow.detect_anomaly) {  // the one check that must stop the host at once
+    const float m = backend.abs_max(y, n);
+    if (!std::isfinite(m)) anomaly(flow, module, "forward output", m);
+  }
+  if (flow.act_stats) flow.act_stats->note(backend, module, y, n);
 }
 
 void note_gradient(Backend& backend, const Flow& flow, const std::string& module, const float* dx,

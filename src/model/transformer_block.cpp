@@ -70,7 +70,7 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   Buffer& ctx = ws_[kCtx];
   p.resize(std::size_t(B) * H * L * L);
   ctx.resize(n);
-  be_.attention_forward(qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be_.attention_forward(qkv_.dtype(), qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
   st.p.round_and_keep(be_, p, qkv_.dtype());
   st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
@@ -142,7 +142,7 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   const float* p = st.p.load(be_, ws_[kP]);
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
-  be_.attention_backward(qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
+  be_.attention_backward(qkv_.dtype(), qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
   be_.round_to(qkv_.dtype(), dqkv.data(), nullptr, 3 * n);
   note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
   Buffer& da = ws_[kF1];

@@ -28,7 +28,8 @@ GradBuckets::GradBuckets(Backend& be, float* grads, std::vector<std::size_t> bou
 void GradBuckets::start_step() {
   for (Bucket& b : buckets_) b.launched = false;
   next_ = 0;
-  local_sum_squares_ = 0;
+  local_sum_squares_.resize(1);
+  local_sum_squares_.zero();
 }
 
 void GradBuckets::launch(Bucket& b) {
@@ -36,7 +37,7 @@ void GradBuckets::launch(Bucket& b) {
   if (group_.size() == 1) return;  // nothing to average: the local gradient is the stage's
   float* g = grads_ + b.begin;
   const std::size_t n = b.end - b.begin;
-  local_sum_squares_ += be_.sum_squares(g, n);
+  be_.sum_squares_into(g, n, local_sum_squares_.data());
   // Scaled in the gradient buffer (the result overwrites it anyway), then cast for a 16-bit wire.
   be_.scale(g, n, 1.0f / float(group_.size()));
   if (wire_ == DType::f32) {
@@ -45,6 +46,12 @@ void GradBuckets::launch(Bucket& b) {
   }
   be_.pack(wire_, g, b.wire.data(), n);
   b.request = group_.all_reduce_async(b.wire.data(), n, wire_, ReduceOp::sum);
+}
+
+double GradBuckets::local_sum_squares() const {
+  double sum = 0;
+  if (local_sum_squares_.size()) local_sum_squares_.download(&sum);
+  return sum;
 }
 
 void GradBuckets::ready_from(std::size_t offset) {

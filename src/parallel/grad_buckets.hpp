@@ -34,8 +34,9 @@ class GradBuckets {
   // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer.
   void finish();
   // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets;
-  // 0 in a group of one, where nothing is reduced.
-  double local_sum_squares() const { return local_sum_squares_; }
+  // 0 in a group of one, where nothing is reduced. Added up on the backend as the buckets launch
+  // (nothing waits for it during backward), read back here.
+  double local_sum_squares() const;
 
  private:
   struct Bucket {
@@ -52,7 +53,7 @@ class GradBuckets {
   Communicator& group_;
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
   std::size_t next_ = 0;         // first bucket not launched
-  double local_sum_squares_ = 0;
+  AlignedArray<double> local_sum_squares_;  // one value, in tensor memory
 };
 
 }  // namespace avtrain::parallel

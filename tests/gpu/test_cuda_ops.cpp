@@ -533,6 +533,48 @@ TEST_F(CudaOps, TensorStatsCountsInfinitiesAndNaNAsNonfinite) {
   expect_same_stats(gpu().tensor_stats(dx, n, threshold), want);
 }
 
+TEST_F(CudaOps, TensorStatsManyCountsEachSpanAsCpu) {
+  const float threshold = std::ldexp(1.0f, -24);
+  const std::size_t n = 300007;
+  auto x = stats_input(n, threshold);
+  x[200000] = kNaN;
+  // Spans shorter and longer than a chunk (65536), empty, overlapping, at the buffer's end.
+  const std::vector<Backend::Span> spans = {{0, 37}, {37, 0}, {37, 65536}, {65573, 150000}, {10, 200000}, {215573, n - 215573}};
+  std::vector<Backend::TensorStats> got(spans.size()), want(spans.size());
+  DevF dx(gpu(), x);
+  gpu().tensor_stats_many(dx, spans.data(), int(spans.size()), threshold, got.data());
+  cpu().tensor_stats_many(x.data(), spans.data(), int(spans.size()), threshold, want.data());
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    SCOPED_TRACE("span " + std::to_string(i));
+    expect_same_stats(got[i], want[i]);
+  }
+}
+
+TEST_F(CudaOps, AbsMaxIntoAndSumSquaresIntoFoldIntoDeviceResultsAsCpu) {
+  const std::size_t n = 100003;
+  auto x = normal(n, "into.x");
+  x[777] = -9.5f;
+  DevF dx(gpu(), x);
+  DevF dmax(gpu(), std::vector<float>{0.25f});
+  DeviceBuffer<double> dsum(gpu(), std::vector<double>{2.0});
+  float cmax = 0.25f;
+  double csum = 2.0;
+  for (std::size_t len : {n / 2, n}) {
+    gpu().abs_max_into(dx, len, dmax);
+    gpu().sum_squares_into(dx, len, dsum);
+    cpu().abs_max_into(x.data(), len, &cmax);
+    cpu().sum_squares_into(x.data(), len, &csum);
+  }
+  EXPECT_EQ(dmax.download()[0], 9.5f);
+  EXPECT_EQ(dmax.download()[0], cmax);
+  EXPECT_TRUE(close_scalar(dsum.download()[0], csum, kF32));
+  x[5] = kNaN;
+  DevF dnan(gpu(), x);
+  gpu().abs_max_into(dnan, n, dmax);
+  gpu().abs_max_into(dx, 10, dmax);
+  EXPECT_TRUE(std::isnan(dmax.download()[0])) << "NaN is found and then kept";
+}
+
 // ---------------------------------------------------------------- normalisation
 
 struct LayerNormInputs {
@@ -672,10 +714,10 @@ TEST_F(CudaOps, AttentionForwardMatchesCpuWithPaddedKeysExactlyZero) {
     const auto mask = key_mask(s);
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd));
-    cpu().attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
+    gpu().attention_forward(DType::f32, d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
     const auto got_p = d_p.download();
     SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
                  std::to_string(hd));
@@ -698,14 +740,48 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpuWithPaddedKeys) {
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     const auto dctx = normal(sz(B, L, H, hd), "attention.dctx");
     std::vector<float> p(sz(B, H, L, L)), ctx(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(DType::f32, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(d_qkv, d_p, d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(DType::f32, d_qkv, d_p, d_dctx, d_dqkv, B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kF32))
         << "B " << B << " L " << L << " H " << H << " hd " << hd;
   }
 }
+
+// 16-bit attention (tensor cores): against the CPU in the same compute type, whose products take the
+// same rounded operands; only the accumulation order differs.
+class CudaAttention16 : public CudaOps, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
+  const DType t = GetParam();
+  for (const AttentionShape& s : kAttentionShapes) {
+    const auto [B, L, H, hd] = s;
+    SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L));
+    const auto mask = key_mask(s);
+    auto qkv = normal(sz(B, L, 3 * H, hd), "attention16.qkv", 1.5);
+    cpu().round_to(t, qkv.data(), nullptr, qkv.size());  // the contract: q, k, v exact in the type
+    const auto dctx = normal(sz(B, L, H, hd), "attention16.dctx");
+    std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd)), dqkv = nans(qkv.size());
+    cpu().attention_forward(t, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(t, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+    DevU8 d_mask(gpu(), mask);
+    DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
+    gpu().attention_forward(t, d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
+    const auto got_p = d_p.download();
+    EXPECT_TRUE(close_l2(got_p, p, kHalf)) << "p";
+    EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kHalf)) << "ctx";
+    std::vector<float> rounded = got_p;
+    cpu().round_to(t, rounded.data(), nullptr, rounded.size());
+    EXPECT_TRUE(rounded == got_p) << "p is not returned rounded to the compute type";
+    DevF d_p_cpu(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
+    gpu().attention_backward(t, d_qkv, d_p_cpu, d_dctx, d_dqkv, B, L, H, hd);
+    EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kHalf)) << "dqkv";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaAttention16, ::testing::Values(DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 // ---------------------------------------------------------------- audio front end and video
 

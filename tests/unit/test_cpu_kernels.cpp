@@ -297,6 +297,54 @@ TEST_F(CpuKernels, AbsMaxOfNothingIsZero) {
   EXPECT_EQ(be->abs_max(&unused, 0), 0.0f);
 }
 
+TEST_F(CpuKernels, AbsMaxIntoFoldsTheLargestMagnitudeAndKeepsNaN) {
+  auto x = random_floats(1000, "abs_max_into");
+  x[9] = -3.5f;
+  float result = 0.0f;
+  be->abs_max_into(x.data(), 500, &result);
+  EXPECT_EQ(result, be->abs_max(x.data(), 500));
+  be->abs_max_into(x.data(), x.size(), &result);
+  EXPECT_EQ(result, 3.5f);
+  result = 7.0f;
+  be->abs_max_into(x.data(), x.size(), &result);
+  EXPECT_EQ(result, 7.0f) << "a larger result already there stays";
+  x[700] = kNaN;
+  be->abs_max_into(x.data(), x.size(), &result);
+  EXPECT_TRUE(std::isnan(result));
+  be->abs_max_into(x.data(), 10, &result);
+  EXPECT_TRUE(std::isnan(result)) << "a NaN result stays NaN";
+}
+
+TEST_F(CpuKernels, SumSquaresIntoAddsTheSameBitsAsSumSquares) {
+  const auto x = random_floats(70000, "sum_squares_into", -3.0, 3.0);
+  double result = 1.25;
+  be->sum_squares_into(x.data(), x.size(), &result);
+  EXPECT_EQ(result, 1.25 + be->sum_squares(x.data(), x.size()));
+}
+
+TEST_F(CpuKernels, TensorStatsManyGivesEachSpanTheBitsOfTensorStats) {
+  auto x = random_floats(200000, "tensor_stats_many", -2.0, 2.0);
+  x[5] = 0.0f;
+  x[150000] = kInf;
+  x[70001] = std::ldexp(1.0f, -30);
+  const std::vector<Backend::Span> spans = {{0, 100}, {100, 0}, {100, 70000}, {70100, 129900}, {50, 10}};
+  std::vector<Backend::TensorStats> many(spans.size());
+  const float threshold = std::ldexp(1.0f, -24);
+  be->tensor_stats_many(x.data(), spans.data(), int(spans.size()), threshold, many.data());
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const auto one = be->tensor_stats(x.data() + spans[i].offset, spans[i].size, threshold);
+    if (std::isfinite(one.sum_squares)) {
+      EXPECT_EQ(many[i].sum_squares, one.sum_squares) << "span " << i;
+    }
+    EXPECT_EQ(std::isfinite(many[i].sum_squares), std::isfinite(one.sum_squares)) << "span " << i;
+    EXPECT_EQ(many[i].nonfinite, one.nonfinite) << "span " << i;
+    EXPECT_EQ(many[i].nonzero, one.nonzero) << "span " << i;
+    EXPECT_EQ(many[i].below, one.below) << "span " << i;
+  }
+  EXPECT_EQ(many[3].nonfinite, 1u);
+  EXPECT_EQ(many[2].below, 1u);
+}
+
 TEST_F(CpuKernels, SumSquaresMatchesDoubleReference) {
   const auto x = random_floats(5000, "sum_squares", -3.0, 3.0);
   double want = 0;
@@ -495,7 +543,7 @@ TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero
   const std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 0, 1,  1, 1, 1, 1, 1, 1, 1,  0, 0, 0, 1, 0, 0, 0};
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention.qkv", -2.0, 2.0);
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(std::size_t(B) * L * H * hd);
-  be->attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
@@ -515,12 +563,50 @@ TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_backward.qkv", -2.0, 2.0);
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_backward.dctx");
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
-  be->attention_forward(qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-  be->attention_backward(qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   ref.backward(qkv, dctx);
   EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-6, 1e-5));
+}
+
+TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
+  const int B = 2, L = 9, H = 2, hd = 8;
+  const std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+  auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_bf16.qkv", -2.0, 2.0);
+  be->round_to(DType::bf16, qkv.data(), nullptr, qkv.size());  // exact in bf16, as the layers give it
+  const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_bf16.dctx");
+  auto p32 = poisoned(std::size_t(B) * H * L * L), ctx32 = poisoned(dctx.size()), dqkv32 = poisoned(qkv.size());
+  auto p16 = p32, ctx16 = ctx32, dqkv16 = dqkv32;
+  be->attention_forward(DType::f32, qkv.data(), mask.data(), p32.data(), ctx32.data(), B, L, H, hd);
+  be->attention_forward(DType::bf16, qkv.data(), mask.data(), p16.data(), ctx16.data(), B, L, H, hd);
+  // The scores are the same product (q, k exact); p is then rounded, and P V takes the rounded p.
+  auto rounded = p32;
+  be->round_to(DType::bf16, rounded.data(), nullptr, rounded.size());
+  EXPECT_EQ(p16, rounded);
+  AttentionReference ref{B, L, H, hd, {}, {}, {}};
+  ref.forward(qkv, mask);
+  std::vector<double> want_ctx(ctx16.size(), 0.0);
+  const int D = H * hd;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < L; ++i)
+        for (int j = 0; j < L; ++j)
+          for (int c = 0; c < hd; ++c)
+            want_ctx[(std::size_t(b) * L + i) * D + h * hd + c] +=
+                double(rounded[ref.p_at(b, h, i, j)]) * qkv[(std::size_t(b) * L + j) * 3 * D + 2 * D + h * hd + c];
+  EXPECT_TRUE(all_close(ctx16, want_ctx, 1e-6, 2e-6));
+  // Backward: dctx and dS rounded on their way in; close to fp32, and not the same bits.
+  be->attention_backward(DType::f32, qkv.data(), p32.data(), dctx.data(), dqkv32.data(), B, L, H, hd);
+  be->attention_backward(DType::bf16, qkv.data(), p16.data(), dctx.data(), dqkv16.data(), B, L, H, hd);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < dqkv32.size(); ++i) {
+    diff += (double(dqkv16[i]) - dqkv32[i]) * (double(dqkv16[i]) - dqkv32[i]);
+    norm += double(dqkv32[i]) * dqkv32[i];
+  }
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(std::sqrt(diff / norm), 2e-2);
 }
 
 // ---------------------------------------------------------------- audio front end and video

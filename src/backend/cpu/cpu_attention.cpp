@@ -1,15 +1,19 @@
 // Multi-head attention, one (sample, head) per OpenMP iteration: its products are cblas_sgemm
 // calls that read q, k, v in place inside qkv (leading dimension 3D) and write the context in
 // place inside ctx (leading dimension D), so no head is ever copied out, and the L x L scores stay
-// in cache between the two products and the softmax.
+// in cache between the two products and the softmax. In a 16-bit compute type the operands that are
+// not exact in it (p, the output gradient, dS) are rounded first, so the fp32 products compute what
+// a 16-bit product with fp32 accumulation computes.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/vector_math.hpp"
+#include "core/half.hpp"
 
 namespace avtrain {
 
@@ -31,10 +35,16 @@ void masked_softmax_row(float* row, const std::uint8_t* mask, int L) {
   for (int j = 0; j < L; ++j) row[j] *= inv;
 }
 
+// x rounded in place to `compute` (nothing for fp32).
+void round_operand(DType compute, float* x, std::size_t n) {
+  if (compute == DType::bf16) round_to_bf16(x, nullptr, n);
+  if (compute == DType::f16) round_to_half(x, nullptr, n);
+}
+
 }  // namespace
 
-void CpuBackend::attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B,
-                                   int L, int H, int hd) {
+void CpuBackend::attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx,
+                                   int B, int L, int H, int hd) {
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
@@ -47,20 +57,22 @@ void CpuBackend::attention_forward(const float* qkv, const std::uint8_t* key_mas
       float* s = p + (std::size_t(b) * H + h) * L * L;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
       for (int i = 0; i < L; ++i) masked_softmax_row(s + std::size_t(i) * L, key_mask + std::size_t(b) * L, L);
+      round_operand(compute, s, std::size_t(L) * L);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
                   ctx + std::size_t(b) * L * D + h * hd, D);
     }
 }
 
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-void CpuBackend::attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L,
-                                    int H, int hd) {
+void CpuBackend::attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv,
+                                    int B, int L, int H, int hd) {
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
     std::vector<float> ds(std::size_t(L) * L);
+    std::vector<float> rounded_dout(compute == DType::f32 ? 0 : std::size_t(L) * hd);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) {
@@ -73,8 +85,16 @@ void CpuBackend::attention_backward(const float* qkv, const float* p, const floa
         float* dv = dq + 2 * D;
         const float* pr = p + (std::size_t(b) * H + h) * L * L;
         const float* dout = dctx + std::size_t(b) * L * D + h * hd;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, 1.0f, pr, L, dout, D, 0.0f, dv, 3 * D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, 1.0f, dout, D, v, 3 * D, 0.0f, ds.data(), L);
+        int ldo = D;
+        if (compute != DType::f32) {  // the head's output gradient, rounded, side by side
+          for (int i = 0; i < L; ++i)
+            std::copy(dout + std::size_t(i) * D, dout + std::size_t(i) * D + hd, rounded_dout.data() + std::size_t(i) * hd);
+          round_operand(compute, rounded_dout.data(), rounded_dout.size());
+          dout = rounded_dout.data();
+          ldo = hd;
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, 1.0f, pr, L, dout, ldo, 0.0f, dv, 3 * D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, 1.0f, dout, ldo, v, 3 * D, 0.0f, ds.data(), L);
         for (int i = 0; i < L; ++i) {
           float* d = ds.data() + std::size_t(i) * L;
           const float* pi = pr + std::size_t(i) * L;
@@ -84,6 +104,7 @@ void CpuBackend::attention_backward(const float* qkv, const float* p, const floa
 #pragma omp simd
           for (int j = 0; j < L; ++j) d[j] = pi[j] * (d[j] - dot);
         }
+        round_operand(compute, ds.data(), ds.size());
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, k, 3 * D, 0.0f, dq,
                     3 * D);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, q, 3 * D, 0.0f, dk,

@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
   double sum_squares(const float* x, std::size_t n) override;
   float abs_max(const float* x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
+  void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
+  void abs_max_into(const float* x, std::size_t n, float* result) override;
+  void sum_squares_into(const float* x, std::size_t n, double* result) override;
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
@@ -59,9 +62,9 @@ class CpuBackend final : public Backend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
-  void attention_forward(const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
+  void attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
                          int H, int hd) override;
-  void attention_backward(const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
+  void attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
                           int hd) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,

@@ -116,4 +116,15 @@ Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, flo
   return {ordered_sum_squares(x, n), nonfinite, nonzero, below};
 }
 
+void CpuBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
+  for (int i = 0; i < count; ++i) out[i] = tensor_stats(x + spans[i].offset, spans[i].size, threshold);
+}
+
+void CpuBackend::abs_max_into(const float* x, std::size_t n, float* result) {
+  const float m = abs_max(x, n);
+  *result = std::isnan(m) || std::isnan(*result) ? NAN : std::max(*result, m);
+}
+
+void CpuBackend::sum_squares_into(const float* x, std::size_t n, double* result) { *result += sum_squares(x, n); }
+
 }  // namespace avtrain
