@@ -47,6 +47,8 @@ double TransformerBlock::forward_flops(int B, int L) const {
   return linears + 4.0 * B * H_ * double(L) * L * hd_;  // q k^T and p v
 }
 
+DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
+
 void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<BlockState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
@@ -70,7 +72,7 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   Buffer& ctx = ws_[kCtx];
   p.resize(std::size_t(B) * H * L * L);
   ctx.resize(n);
-  be_.attention_forward(qkv_.dtype(), qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be_.attention_forward(attention_products(), qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
   st.p.round_and_keep(be_, p, qkv_.dtype());
   st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
@@ -142,7 +144,7 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   const float* p = st.p.load(be_, ws_[kP]);
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
-  be_.attention_backward(qkv_.dtype(), qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
+  be_.attention_backward(attention_products(), qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
   be_.round_to(qkv_.dtype(), dqkv.data(), nullptr, 3 * n);
   note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
   Buffer& da = ws_[kF1];

@@ -11,10 +11,8 @@ float unscale_and_clip(Backend& be, ParamStore& params, double norm, double loss
   const float clip = clip_factor(norm, max_norm);
   const float factor = float(double(clip) / loss_scale);
   if (factor == 1.0f) return clip;
-  for (ParamId id = 0; id < ParamId(params.params().size()); ++id) {
-    const ParamInfo& p = params.info(id);
-    if (p.trainable) be.scale(params.grad(id), p.size, factor);
-  }
+  // One pass over the flat buffer: the gradients of buffers that are not trained are zero and stay so.
+  be.scale(params.grads().data(), params.total_size(), factor);
   return clip;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // The last touch on the gradients before the update: divide by the loss scale and clip to the
-// global norm, in one pass. The norm itself comes from the per-layer statistics the trainer
-// gathers anyway (a later cut into stages sums their squares across stages).
+// global norm, in one pass over the flat gradient buffer. The norm and the non-finite check come
+// from the per-parameter statistics the trainer gathers anyway, in one pass (Backend::
+// tensor_stats_many): so the check, the norm and the unscale take two passes over the gradients
+// where check-and-unscale, norm, clip would take three.
 #include "backend/backend.hpp"
 #include "model/param_store.hpp"
 
