@@ -35,9 +35,10 @@ parallel::Communicator& non_null(const std::unique_ptr<parallel::Communicator>& 
 class NcclCommunicator::Pending final : public parallel::Request::Impl {
  public:
   Pending(NcclCommunicator& comm, SharedEvent event) : comm_(comm), event_(std::move(event)) {}
-  // Waits rather than leave the GPU writing into a buffer its owner may free next.
+  // Waits rather than leave the GPU writing into a buffer its owner may free next; not while an
+  // error unwinds (a peer that has stopped never completes it, and the world is being aborted).
   ~Pending() override {
-    if (done_ || comm_.failed_) return;
+    if (done_ || comm_.failed_ || std::uncaught_exceptions() > 0) return;
     try {
       comm_.wait(event_.get());
     } catch (...) {

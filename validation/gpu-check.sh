@@ -3,7 +3,7 @@
 #   1. builds the cuda preset;  2. runs ctest -L gpu (every CUDA op against the CPU op, NCCL);
 #   3. measures the GPU's bf16 GEMM rate (avtrain-gemm-peak, 8192^3);
 #   4. trains the quickstart deck on the GPU in FP32 and BF16 (200 steps) and reconciles them;
-#   5. times the large deck (inputs/gpu-large.ini, ~300M parameters, ~1k tokens per sample) in BF16:
+#   5. times the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16:
 #      step time, samples/s and model FLOP utilisation against the measured bf16 GEMM rate.
 # Every part runs even when an earlier one fails, so one run says as much as it can; the summary
 # table at the end gives each part's result. Logs go under $OUT (default runs/gpu-check).
@@ -65,18 +65,16 @@ fi
 large="$out/large-shards"
 "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 --sample-rate 16000 \
   --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3 > "$out/large-shards.log" 2>&1
-"$bin/avtrain" inputs/gpu-large.ini --data "$large" --dry-run > "$out/large-dry-run.log" 2>&1
 if "$bin/avtrain" inputs/gpu-large.ini --data "$large" --device cuda --out "$out/large" > "$out/large.log" 2>&1; then
   /usr/bin/python3 - "$out" "${peak:-0}" <<'PY' | tee "$out/throughput.txt"
-import csv, re, statistics, sys
+import csv, json, statistics, sys
 out, peak = sys.argv[1], float(sys.argv[2])
 rows = list(csv.DictReader(open(f"{out}/large/trace.csv")))[5:]  # after warm-up
 step_ms = statistics.median(float(r["step_ms"]) for r in rows)
 samples = statistics.median(float(r["samples_per_s"]) for r in rows)
-# Model FLOPs per step: 3 x the forward matrix FLOPs of the dry run's stages (backward = 2 x forward).
-dry = open(f"{out}/large-dry-run.log").read()
-fwd = sum(float(m.group(1)) for m in re.finditer(r"^\d+ +\S+(?: \.\. \S+)? +\d+ +([0-9.]+)", dry, re.M))
-tflops = 3 * fwd / 1e3 / (step_ms / 1e3)
+# Model FLOPs per step (run.json): 3 x the forward's matrix-product FLOPs (backward = 2 x forward).
+flops = json.load(open(f"{out}/large/run.json"))["model"]["train_flops_per_step"]
+tflops = flops / 1e12 / (step_ms / 1e3)
 mfu = tflops / peak if peak else float("nan")
 print(f"large deck (bf16): step {step_ms:.1f} ms, {samples:.1f} samples/s, {tflops:.1f} TFLOP/s model, "
       f"MFU {mfu:.1%} of the measured bf16 GEMM rate {peak:.1f} TFLOP/s")

@@ -38,6 +38,25 @@ nlohmann::json data_fingerprint(const avtrain::data::SetInfo& s) {
           {"video_shape", {s.frames, s.height, s.width, s.channels}}};
 }
 
+[[noreturn]] void abort_world(int world) {
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
+  std::exit(1);
+}
+
+// An error met during training: the rank that met it prints it and aborts the world; a rank that
+// learnt of it from the others (ErrorElsewhere) gives that rank the time to print first.
+[[noreturn]] void stop_on_error(const std::exception& e, int rank, int world) {
+  if (dynamic_cast<const avtrain::ErrorElsewhere*>(&e)) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  } else {
+    std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
+  }
+  abort_world(world);
+}
+
 // Errors every rank meets alike (options, layout) are printed by rank 0 alone and every rank exits
 // 1; an error on some ranks only is printed by the rank that met it, which then aborts the world.
 int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroups& groups) {
@@ -60,7 +79,15 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   manifest["data"] = data_fingerprint(shards->info());
   manifest["data"]["dir"] = config.data.dir;
   std::ostringstream quiet;
-  auto summary = trainer.run(manifest, topo.rank == 0 ? std::cout : quiet);
+  avtrain::TrainSummary summary;
+  try {
+    summary = trainer.run(manifest, topo.rank == 0 ? std::cout : quiet);
+  } catch (const std::exception& e) {
+    // On a GPU, unwinding would wait: a transfer's Request for a peer that never receives, the
+    // arena's cudaFree for NCCL kernels that never finish. Stop before the locals go.
+    if (!backend->host_accessible()) stop_on_error(e, topo.rank, topo.world);
+    throw;
+  }
   if (topo.rank != 0) return 0;
   std::cout << "[rank 0] done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
             << summary.val_acc << ", median step " << summary.median_step_ms << " ms";
@@ -79,13 +106,6 @@ void describe(const avtrain::RunConfig& config) {
   avtrain::describe_run(config, *backend, *shards, std::cout);
 }
 
-[[noreturn]] void abort_world(int world) {
-  std::fflush(stderr);
-  std::fflush(stdout);
-  if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Finalize();
-  std::exit(1);
-}
 
 }  // namespace
 
@@ -119,13 +139,8 @@ int main(int argc, char** argv) {
     } else {
       train(options, *groups);
     }
-  } catch (const avtrain::ErrorElsewhere&) {
-    // The rank that met the error prints it and aborts; give it the time to.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-    abort_world(world);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
-    abort_world(world);
+    stop_on_error(e, rank, world);
   }
   groups.reset();
   MPI_Finalize();

@@ -37,6 +37,32 @@ std::vector<std::size_t> activation_bytes(AVNet& net, const data::MicroBatch& pr
   return bytes;
 }
 
+// What one micro-batch of B samples takes: the bytes each layer keeps for backward, and the
+// workspace. Every saved tensor and workspace slot is affine in the batch (per-sample tensors plus
+// per-channel statistics), so probes of 1 and 2 samples give it for any B exactly, without a
+// forward of B samples: a deck sized for a large GPU would not fit a login node's memory.
+struct MicroBatchMemory {
+  std::vector<std::size_t> layers;
+  std::size_t workspace = 0;
+};
+MicroBatchMemory micro_batch_memory(AVNet& net, const data::SetInfo& s, int B) {
+  const auto measure = [&](int b) {
+    const data::MicroBatch probe = full_length_probe(s, b);
+    MicroBatchMemory m;
+    m.layers = activation_bytes(net, probe);
+    m.workspace = net.workspace().bytes();
+    return m;
+  };
+  const MicroBatchMemory one = measure(1);
+  if (B == 1) return one;
+  const MicroBatchMemory two = measure(2);
+  const auto at_b = [&](std::size_t a1, std::size_t a2) { return a1 + std::size_t(B - 1) * (a2 - a1); };
+  MicroBatchMemory m;
+  for (std::size_t i = 0; i < one.layers.size(); ++i) m.layers.push_back(at_b(one.layers[i], two.layers[i]));
+  m.workspace = at_b(one.workspace, two.workspace);
+  return m;
+}
+
 std::size_t sum(const std::vector<std::size_t>& v) {
   std::size_t s = 0;
   for (std::size_t x : v) s += x;
@@ -86,12 +112,12 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   }
   out << std::left << std::setw(56) << "total trainable" << std::right << std::setw(12) << total << "\n\n";
 
-  // Activation memory: measured by one forward of an all-valid micro-batch, in this run's precision
+  // Activation memory: measured by forwards of all-valid micro-batches, in this run's precision
   // and, for comparison, in fp32.
   const int B = c.train.micro_batch;
-  const data::MicroBatch probe = full_length_probe(s, B);
-  const std::vector<std::size_t> act = activation_bytes(net, probe);
-  const double workspace = double(net.workspace().bytes());
+  const MicroBatchMemory memory = micro_batch_memory(net, s, B);
+  const std::vector<std::size_t>& act = memory.layers;
+  const double workspace = double(memory.workspace);
   const double p4 = double(params.total_size()) * 4;
   const char* mode = dtype_name(policy.compute());
   out << "precision: " << mode << ", products on " << be.gemm_engine(policy.compute()) << "\n";
@@ -105,7 +131,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
     ParamStore params32;
     AVNet net32(be, params32, c.model, s);
     params32.allocate(c.train.seed);
-    const std::size_t act32 = sum(activation_bytes(net32, probe));
+    const std::size_t act32 = sum(micro_batch_memory(net32, s, B).layers);
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(3) << double(sum(act)) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";

@@ -421,8 +421,11 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   if (!c.train.out.empty() && rank0) {
     traces = std::make_unique<TraceWriter>(c.train.out);
     std::size_t parameters = 0;
-    for (const auto& l : d.plan.layers) parameters += l.params;
+    double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
+    for (const auto& l : d.plan.layers) parameters += l.params, forward_flops += l.flops;
     manifest["model"]["parameters"] = parameters;
+    // Backward takes twice the forward's products: what model FLOP utilisation counts per step.
+    manifest["model"]["train_flops_per_step"] = 3.0 * forward_flops * M * topo.dp;
     manifest["model"]["tokens"] = d.net.geometry().tokens;
     manifest["model"]["audio_tokens"] = d.net.geometry().audio_tokens;
     manifest["model"]["video_tokens"] = d.net.geometry().video_tokens;
