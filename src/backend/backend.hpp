@@ -75,14 +75,15 @@ class Backend : public TensorMemory {
   };
   virtual TensorStats tensor_stats(const float* x, std::size_t n, float threshold) = 0;
   // The same for many tensors in one pass and one return to the host: out[i] describes
-  // x[spans[i].offset, + spans[i].size), each as tensor_stats would (the same bits).
+  // x[spans[i].offset, + spans[i].size) with the bits tensor_stats gives it.
   struct Span {
     std::size_t offset, size;
   };
   virtual void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) = 0;
   // Folded into a result in the backend's memory without returning to the host, so a device runs
   // on; the result is read back once per step. *result = max(*result, |max| of x), NaN when either
-  // is NaN (as abs_max); *result += sum_squares(x) (the same bits as sum_squares, added once).
+  // is NaN (as abs_max; *result starts at 0 or above); *result += sum_squares(x) (the same bits as
+  // sum_squares, added once).
   virtual void abs_max_into(const float* x, std::size_t n, float* result) = 0;
   virtual void sum_squares_into(const float* x, std::size_t n, double* result) = 0;
 

@@ -74,6 +74,9 @@ void StageLink::recv_activation(Flow& flow) {
 }
 
 void StageLink::send_gradient(const Flow& flow) {
+  // The receiver sizes its buffer from the forward: a mismatch would hang a tagless transfer.
+  require(flow.dx.size() == std::size_t(flow.B) * flow.L * std::size_t(D_),
+          "internal: stage " + std::to_string(grad_.rank()) + " sends a gradient of the wrong size");
   Outbox& o = free_outbox();
   o.tokens.resize(flow.dx.size());
   be_.copy(o.tokens.data(), flow.dx.data(), flow.dx.bytes());
