@@ -297,9 +297,13 @@ struct Trainer::Impl {
   // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
   void check_replicas_agree(std::int64_t step) {
     if (topo.dp == 1) return;
+    std::vector<Backend::Span> spans;
+    for (const ParamInfo& p : params.params())
+      if (p.trainable) spans.push_back({p.offset, p.size});
+    std::vector<Backend::TensorStats> stats(spans.size());
+    be.tensor_stats_many(params.values().data(), spans.data(), int(spans.size()), 0.0f, stats.data());
     double sum = 0;
-    for (ParamId id = 0; id < ParamId(params.params().size()); ++id)
-      if (params.info(id).trainable) sum += be.sum_squares(params.value(id), params.info(id).size);
+    for (const Backend::TensorStats& s : stats) sum += s.sum_squares;
     double stage_range[2] = {sum, -sum};  // max and -min over the replicas
     groups.data->all_reduce(stage_range, 2, parallel::ReduceOp::max);
     require(stage_range[0] == -stage_range[1],
