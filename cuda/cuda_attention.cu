@@ -8,7 +8,9 @@
 // leaves them, and the backward packs the output gradient and dS (rounding them, as the CPU does).
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -101,31 +103,45 @@ __global__ void masked_softmax(float* s, const std::uint8_t* key_mask, int H, in
   }
 }
 
+// P, read in fp32 or as 16-bit patterns of `type`.
+struct Probabilities {
+  const float* f32;
+  const std::uint16_t* bits;  // used when f32 is null
+  DType type;
+  __device__ float operator[](std::size_t i) const { return f32 ? f32[i] : from_16(bits[i], type); }
+};
+
 // In place on each row of dP: dS = P * (dP - rowsum(dP * P)); with `packed`, dS goes there instead,
 // as 16-bit patterns in `type` (pack, fused).
-__global__ void softmax_backward(float* ds, const float* p, int L, std::size_t rows, DType type, std::uint16_t* packed) {
+__global__ void softmax_backward(float* ds, Probabilities p, int L, std::size_t rows, DType type, std::uint16_t* packed) {
   const std::size_t r = std::size_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (r >= rows) return;
   float* d = ds + r * L;
-  const float* pr = p + r * L;
+  const std::size_t row = r * L;
   float dot = 0;
-  for (int j = threadIdx.x; j < L; j += kWarp) dot += d[j] * pr[j];
+  for (int j = threadIdx.x; j < L; j += kWarp) dot += d[j] * p[row + j];
   dot = warp_sum(dot);
   if (!packed) {
-    for (int j = threadIdx.x; j < L; j += kWarp) d[j] = pr[j] * (d[j] - dot);
+    for (int j = threadIdx.x; j < L; j += kWarp) d[j] = p[row + j] * (d[j] - dot);
     return;
   }
-  std::uint16_t* d16 = packed + r * L;
-  for (int j = threadIdx.x; j < L; j += kWarp) d16[j] = to_16(pr[j] * (d[j] - dot), type);
+  std::uint16_t* d16 = packed + row;
+  for (int j = threadIdx.x; j < L; j += kWarp) d16[j] = to_16(p[row + j] * (d[j] - dot), type);
 }
 
 unsigned row_blocks(std::size_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
+void require_operand(Operand x, DType compute, const char* what) {
+  require(x.dtype == DType::f32 || x.dtype == compute,
+          std::string("internal: attention operand ") + what + " is neither fp32 nor the compute type");
+}
+
 }  // namespace
 
-void CudaBackend::attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p,
-                                    float* ctx, int B, int L, int H, int hd) {
+void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx,
+                                    int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
+  require_operand(qkv, compute, "qkv");
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
@@ -133,15 +149,17 @@ void CudaBackend::attention_forward(DType compute, const float* qkv, const std::
   const std::size_t elem = dtype_size(compute), qkv_n = std::size_t(B) * L * 3 * D;
   const std::size_t sample_qkv = std::size_t(L) * 3 * D, sample_scores = std::size_t(H) * L * L;
   const std::size_t scores = std::size_t(B) * sample_scores;
-  // Scratch (16-bit only): qkv and p packed.
+  // Scratch (16-bit only): p packed, and qkv packed unless it comes in the compute type already.
+  const bool pack_qkv = packed && qkv.dtype == DType::f32;
   std::uint16_t *qkv16 = nullptr, *p16 = nullptr;
   if (packed) {
-    char* buf = static_cast<char*>(scratch(aligned(qkv_n * elem) + scores * elem));
+    const std::size_t qkv_bytes = pack_qkv ? aligned(qkv_n * elem) : 0;
+    char* buf = static_cast<char*>(scratch(qkv_bytes + scores * elem));
     qkv16 = reinterpret_cast<std::uint16_t*>(buf);
-    p16 = reinterpret_cast<std::uint16_t*>(buf + aligned(qkv_n * elem));
-    pack(compute, qkv, qkv16, qkv_n);
+    p16 = reinterpret_cast<std::uint16_t*>(buf + qkv_bytes);
+    if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);
   }
-  const void* q_in = packed ? static_cast<const void*>(qkv16) : qkv;
+  const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
   const void* p_in = packed ? static_cast<const void*>(p16) : p;
   const long long LL = (long long)L * L;
   // S = scale Q K^T straight into p (fp32), per sample over its heads.
@@ -161,9 +179,11 @@ void CudaBackend::attention_forward(DType compute, const float* qkv, const std::
 }
 
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-void CudaBackend::attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv,
-                                     int B, int L, int H, int hd) {
+void CudaBackend::attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B,
+                                     int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
+  require_operand(qkv, compute, "qkv");
+  require_operand(p, compute, "p");
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
@@ -173,30 +193,36 @@ void CudaBackend::attention_backward(DType compute, const float* qkv, const floa
   const std::size_t sample_scores = std::size_t(H) * L * L;
   const std::size_t qkv_n = B * sample_qkv, out_n = B * sample_out;
   const int group = int(std::clamp<std::size_t>(kScoreScratchBytes / (sample_scores * sizeof(float)), 1, std::size_t(B)));
-  // One scratch: dP/dS for one group of samples (and its packed copy), then (16-bit) qkv, dctx and
-  // the group's p packed.
+  // One scratch: dP/dS for one group of samples (and its packed copy), then (16-bit) dctx packed,
+  // and qkv and the group's p packed where they come in fp32 (the layers hand over their 16-bit
+  // copies, read as they are).
+  const bool pack_qkv = packed && qkv.dtype == DType::f32, pack_p = packed && p.dtype == DType::f32;
   const std::size_t ds_bytes = aligned(sample_scores * group * sizeof(float));
-  const std::size_t group16_bytes = packed ? aligned(sample_scores * group * elem) : 0;
-  const std::size_t qkv_bytes = packed ? aligned(qkv_n * elem) : 0, o_bytes = packed ? aligned(out_n * elem) : 0;
-  char* buf = static_cast<char*>(scratch(ds_bytes + 2 * group16_bytes + qkv_bytes + o_bytes));
+  const std::size_t ds16_bytes = packed ? aligned(sample_scores * group * elem) : 0;
+  const std::size_t p16_bytes = pack_p ? aligned(sample_scores * group * elem) : 0;
+  const std::size_t qkv_bytes = pack_qkv ? aligned(qkv_n * elem) : 0, o_bytes = packed ? aligned(out_n * elem) : 0;
+  char* buf = static_cast<char*>(scratch(ds_bytes + ds16_bytes + p16_bytes + qkv_bytes + o_bytes));
   float* ds = reinterpret_cast<float*>(buf);
   auto* ds16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes);
-  auto* p16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + group16_bytes);
-  auto* qkv16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + 2 * group16_bytes);
-  auto* o16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + 2 * group16_bytes + qkv_bytes);
-  if (packed) {
-    pack(compute, qkv, qkv16, qkv_n);  // exact
-    pack(compute, dctx, o16, out_n);   // rounded
-  }
-  const void* q_in = packed ? static_cast<const void*>(qkv16) : qkv;
+  auto* p16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes);
+  auto* qkv16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes + p16_bytes);
+  auto* o16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes + p16_bytes + qkv_bytes);
+  if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);  // exact
+  if (packed) pack(compute, dctx, o16, out_n);                                     // rounded
+  const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
   const void* o_in = packed ? static_cast<const void*>(o16) : dctx;
   const void* ds_in = packed ? static_cast<const void*>(ds16) : ds;
   const long long LL = (long long)L * L;
   for (int b0 = 0; b0 < B; b0 += group) {
     const int samples = std::min(group, B - b0);
-    const float* p_group = p + b0 * sample_scores;
-    if (packed) pack(compute, p_group, p16, samples * sample_scores);  // exact: forward returned p rounded
-    const void* p_in = packed ? static_cast<const void*>(p16) : p_group;
+    // This group's P: the products' operand in the compute type, and what the softmax backward reads.
+    const void* p_in = at(p.data, b0 * sample_scores, dtype_size(p.dtype));
+    Probabilities p_read{p.dtype == DType::f32 ? static_cast<const float*>(p_in) : nullptr,
+                         p.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(p_in), p.dtype};
+    if (pack_p) {  // exact: forward returned p rounded
+      pack(compute, static_cast<const float*>(p_in), p16, samples * sample_scores);
+      p_in = p16;
+    }
     for (int s = 0; s < samples; ++s) {  // dV = P^T dO;  dP = dO V^T
       const std::size_t q0 = (b0 + s) * sample_qkv, o0 = (b0 + s) * sample_out;
       gemm_heads(cublas(), compute, Trans::yes, Trans::no, L, hd, L, 1.0f, {at(p_in, s * sample_scores, elem), L, LL},
@@ -206,7 +232,7 @@ void CudaBackend::attention_backward(DType compute, const float* qkv, const floa
     }
     const std::size_t rows = std::size_t(samples) * H * L;
     softmax_backward<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-        ds, p_group, L, rows, compute, packed ? ds16 : nullptr);  // dS, rounded into ds16 in 16-bit
+        ds, p_read, L, rows, compute, packed ? ds16 : nullptr);  // dS, rounded into ds16 in 16-bit
     CUDA_CHECK_LAUNCH();
     for (int s = 0; s < samples; ++s) {  // dQ = scale dS K;  dK = scale dS^T Q
       const std::size_t q0 = (b0 + s) * sample_qkv;

@@ -113,12 +113,14 @@ class Backend : public TensorMemory {
   // `compute` is the type the four products take their operands in, accumulating in fp32, as gemm:
   // q, k, v must be exact in it; the probabilities (forward) and the output gradient and dS
   // (backward) are rounded to it on their way into a product, as 16-bit attention kernels do, and p
-  // is returned rounded. The softmax and its backward run in fp32; fp32 rounds nothing.
-  virtual void attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx,
+  // is returned rounded. The softmax and its backward run in fp32; fp32 rounds nothing. qkv (and
+  // backward's p) come as operands, fp32 or stored in `compute` (a layer's saved 16-bit copies, read
+  // as they are).
+  virtual void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx,
                                  int B, int L, int H, int hd) = 0;
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated); p as forward returned it.
-  virtual void attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv,
-                                  int B, int L, int H, int hd) = 0;
+  virtual void attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B,
+                                  int L, int H, int hd) = 0;
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

@@ -72,8 +72,15 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   Buffer& ctx = ws_[kCtx];
   p.resize(std::size_t(B) * H * L * L);
   ctx.resize(n);
-  be_.attention_forward(attention_products(), qkv_values, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
-  st.p.round_and_keep(be_, p, qkv_.dtype());
+  // In bf16 the products read the kept 16-bit copy of qkv as it is.
+  const DType products = attention_products();
+  const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
+  be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  // Products in the storage type return p rounded to it already: kept without another rounding pass.
+  if (products == qkv_.dtype())
+    st.p.keep(be_, p, qkv_.dtype());
+  else
+    st.p.round_and_keep(be_, p, qkv_.dtype());
   st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
   Buffer& h = ws_[kH];
@@ -140,11 +147,13 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   Buffer& dctx = db;
   proj_.backward(be_, st.ctx.operand(), dh.data(), dctx.data(), rows);
   note_gradient(be_, flow, proj_.module(), dctx.data(), n);
-  const float* qkv = st.qkv.load(be_, ws_[kQkv]);
-  const float* p = st.p.load(be_, ws_[kP]);
+  // In bf16 the products read the kept 16-bit copies of qkv and p as they are; in fp32, fp32 values.
+  const DType products = attention_products();
+  const Operand qkv = products == DType::f32 ? fp32(st.qkv.load(be_, ws_[kQkv])) : st.qkv.operand();
+  const Operand p = products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand();
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
-  be_.attention_backward(attention_products(), qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
+  be_.attention_backward(products, qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
   be_.round_to(qkv_.dtype(), dqkv.data(), nullptr, 3 * n);
   note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
   Buffer& da = ws_[kF1];

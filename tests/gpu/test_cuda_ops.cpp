@@ -714,10 +714,10 @@ TEST_F(CudaOps, AttentionForwardMatchesCpuWithPaddedKeysExactlyZero) {
     const auto mask = key_mask(s);
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd));
-    cpu().attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(DType::f32, d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
+    gpu().attention_forward(DType::f32, fp32(d_qkv), d_mask, d_p, d_ctx, B, L, H, hd);
     const auto got_p = d_p.download();
     SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
                  std::to_string(hd));
@@ -740,10 +740,10 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpuWithPaddedKeys) {
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     const auto dctx = normal(sz(B, L, H, hd), "attention.dctx");
     std::vector<float> p(sz(B, H, L, L)), ctx(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(DType::f32, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(DType::f32, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(DType::f32, d_qkv, d_p, d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(DType::f32, fp32(d_qkv), fp32(d_p), d_dctx, d_dqkv, B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kF32))
         << "B " << B << " L " << L << " H " << H << " hd " << hd;
   }
@@ -763,11 +763,11 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     cpu().round_to(t, qkv.data(), nullptr, qkv.size());  // the contract: q, k, v exact in the type
     const auto dctx = normal(sz(B, L, H, hd), "attention16.dctx");
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(t, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(t, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(t, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(t, d_qkv, d_mask, d_p, d_ctx, B, L, H, hd);
+    gpu().attention_forward(t, fp32(d_qkv), d_mask, d_p, d_ctx, B, L, H, hd);
     const auto got_p = d_p.download();
     EXPECT_TRUE(close_l2(got_p, p, kHalf)) << "p";
     EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kHalf)) << "ctx";
@@ -775,8 +775,18 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     cpu().round_to(t, rounded.data(), nullptr, rounded.size());
     EXPECT_TRUE(rounded == got_p) << "p is not returned rounded to the compute type";
     DevF d_p_cpu(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(t, d_qkv, d_p_cpu, d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(t, fp32(d_qkv), fp32(d_p_cpu), d_dctx, d_dqkv, B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kHalf)) << "dqkv";
+    // qkv and p handed over as 16-bit patterns (a layer's saved copies) are read as they are.
+    DeviceBuffer<std::uint16_t> d_qkv16(gpu(), qkv.size()), d_p16(gpu(), p.size());
+    gpu().pack(t, d_qkv, d_qkv16, qkv.size());
+    gpu().pack(t, d_p_cpu, d_p16, p.size());
+    DevF d_p_again(gpu(), nans(p.size())), d_ctx_again(gpu(), nans(ctx.size())), d_dqkv_again(gpu(), nans(qkv.size()));
+    gpu().attention_forward(t, {d_qkv16.get(), t}, d_mask, d_p_again, d_ctx_again, B, L, H, hd);
+    gpu().attention_backward(t, {d_qkv16.get(), t}, {d_p16.get(), t}, d_dctx, d_dqkv_again, B, L, H, hd);
+    EXPECT_TRUE(close_l2(d_p_again.download(), got_p, kF32)) << "p from 16-bit qkv";
+    EXPECT_TRUE(close_l2(d_ctx_again.download(), ctx, kHalf)) << "ctx from 16-bit qkv";
+    EXPECT_TRUE(close_l2(d_dqkv_again.download(), d_dqkv.download(), kF32)) << "dqkv from 16-bit qkv and p";
   }
 }
 

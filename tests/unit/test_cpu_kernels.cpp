@@ -543,7 +543,7 @@ TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero
   const std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 0, 1,  1, 1, 1, 1, 1, 1, 1,  0, 0, 0, 1, 0, 0, 0};
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention.qkv", -2.0, 2.0);
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(std::size_t(B) * L * H * hd);
-  be->attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
@@ -563,8 +563,8 @@ TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_backward.qkv", -2.0, 2.0);
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_backward.dctx");
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
-  be->attention_forward(DType::f32, qkv.data(), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-  be->attention_backward(DType::f32, qkv.data(), p.data(), dctx.data(), dqkv.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   ref.backward(qkv, dctx);
@@ -579,8 +579,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_bf16.dctx");
   auto p32 = poisoned(std::size_t(B) * H * L * L), ctx32 = poisoned(dctx.size()), dqkv32 = poisoned(qkv.size());
   auto p16 = p32, ctx16 = ctx32, dqkv16 = dqkv32;
-  be->attention_forward(DType::f32, qkv.data(), mask.data(), p32.data(), ctx32.data(), B, L, H, hd);
-  be->attention_forward(DType::bf16, qkv.data(), mask.data(), p16.data(), ctx16.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p32.data(), ctx32.data(), B, L, H, hd);
+  be->attention_forward(DType::bf16, fp32(qkv.data()), mask.data(), p16.data(), ctx16.data(), B, L, H, hd);
   // The scores are the same product (q, k exact); p is then rounded, and P V takes the rounded p.
   auto rounded = p32;
   be->round_to(DType::bf16, rounded.data(), nullptr, rounded.size());
@@ -598,8 +598,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
                 double(rounded[ref.p_at(b, h, i, j)]) * qkv[(std::size_t(b) * L + j) * 3 * D + 2 * D + h * hd + c];
   EXPECT_TRUE(all_close(ctx16, want_ctx, 1e-6, 2e-6));
   // Backward: dctx and dS rounded on their way in; close to fp32, and not the same bits.
-  be->attention_backward(DType::f32, qkv.data(), p32.data(), dctx.data(), dqkv32.data(), B, L, H, hd);
-  be->attention_backward(DType::bf16, qkv.data(), p16.data(), dctx.data(), dqkv16.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), fp32(p32.data()), dctx.data(), dqkv32.data(), B, L, H, hd);
+  be->attention_backward(DType::bf16, fp32(qkv.data()), fp32(p16.data()), dctx.data(), dqkv16.data(), B, L, H, hd);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < dqkv32.size(); ++i) {
     diff += (double(dqkv16[i]) - dqkv32[i]) * (double(dqkv16[i]) - dqkv32[i]);
@@ -607,6 +607,18 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   }
   EXPECT_GT(diff, 0.0);
   EXPECT_LT(std::sqrt(diff / norm), 2e-2);
+  // The same operands handed over as their bf16 patterns (a layer's saved copies) give the same bits.
+  std::vector<std::uint16_t> qkv_bits(qkv.size()), p_bits(p16.size());
+  floats_to_bf16(qkv.data(), qkv_bits.data(), qkv.size());
+  floats_to_bf16(p16.data(), p_bits.data(), p16.size());
+  auto p_again = poisoned(p16.size()), ctx_again = poisoned(ctx16.size()), dqkv_again = poisoned(qkv.size());
+  be->attention_forward(DType::bf16, {qkv_bits.data(), DType::bf16}, mask.data(), p_again.data(), ctx_again.data(), B, L,
+                        H, hd);
+  be->attention_backward(DType::bf16, {qkv_bits.data(), DType::bf16}, {p_bits.data(), DType::bf16}, dctx.data(),
+                         dqkv_again.data(), B, L, H, hd);
+  EXPECT_EQ(p_again, p16);
+  EXPECT_EQ(ctx_again, ctx16);
+  EXPECT_EQ(dqkv_again, dqkv16);
 }
 
 // ---------------------------------------------------------------- audio front end and video

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/vector_math.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 
 namespace avtrain {
@@ -41,11 +42,24 @@ void round_operand(DType compute, float* x, std::size_t n) {
   if (compute == DType::f16) round_to_half(x, nullptr, n);
 }
 
+// An operand's n values in fp32: its own storage, or its 16-bit patterns unpacked into `unpacked`.
+const float* values_of(Operand x, DType compute, std::size_t n, std::vector<float>& unpacked) {
+  require(x.dtype == DType::f32 || x.dtype == compute, "internal: an attention operand is neither fp32 nor the compute type");
+  if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
+  unpacked.resize(n);
+  const auto* bits = static_cast<const std::uint16_t*>(x.data);
+  if (x.dtype == DType::bf16) bf16_to_floats(bits, unpacked.data(), n);
+  else half_to_floats(bits, unpacked.data(), n);
+  return unpacked.data();
+}
+
 }  // namespace
 
-void CpuBackend::attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx,
-                                   int B, int L, int H, int hd) {
+void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std::uint8_t* key_mask, float* p,
+                                   float* ctx, int B, int L, int H, int hd) {
   const int D = H * hd;
+  std::vector<float> unpacked;
+  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -64,9 +78,12 @@ void CpuBackend::attention_forward(DType compute, const float* qkv, const std::u
 }
 
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-void CpuBackend::attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv,
-                                    int B, int L, int H, int hd) {
+void CpuBackend::attention_backward(DType compute, Operand qkv_operand, Operand p_operand, const float* dctx,
+                                    float* dqkv, int B, int L, int H, int hd) {
   const int D = H * hd;
+  std::vector<float> qkv_values, p_values;
+  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, qkv_values);
+  const float* p = values_of(p_operand, compute, std::size_t(B) * H * L * L, p_values);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
 #pragma omp parallel

@@ -62,9 +62,9 @@ class CpuBackend final : public Backend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
-  void attention_forward(DType compute, const float* qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
+  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
                          int H, int hd) override;
-  void attention_backward(DType compute, const float* qkv, const float* p, const float* dctx, float* dqkv, int B, int L, int H,
+  void attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B, int L, int H,
                           int hd) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
