@@ -49,8 +49,8 @@ struct Heads {
 };
 
 // Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] for each of `heads` strided triples, A and B in
-// `type`, C in fp32, as the column-major product C^T = op(B)^T op(A)^T (CUBLAS_COMPUTE_32F: fp32
-// operands never take TF32 here).
+// `type`, C in fp32, as the column-major product C^T = op(B)^T op(A)^T. fp32 operands follow the
+// handle's math mode: TF32 only under --allow-tf32, as gemm().
 void gemm_heads(cublasHandle_t handle, DType type, Trans ta, Trans tb, int M, int N, int K, float alpha, Heads A,
                 Heads B, Heads C, int heads) {
   const float beta = 0.0f;
