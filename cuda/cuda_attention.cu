@@ -14,27 +14,14 @@
 #include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;
 // The backward's dS scores are worked in groups of samples of at most this size.
 constexpr std::size_t kScoreScratchBytes = std::size_t(256) << 20;
-
-__device__ float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 cudaDataType_t operand_type(DType t) {
   return t == DType::f32 ? CUDA_R_32F : t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -129,7 +116,6 @@ __global__ void softmax_backward(float* ds, Probabilities p, int L, std::size_t 
   for (int j = threadIdx.x; j < L; j += kWarp) d16[j] = to_16(p[row + j] * (d[j] - dot), type);
 }
 
-unsigned row_blocks(std::size_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 void require_operand(Operand x, DType compute, const char* what) {
   require(x.dtype == DType::f32 || x.dtype == compute,

@@ -36,7 +36,7 @@ class CudaBackend final : public Backend {
   void zero(void* p, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
   bool host_accessible() const override { return false; }
-  std::size_t peak_bytes() const override { return arena_ ? arena_->peak() : 0; }
+  std::size_t peak_bytes() const override { return arena_ ? arena_->peak_bytes() : 0; }
   void synchronize() override;
 
   // Takes one block of `bytes` of device memory now; from then on every allocation of this backend
@@ -47,7 +47,6 @@ class CudaBackend final : public Backend {
   std::size_t device_allocations() const { return device_allocations_; }
 
   cudaStream_t stream() const { return stream_; }
-  int device() const { return options_.device; }
 
   using Backend::gemm;
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,

@@ -6,19 +6,13 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace avtrain::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;  // warps per block in the row kernels; row lanes in the column sums
-constexpr int kMaxChunks = 512;
-
-__device__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+constexpr int kMaxChunks = 512;  // (kRowsPerBlock, from launch.cuh, is also the row lanes of the column sums)
 
 __global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
                                          float* mean, float* rstd, int rows, int dim, float eps) {
@@ -253,9 +247,7 @@ __global__ void batchnorm_dx(const float* dy, const float* x, const std::uint8_t
   }
 }
 
-unsigned row_blocks(int rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 unsigned column_blocks(int cols) { return unsigned((cols + 255) / 256); }
-unsigned element_blocks(std::size_t n) { return unsigned(std::min<std::size_t>((n + 255) / 256, 1u << 16)); }
 
 }  // namespace
 
@@ -305,7 +297,7 @@ void CudaBackend::batchnorm_forward_train(const float* x, const std::uint8_t* ro
                                                                   running_var, ch, eps, momentum);
   CUDA_CHECK_LAUNCH();
   if (rows == 0) return;
-  batchnorm_apply<<<element_blocks(std::size_t(rows) * ch), 256, 0, stream_>>>(x, row_mask, gamma, beta, mean,
+  batchnorm_apply<<<blocks_for(std::size_t(rows) * ch), kThreads, 0, stream_>>>(x, row_mask, gamma, beta, mean,
                                                                                 rstd, y, rows, ch);
   CUDA_CHECK_LAUNCH();
 }
@@ -314,7 +306,7 @@ void CudaBackend::batchnorm_forward_eval(const float* x, const std::uint8_t* row
                                          const float* beta, const float* running_mean, const float* running_var,
                                          float* y, int rows, int ch, float eps) {
   if (rows <= 0 || ch <= 0) return;
-  batchnorm_eval<<<element_blocks(std::size_t(rows) * ch), 256, 0, stream_>>>(x, row_mask, gamma, beta,
+  batchnorm_eval<<<blocks_for(std::size_t(rows) * ch), kThreads, 0, stream_>>>(x, row_mask, gamma, beta,
                                                                                running_mean, running_var, y, rows,
                                                                                ch, eps);
   CUDA_CHECK_LAUNCH();
@@ -336,7 +328,7 @@ void CudaBackend::batchnorm_backward(const float* dy, const float* x, const std:
                       sum_dy);
   batchnorm_accumulate_params<<<column_blocks(ch), 256, 0, stream_>>>(sum_dy_xhat, sum_dy, dgamma, dbeta, ch);
   CUDA_CHECK_LAUNCH();
-  batchnorm_dx<<<element_blocks(std::size_t(rows) * ch), 256, 0, stream_>>>(dy, x, row_mask, gamma, mean, rstd,
+  batchnorm_dx<<<blocks_for(std::size_t(rows) * ch), kThreads, 0, stream_>>>(dy, x, row_mask, gamma, mean, rstd,
                                                                             sum_dy_xhat, sum_dy, count, dx, rows,
                                                                             ch);
   CUDA_CHECK_LAUNCH();

@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kThreads) stats_of_tensors(const GradientStats
   if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
 
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
 double CudaBackend::sum_squares(const float* x, std::size_t n) { return reduce(*this, x, n, SumSquares{}); }

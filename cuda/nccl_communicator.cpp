@@ -113,11 +113,6 @@ void NcclCommunicator::poll_async_error() {
     nccl_ok(async, "ncclCommGetAsyncError (asynchronous error)", __LINE__);
 }
 
-void NcclCommunicator::require_member(int rank, const char* role) const {
-  require(rank >= 0 && rank < size_, std::string(role) + " " + std::to_string(rank) + " is not a member of the " +
-                                         where_ + ": ranks are 0.." + std::to_string(size_ - 1));
-}
-
 NcclCommunicator::SharedEvent NcclCommunicator::new_event() {
   cudaEvent_t event = nullptr;
   CUDA_OK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -167,7 +162,7 @@ void NcclCommunicator::all_reduce(double* data, std::size_t count, parallel::Red
 }
 
 void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
-  require_member(root, "broadcast root");
+  parallel::require_member(root, size_, where_, "broadcast root");
   order_after_compute();
   NCCL_OK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
   enqueued().wait();
@@ -182,7 +177,7 @@ void NcclCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
 }
 
 parallel::Request NcclCommunicator::send_async(const void* data, std::size_t bytes, int peer, int /*tag*/) {
-  require_member(peer, "send peer");
+  parallel::require_member(peer, size_, where_, "send peer");
   group_begin();
   order_after_compute();
   NCCL_OK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_.get()));
@@ -192,7 +187,7 @@ parallel::Request NcclCommunicator::send_async(const void* data, std::size_t byt
 }
 
 parallel::Request NcclCommunicator::recv_async(void* data, std::size_t bytes, int peer, int /*tag*/) {
-  require_member(peer, "recv peer");
+  parallel::require_member(peer, size_, where_, "recv peer");
   group_begin();
   order_after_compute();
   NCCL_OK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_.get()));

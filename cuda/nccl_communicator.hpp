@@ -8,8 +8,9 @@
 //
 // Buffers of all_reduce, broadcast, send and recv are device memory. Every operation is enqueued
 // on stream(); a Request completes when its operation has completed on the GPU. To make an
-// operation wait for the computation that produced its buffer, call after(compute) before it: the
-// trainer does this before it launches each gradient bucket.
+// operation wait for the computation that produced its buffer, call after(compute) before it, or
+// follow(compute) once: make_nccl_groups has every group follow the backend's compute stream, so a
+// bucket's all-reduce or a stage transfer waits, on the GPU, for the work that wrote its buffer.
 //
 // Point-to-point: NCCL has no tags. Sends and receives between two ranks match in the order they
 // are issued; the tag arguments are ignored. A send and a receive issued separately run one after
@@ -94,7 +95,6 @@ class NcclCommunicator final : public parallel::Communicator {
   void poll_async_error();
   void order_after_compute();
   cudaStream_t follows_ = nullptr;
-  void require_member(int rank, const char* role) const;
   void nccl_ok(ncclResult_t result, const char* call, int line);
   void cuda_ok(cudaError_t status, const char* call, int line);
   [[noreturn]] void fail(const char* library, const char* call, const std::string& message, int line);

@@ -5,21 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/half.hpp"
 
 namespace avtrain {
-
-namespace {
-// A buffer of the backend's memory, freed on scope exit.
-struct Memory {
-  Backend& be;
-  void* p;
-  Memory(Backend& b, std::size_t bytes) : be(b), p(b.allocate(bytes)) {}
-  ~Memory() { be.deallocate(p); }
-  Memory(const Memory&) = delete;
-  Memory& operator=(const Memory&) = delete;
-};
-}  // namespace
 
 double gemm_rate_gflops(Backend& be, DType type, int n, int repeats) {
   const std::size_t count = std::size_t(n) * n, element = dtype_size(type);
@@ -29,11 +18,13 @@ double gemm_rate_gflops(Backend& be, DType type, int n, int repeats) {
   if (type == DType::f16) floats_to_half(values.data(), packed.data(), count);
   if (type == DType::bf16) floats_to_bf16(values.data(), packed.data(), count);
   const void* host = type == DType::f32 ? static_cast<const void*>(values.data()) : packed.data();
-  Memory a(be, count * element), b(be, count * element), c(be, count * sizeof(float));
-  be.upload(a.p, host, count * element);
-  be.upload(b.p, host, count * element);
+  TensorMemoryScope in_the_backend(be);
+  AlignedArray<std::uint8_t> a, b;
+  a.upload(static_cast<const std::uint8_t*>(host), count * element);
+  b.upload(static_cast<const std::uint8_t*>(host), count * element);
+  Buffer c(count);
   auto product = [&] {
-    be.gemm(type, Trans::no, Trans::no, n, n, n, 1.0f, {a.p, type}, n, {b.p, type}, n, 0.0f, static_cast<float*>(c.p), n);
+    be.gemm(type, Trans::no, Trans::no, n, n, n, 1.0f, {a.data(), type}, n, {b.data(), type}, n, 0.0f, c.data(), n);
     be.synchronize();
   };
   product();  // warm-up: handles, kernels, clocks

@@ -35,8 +35,7 @@ class ArenaMemory final : public TensorMemory {
   }
   std::size_t capacity() const { return capacity_; }
   std::size_t in_use() const { return in_use_; }
-  std::size_t peak() const { return peak_; }  // highest in_use so far
-  std::size_t peak_bytes() const override { return peak_; }
+  std::size_t peak_bytes() const override { return peak_; }  // highest in_use so far
 
  private:
   TensorMemory& parent_;

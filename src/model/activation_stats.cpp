@@ -7,10 +7,7 @@
 namespace avtrain {
 
 void ActivationStats::note(Backend& backend, const std::string& module, const float* y, std::size_t n) {
-  if (slots_.size() == 0) {
-    slots_.resize(kMaxModules);
-    slots_.zero();
-  }
+  if (slots_.size() == 0) slots_.resize(kMaxModules);  // zeroed, as tensor memory comes
   const auto [it, added] = slot_of_.emplace(module, slot_of_.size());
   require(it->second < kMaxModules, "internal: more than " + std::to_string(kMaxModules) + " modules on one stage");
   backend.abs_max_into(y, n, slots_.data() + it->second);

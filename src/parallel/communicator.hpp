@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/error.hpp"
 
 namespace avtrain::parallel {
 
@@ -72,5 +73,12 @@ class Communicator {
   // all-reduce): what gradient compression halves.
   virtual std::uint64_t bytes_sent() const = 0;
 };
+
+// Throws Error unless 0 <= rank < size: `role` `rank` (e.g. "send peer 3") is not a member of
+// `where` (the communicator and this member, as its messages name them).
+inline void require_member(int rank, int size, const std::string& where, const char* role) {
+  require(rank >= 0 && rank < size, std::string(role) + " " + std::to_string(rank) + " is not a member of the " + where +
+                                        ": ranks are 0.." + std::to_string(size - 1));
+}
 
 }  // namespace avtrain::parallel

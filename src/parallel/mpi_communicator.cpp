@@ -186,11 +186,6 @@ void MpiCommunicator::release() noexcept {
 
 void MpiCommunicator::check(int rc, const char* call) const { check_mpi(rc, call, where_); }
 
-void MpiCommunicator::require_member(int rank, const char* role) const {
-  require(rank >= 0 && rank < size_, std::string(role) + " " + std::to_string(rank) + " is not a member of the " +
-                                         where_ + ": ranks are 0.." + std::to_string(size_ - 1));
-}
-
 MPI_Op MpiCommunicator::op_of(DType type, ReduceOp op) const {
   return type == DType::f32 ? builtin_op(op) : half_ops_[half_op_index(type, op)];
 }
@@ -227,7 +222,7 @@ void MpiCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
 }
 
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
-  require_member(root, "broadcast root");
+  require_member(root, size_, where_, "broadcast root");
   auto* p = static_cast<std::byte*>(data);
   for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
     check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "MPI_Bcast");
@@ -235,7 +230,7 @@ void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
 }
 
 void MpiCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
-  require_member(peer, "send peer");
+  require_member(peer, size_, where_, "send peer");
   const auto* p = static_cast<const std::byte*>(data);
   for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
     check(MPI_Send(p + offset, n, MPI_BYTE, peer, tag, comm_), "MPI_Send");
@@ -244,7 +239,7 @@ void MpiCommunicator::send(const void* data, std::size_t bytes, int peer, int ta
 }
 
 void MpiCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
-  require_member(peer, "recv peer");
+  require_member(peer, size_, where_, "recv peer");
   auto* p = static_cast<std::byte*>(data);
   for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
     MPI_Status status;
@@ -254,7 +249,7 @@ void MpiCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
 }
 
 Request MpiCommunicator::send_async(const void* data, std::size_t bytes, int peer, int tag) {
-  require_member(peer, "send peer");
+  require_member(peer, size_, where_, "send peer");
   auto request = std::make_unique<MpiRequest>(where_);
   const auto* p = static_cast<const std::byte*>(data);
   for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
@@ -267,7 +262,7 @@ Request MpiCommunicator::send_async(const void* data, std::size_t bytes, int pee
 }
 
 Request MpiCommunicator::recv_async(void* data, std::size_t bytes, int peer, int tag) {
-  require_member(peer, "recv peer");
+  require_member(peer, size_, where_, "recv peer");
   auto request = std::make_unique<MpiRequest>(where_);
   auto* p = static_cast<std::byte*>(data);
   for_each_chunk(bytes, chunk_, [&](std::size_t offset, int n) {
@@ -279,7 +274,7 @@ Request MpiCommunicator::recv_async(void* data, std::size_t bytes, int peer, int
 }
 
 std::vector<std::string> MpiCommunicator::gather(const std::string& mine, int root) {
-  require_member(root, "gather root");
+  require_member(root, size_, where_, "gather root");
   require(mine.size() <= std::size_t(INT_MAX), "gather on the " + where_ + ": a string of " +
                                                    std::to_string(mine.size()) + " bytes is over the 2 GiB limit");
   const int length = int(mine.size());

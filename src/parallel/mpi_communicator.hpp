@@ -58,7 +58,6 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void check(int rc, const char* call) const;
-  void require_member(int rank, const char* role) const;
   MPI_Op op_of(DType type, ReduceOp op) const;
   void release() noexcept;
 

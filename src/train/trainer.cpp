@@ -250,19 +250,23 @@ struct Trainer::Impl {
   // One row per module of this stage, from the gradients as accumulated (multiplied by loss_scale):
   // norms are reported unscaled, the underflow share as the compute type sees the scaled values.
   // `grad_sum_squares` gets the unscaled sum of squares over the stage.
-  // The statistics of every parameter come back in two passes (gradients, values), each one return
-  // to the host: on a GPU the step waits for the device twice here, not twice per parameter.
+  // Backend::tensor_stats of every parameter's part of `flat` (values or grads), by ParamId, in one
+  // pass and one return to the host (on a GPU: one wait for the device, not one per parameter).
+  std::vector<Backend::TensorStats> param_stats(const Buffer& flat, float threshold) {
+    std::vector<Backend::Span> spans;
+    for (const ParamInfo& p : params.params()) spans.push_back({p.offset, p.size});
+    std::vector<Backend::TensorStats> stats(spans.size());
+    be.tensor_stats_many(flat.data(), spans.data(), int(spans.size()), threshold, stats.data());
+    return stats;
+  }
+
   std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
     std::vector<LayerRow> rows;
     grad_sum_squares = 0;
     const float threshold = underflow_threshold(policy.compute());
     const double unscale2 = 1.0 / (loss_scale * loss_scale);
-    const std::size_t count = params.params().size();
-    std::vector<Backend::Span> spans;
-    for (const ParamInfo& p : params.params()) spans.push_back({p.offset, p.size});
-    std::vector<Backend::TensorStats> grad_stats(count), value_stats(count);
-    be.tensor_stats_many(params.grads().data(), spans.data(), int(count), threshold, grad_stats.data());
-    be.tensor_stats_many(params.values().data(), spans.data(), int(count), 0.0f, value_stats.data());
+    const std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads(), threshold);
+    const std::vector<Backend::TensorStats> value_stats = param_stats(params.values(), 0.0f);
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
       LayerRow r;
@@ -297,13 +301,10 @@ struct Trainer::Impl {
   // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
   void check_replicas_agree(std::int64_t step) {
     if (topo.dp == 1) return;
-    std::vector<Backend::Span> spans;
-    for (const ParamInfo& p : params.params())
-      if (p.trainable) spans.push_back({p.offset, p.size});
-    std::vector<Backend::TensorStats> stats(spans.size());
-    be.tensor_stats_many(params.values().data(), spans.data(), int(spans.size()), 0.0f, stats.data());
+    const std::vector<Backend::TensorStats> stats = param_stats(params.values(), 0.0f);
     double sum = 0;
-    for (const Backend::TensorStats& s : stats) sum += s.sum_squares;
+    for (ParamId id = 0; id < ParamId(stats.size()); ++id)
+      if (params.info(id).trainable) sum += stats[std::size_t(id)].sum_squares;
     double stage_range[2] = {sum, -sum};  // max and -min over the replicas
     groups.data->all_reduce(stage_range, 2, parallel::ReduceOp::max);
     require(stage_range[0] == -stage_range[1],

@@ -1,5 +1,8 @@
-"""The one way the gpu test scripts start a program: echo it, capture its output, and stop the
-script with the program's tail and its exit code when it fails."""
+"""What the gpu test scripts share: the one way they start a program (echo it, capture its
+output, stop the script with the program's tail and exit code when it fails), how many GPUs are
+there, and a fresh synthetic shard set."""
+import os
+import shutil
 import subprocess
 import sys
 
@@ -11,3 +14,20 @@ def run(command):
         print(done.stdout[-3000:], done.stderr[-3000:])
         sys.exit(f"{command[0]}: failed ({done.returncode}): {' '.join(command)}")
     return done.stdout
+
+
+def gpu_count(bin_dir):
+    """CUDA devices this process sees (0 when none or no driver), as cuda_device_check lists them."""
+    probe = subprocess.run([os.path.join(bin_dir, "cuda_device_check")], capture_output=True, text=True)
+    if probe.returncode == 77:
+        return 0
+    return sum(line.startswith("device ") for line in probe.stdout.splitlines())
+
+
+def fresh_shards(bin_dir, work, shards, samples):
+    """Empties `work` and writes a synthetic shard set (seed 3) into work/shards; returns its path."""
+    shutil.rmtree(work, ignore_errors=True)
+    path = os.path.join(work, "shards")
+    run([os.path.join(bin_dir, "avtrain-shards"), "synth", "--out", path, "--shards", str(shards), "--samples",
+         str(samples), "--seed", "3"])
+    return path

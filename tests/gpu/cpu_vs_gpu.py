@@ -10,11 +10,9 @@ usage: cpu_vs_gpu.py BIN_DIR SOURCE_DIR WORK_DIR
 """
 import csv
 import os
-import shutil
-import subprocess
 import sys
 
-from checked_run import run
+from checked_run import fresh_shards, gpu_count, run
 
 
 def first_row(run_dir):
@@ -26,13 +24,10 @@ def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     bin_dir, source, work = sys.argv[1:]
-    if subprocess.run([os.path.join(bin_dir, "cuda_device_check")]).returncode == 77:
+    if gpu_count(bin_dir) == 0:
         print("no CUDA device: skipped")
         sys.exit(77)
-    shutil.rmtree(work, ignore_errors=True)
-    shards = os.path.join(work, "shards")
-    run([os.path.join(bin_dir, "avtrain-shards"), "synth", "--out", shards, "--shards", "2", "--samples", "256",
-         "--seed", "3"])
+    shards = fresh_shards(bin_dir, work, shards=2, samples=256)
     deck = os.path.join(source, "inputs", "ci.ini")
     avtrain = os.path.join(bin_dir, "avtrain")
     for device in ("cpu", "cuda"):

@@ -6,26 +6,20 @@ own GPU. Loss within 1e-6, grad norm within 1e-5 relative. Exits 77 (skipped) wi
 usage: layouts_on_gpus.py BIN_DIR SOURCE_DIR WORK_DIR MPIEXEC
 """
 import os
-import shutil
-import subprocess
 import sys
 
-from checked_run import run
+from checked_run import fresh_shards, gpu_count, run
 
 
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__)
     bin_dir, source, work, mpiexec = sys.argv[1:]
-    probe = subprocess.run([os.path.join(bin_dir, "cuda_device_check")], capture_output=True, text=True)
-    gpus = sum(line.startswith("device ") for line in probe.stdout.splitlines())
-    if probe.returncode == 77 or gpus < 2:
+    gpus = gpu_count(bin_dir)
+    if gpus < 2:
         print(f"{gpus} GPU(s): skipped")
         sys.exit(77)
-    shutil.rmtree(work, ignore_errors=True)
-    shards = os.path.join(work, "shards")
-    run([os.path.join(bin_dir, "avtrain-shards"), "synth", "--out", shards, "--shards", "4", "--samples", "128",
-         "--seed", "3"])
+    shards = fresh_shards(bin_dir, work, shards=4, samples=128)
     deck = os.path.join(source, "inputs", "ci.ini")
     layouts = {"pp1_dp1": (1, ["--train.micro_batches", "4"]),
                "pp1_dp2": (2, ["--train.micro_batches", "2", "--dp", "2"]),

@@ -11,6 +11,7 @@
                                          and a backward span per micro-batch and step, and optimizer spans
 """
 import csv
+import math
 import json
 import sys
 
@@ -33,9 +34,11 @@ def same(base, cand, loss_rtol, gnorm_rtol):
     for x, y in zip(a, b):
         for column, rtol in (("loss", loss_rtol), ("grad_norm", gnorm_rtol)):
             u, v = float(x[column]), float(y[column])
+            if not (math.isfinite(u) and math.isfinite(v)):
+                fail(f"step {x['step']}: {column} {u!r} vs {v!r}: not finite")
             rel = abs(u - v) / abs(u) if u else abs(v)
             worst[column] = max(worst[column], rel)
-            if rel > rtol:
+            if not rel <= rtol:
                 fail(f"step {x['step']}: {column} {u!r} vs {v!r}: relative difference {rel:.3g} > {rtol:g}")
     print(f"check_layouts: {len(a)} steps agree; worst relative difference loss {worst['loss']:.3g}, "
           f"grad_norm {worst['grad_norm']:.3g}")

@@ -24,7 +24,7 @@ TEST(ArenaMemory, HandsOutAlignedZeroedRangesInsideItsBlock) {
   auto* c = static_cast<unsigned char*>(arena.allocate(300));
   EXPECT_EQ(c, b);  // first fit reuses the released range
   for (int i = 0; i < 300; ++i) ASSERT_EQ(c[i], 0) << i;  // and hands it out zeroed
-  EXPECT_EQ(arena.peak(), 768u);
+  EXPECT_EQ(arena.peak_bytes(), 768u);
 }
 
 TEST(ArenaMemory, ReleasedNeighboursMergeSoALargerRangeFits) {

@@ -282,6 +282,18 @@ TEST_P(GradBucketsWire, AverageIsTheGradientRoundedThroughTheWireType) {
   EXPECT_NE(grads[500], 1.0f / 3.0f);
 }
 
+TEST(GradBuckets, DividesByDpBeforeTheSixteenBitCastSoTheSumCannotOverflow) {
+  // 40000 is below fp16's 65504, but two of them are not: divided first, each member sends 20000
+  // and the sum comes back 40000; cast first, the sum would overflow to inf.
+  std::vector<float> grads = random_grads(kSize, 5);
+  grads[7] = 40000.0f;
+  FakeGroup group(2);
+  GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f16, group);
+  buckets.start_step();
+  buckets.finish();
+  EXPECT_EQ(grads[7], 40000.0f);
+}
+
 TEST_P(GradBucketsWire, HandsTheGroupHalfTheBytesOfFp32) {
   std::vector<float> grads = random_grads(kSize, 3);
   FakeGroup fp32_group(2), wire_group(2);

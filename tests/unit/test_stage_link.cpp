@@ -265,22 +265,29 @@ TEST(StageLink, FinishSendsCompletesEveryTransferInFlight) {
   EXPECT_TRUE(same_bits(back.dx, first.x));
 }
 
-TEST(StageLink, SendsOwnTheirBytes) {
-  // The sender overwrites its flow before the sends move a byte: what arrives is what was sent.
-  const auto be = make_cpu_backend();
-  Mailbox mailbox;
-  FakePipe pipe0(mailbox, 0, true), pipe1(mailbox, 1);
-  StageLink stage0(pipe0, *be, D), stage1(pipe1, *be, D);
-  Flow flow = activation(*be, DType::bf16, 4);
-  const Flow original = activation(*be, DType::bf16, 4);
-  stage0.send_activation(flow);
+TEST_P(StageLinkTypes, SendsOwnTheirBytes) {
+  // The sender overwrites its flow before the sends move a byte (they read their buffers only when
+  // completed): what arrives is what was sent, activation and gradient alike.
+  const DType dtype = GetParam();
+  FakePipe deferred0(mailbox, 0, true), deferred1(mailbox, 1, true);
+  StageLink sender0(deferred0, *be, D), sender1(deferred1, *be, D);
+  Flow flow = activation(*be, dtype, 4);
+  const Flow original = activation(*be, dtype, 4);
+  sender0.send_activation(flow);
   std::fill(flow.x.data(), flow.x.data() + kValues, 0.0f);
   std::fill(flow.token_mask.data(), flow.token_mask.data() + kTokens, std::uint8_t(0));
-  stage0.finish_sends();
+  sender0.finish_sends();
   Flow received;
   stage1.recv_activation(received);
   EXPECT_TRUE(same_bits(received.x, original.x));
   EXPECT_TRUE(same_bits(received.token_mask, original.token_mask));
+
+  received.dx.upload(original.x.data(), kValues);
+  sender1.send_gradient(received);
+  std::fill(received.dx.data(), received.dx.data() + kValues, 0.0f);
+  sender1.finish_sends();
+  stage0.recv_gradient(flow);
+  EXPECT_TRUE(same_bits(flow.dx, original.x));
 }
 
 TEST(StageLink, TaglessCommunicatorOnePerDirection) {

@@ -604,6 +604,7 @@ TEST(RankReport, MergeTakesLargestOverRanksAndTheLastReplicasWaitAsComm) {
     rep.row.schedule_ms = 100;
     rep.row.idle_ms = 10.0 * (r + 1);
     rep.row.act_mb = r == 1 ? 5.0 : 1.0;
+    rep.row.data_wait_ms = r == 2 ? 3.25 : 0.5;
     if (rep.row.dp_rank == 0) {
       LayerRow l;
       l.layer = r == 0 ? "embed" : "head.cls";
@@ -618,6 +619,7 @@ TEST(RankReport, MergeTakesLargestOverRanksAndTheLastReplicasWaitAsComm) {
   EXPECT_EQ(row.comm_ms, 1.5);  // stage 0: min(9, 1.5); stage 1: min(0.5, 7); largest of the two
   EXPECT_EQ(row.step_ms, 120);
   EXPECT_EQ(row.act_mb, 5.0);
+  EXPECT_EQ(row.data_wait_ms, 3.25);
   EXPECT_DOUBLE_EQ(row.bubble, 0.4);
   ASSERT_EQ(ranks.size(), 4u);
   EXPECT_EQ(ranks[3].rank, 3);
