@@ -128,6 +128,15 @@ float through(DType type, float v) {
   return type == DType::f16 ? half_to_float(float_to_half(v)) : bf16_to_float(float_to_bf16(v));
 }
 
+// One step as the trainer takes it: the buckets from offset 350 on become ready during backward
+// (launched, let progress), the rest at its end.
+void take_step(GradBuckets& buckets) {
+  buckets.start_step();
+  buckets.ready_from(350);
+  buckets.progress();
+  buckets.finish();
+}
+
 std::size_t offset_of(const Call& c, const float* grads) {
   return std::size_t(static_cast<const float*>(c.data) - grads);
 }
@@ -208,9 +217,7 @@ TEST(GradBuckets, FinishLaunchesTheRestAndWaitsForAll) {
   std::vector<float> grads(kSize, 1.5f);
   FakeGroup group(2);
   GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, DType::f32, group);
-  buckets.start_step();
-  buckets.ready_from(350);
-  buckets.finish();
+  take_step(buckets);
   ASSERT_EQ(group.calls.size(), 3u);
   EXPECT_EQ(offset_of(group.calls[1], grads.data()), 100u);
   EXPECT_EQ(offset_of(group.calls[2], grads.data()), 0u);
@@ -266,9 +273,7 @@ TEST_P(GradBucketsWire, AverageIsTheGradientRoundedThroughTheWireType) {
   std::vector<float> grads = original;
   FakeGroup group(2);
   GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
-  buckets.start_step();
-  buckets.ready_from(350);
-  buckets.finish();
+  take_step(buckets);
 
   ASSERT_EQ(group.calls.size(), 3u);
   for (const Call& c : group.calls) EXPECT_EQ(c.type, wire);
@@ -326,9 +331,7 @@ TEST(GradBuckets, LocalSumSquaresIsOverTheOwnGradientsBeforeReduction) {
     std::vector<float> grads = original;
     FakeGroup group(2);
     GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
-    buckets.start_step();
-    buckets.ready_from(350);
-    buckets.finish();
+    take_step(buckets);
     EXPECT_NEAR(buckets.local_sum_squares(), expected, 1e-12 * expected) << dtype_name(wire);
     // A new step starts counting afresh.
     buckets.start_step();
@@ -342,10 +345,7 @@ TEST(GradBuckets, GroupOfOneMakesNoCallsAndLeavesTheGradients) {
     std::vector<float> grads = original;
     FakeGroup group(1);
     GradBuckets buckets(cpu(), grads.data(), kBounds, kCap250Floats, wire, group);
-    buckets.start_step();
-    buckets.ready_from(350);
-    buckets.progress();
-    buckets.finish();
+    take_step(buckets);
     EXPECT_TRUE(group.calls.empty()) << dtype_name(wire);
     EXPECT_EQ(group.bytes_sent(), 0u);
     EXPECT_EQ(buckets.local_sum_squares(), 0.0);
