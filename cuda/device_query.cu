@@ -1,6 +1,8 @@
 #include "device_query.hpp"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <string>
 
@@ -33,6 +35,29 @@ std::string describe_device(int index) {
   const double gib = double(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0);
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
          std::to_string(int(gib + 0.5)) + " GiB)";
+}
+
+std::string describe_libraries() {
+  const auto cuda_version = [](int v) {
+    return v == 0 ? std::string("none") : std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+  int major = 0, minor = 0, patch = 0;
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  cublasGetProperty(PATCH_LEVEL, &patch);
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  const auto nccl_version = [](int v) {  // codes before 2.9 are X*1000 + Y*100 + Z
+    const int base = v >= 10000 ? 10000 : 1000;
+    return std::to_string(v / base) + "." + std::to_string(v % base / 100) + "." + std::to_string(v % 100);
+  };
+  return "CUDA runtime " + cuda_version(runtime) + " (built with " + cuda_version(CUDART_VERSION) + "), driver supports CUDA " +
+         cuda_version(driver) + "\ncuBLAS " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch) +
+         " (built against " + std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) + "." +
+         std::to_string(CUBLAS_VER_PATCH) + ")\nNCCL " + nccl_version(nccl) + " (built against " + nccl_version(NCCL_VERSION_CODE) + ")";
 }
 
 }  // namespace avtrain::cuda

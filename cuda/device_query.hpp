@@ -15,4 +15,9 @@ std::size_t free_memory();
 // "NAME (sm_XY, N GiB)" of device `index`.
 std::string describe_device(int index);
 
+// The versions of the CUDA runtime, the driver, cuBLAS and NCCL that this process loaded, each
+// beside the version it was built against, one line each; needs no GPU. A node whose libraries are
+// older than the build's shows it here (the GPU bundle takes cuBLAS and NCCL from the node).
+std::string describe_libraries();
+
 }  // namespace avtrain::cuda

@@ -1,72 +1,194 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (run on a machine with a GPU, in under 8 minutes):
-#   1. builds the cuda preset;  2. runs ctest -L gpu (every CUDA op against the CPU op, NCCL);
-#   3. measures the GPU's bf16 GEMM rate (avtrain-gemm-peak, 8192^3);
-#   4. trains the quickstart deck on the GPU in FP32 and BF16 (200 steps) and reconciles them;
-#   5. times the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16:
-#      step time, samples/s and model FLOP utilisation against the measured bf16 GEMM rate.
-# Every part runs even when an earlier one fails, so one run says as much as it can; the summary
-# table at the end gives each part's result. Logs go under $OUT (default runs/gpu-check).
-#   bash validation/gpu-check.sh
+# The one prepared GPU check, for a GPU node in well under 8 minutes. It runs avtrain from the GPU
+# bundle (validation/gpu-bundle.sh) when there is one, so the node needs only the NVIDIA driver,
+# CUDA's cuBLAS and NCCL, python3 with numpy, and ctest; without a bundle it builds the cuda preset.
+#   bash validation/gpu-check.sh                       from the source tree: uses $AVTRAIN_BUNDLE (a
+#                                                      folder or .tar.xz), else build/avtrain-bundle.tar.xz
+#                                                      or build/avtrain-bundle/, else builds
+#   bash BUNDLE/share/avtrain/validation/gpu-check.sh  from an unpacked bundle
+# The parts, each run even when an earlier one failed (the summary at the end gives each result):
+#   0. in its first seconds: every tool, library and Python module it needs, or a list of what is
+#      missing and exit 2;
+#   1. the bundle (or the build), the CUDA libraries this node gives, the devices (cuda_device_check);
+#   2. on the CPU: a synthetic shard set; the quickstart deck for 3 steps on 1 rank and on 2 ranks
+#      through the bundle's mpirun, the two reconciled (they must agree: same global batch);
+#   3. ctest -L gpu: every CUDA op against the CPU op, NCCL, a GPU training run against the CPU's;
+#   4. the GPU's bf16 GEMM rate (avtrain-gemm-peak, 8192^3);
+#   5. the quickstart deck on the GPU in FP32 and BF16, 200 steps each, reconciled;
+#   6. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
+#      time, samples/s and model FLOP utilisation against the measured GEMM rate.
+# Without a visible GPU, 3 reports skipped and 4-6 stop at avtrain's one-line "no GPU" message.
+# Exit: 0 every part passed; 1 a part failed; 2 something needed is missing; 3 no GPU is visible
+# (the CPU parts passed). Logs go under $OUT (default runs/gpu-check).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$root/runs/gpu-check}
 mkdir -p "$out"
-bin="$root/build/cuda/bin"
-cd "$root"
+out=$(cd "$out" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 declare -a summary
+failed=0
 note() { summary+=("$1"); echo "gpu-check: $1"; }
-elapsed() { echo "$(( $(date +%s) - start ))s"; }
+fail() { failed=1; note "$1"; }
 start=$(date +%s)
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
-# 1. Build.
-if cmake --preset cuda > "$out/configure.log" 2>&1 &&
-   cmake --build --preset cuda -j "$(nproc)" > "$out/build.log" 2>&1; then
-  note "build: ok ($(elapsed))"
-else
-  note "build: FAILED (see build.log)"; tail -30 "$out/build.log"
+# Where avtrain comes from: a bundle (named, the one this script sits in, or the source tree's), or a build.
+bundle=""
+tarball=""
+if [[ -n ${AVTRAIN_BUNDLE:-} ]]; then
+  if [[ -f $AVTRAIN_BUNDLE ]]; then tarball=$AVTRAIN_BUNDLE; else bundle=$AVTRAIN_BUNDLE; fi
+elif [[ -x $root/../../libexec/launch ]]; then
+  bundle=$(cd "$root/../.." && pwd)
+elif [[ -f $root/build/avtrain-bundle.tar.xz ]]; then
+  tarball=$root/build/avtrain-bundle.tar.xz
+elif [[ -d $root/build/avtrain-bundle ]]; then
+  bundle=$root/build/avtrain-bundle
 fi
 
-# 2. The gpu tests.
-if ctest --preset cuda -L gpu > "$out/ctest-gpu.log" 2>&1; then
-  note "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1) ($(elapsed))"
+# 0. What this check needs, all looked for before anything runs.
+missing=()
+need_tool() { command -v "$1" > /dev/null || missing+=("$1 (${2:-a program on PATH})"); }
+python=$(command -v "${AVTRAIN_PYTHON:-python3}" || true)
+if [[ -z $python ]]; then
+  missing+=("python3 (on PATH, or AVTRAIN_PYTHON)")
 else
-  note "ctest -L gpu: FAILED: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)"
-  grep -E "Failure|FAILED|Expected|Which is|relative" "$out/ctest-gpu.log" | head -40
+  export AVTRAIN_PYTHON=$python
+  "$python" -c "import numpy; numpy.zeros(1)" 2> /dev/null || missing+=("numpy (python module, for avtrain-reconcile; python: $python)")
+fi
+need_tool ctest "CMake's test driver, for the gpu tests"
+need_tool timeout "coreutils"
+if [[ -z $bundle && -z $tarball ]]; then
+  need_tool cmake "no bundle here, so the cuda preset is built: cmake, nvcc and our Debian packages"
+  [[ -x /usr/local/cuda/bin/nvcc ]] || missing+=("/usr/local/cuda/bin/nvcc (the cuda preset's compiler; or bring the bundle)")
+fi
+if [[ -n $tarball && -n $python ]]; then
+  bundle=$root/build/avtrain-bundle
+  [[ $tarball == "$root/build/avtrain-bundle.tar.xz" ]] || bundle=$out/avtrain-bundle
+  if [[ ! -x $bundle/libexec/launch || $tarball -nt $bundle/libexec/launch ]]; then
+    rm -rf "$bundle"
+    mkdir -p "$(dirname "$bundle")"
+    "$python" - "$tarball" "$(dirname "$bundle")" <<'PY' || missing+=("a readable bundle ($tarball does not unpack)")
+import sys, tarfile  # python's own xz and tar: the node needs neither program
+with tarfile.open(sys.argv[1]) as bundle:
+    bundle.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+PY
+    touch "$bundle/libexec/launch" 2> /dev/null
+  fi
+fi
+if [[ -n $bundle ]]; then
+  if [[ ! -x $bundle/bin/avtrain-bundle-check ]]; then
+    missing+=("the bundle's programs ($bundle is not an avtrain bundle)")
+  elif ! "$bundle/bin/avtrain-bundle-check" > "$out/bundle-check.log" 2>&1; then
+    while read -r line; do missing+=("${line#  }"); done < <(grep -E "MISSING|OUTSIDE" "$out/bundle-check.log")
+  fi
+fi
+command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+if (( ${#missing[@]} )); then
+  echo "gpu-check: missing on this machine ($(elapsed)), nothing was run:" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  exit 2
+fi
+note "needs: all present (python3 $("$python" -c 'import sys, numpy; print(sys.version.split()[0] + ", numpy " + numpy.__version__)'), $(ctest --version | head -1)) ($(elapsed))"
+
+# 1. The programs, the node's CUDA libraries, the devices.
+if [[ -n $bundle ]]; then
+  bin=$bundle/bin
+  mpirun=("$bin/mpirun")
+  gpu_tests=(ctest --test-dir "$bundle/tests")
+  sed 's/^/  /' "$bundle/etc/bundle-info"
+  note "bundle: $bundle ($(head -1 "$bundle/etc/bundle-info" | cut -d, -f1))"
+  grep "node's" "$out/bundle-check.log"
+else
+  bin=$root/build/cuda/bin
+  mpirun=(mpirun)
+  gpu_tests=(ctest --preset cuda)
+  cd "$root"
+  if cmake --preset cuda > "$out/configure.log" 2>&1 &&
+     cmake --build --preset cuda -j "$(nproc)" > "$out/build.log" 2>&1; then
+    note "build of the cuda preset: ok ($(elapsed))"
+  else
+    fail "build of the cuda preset: FAILED (see $out/build.log)"; tail -30 "$out/build.log"
+  fi
+fi
+cd "$out"
+"$bin/cuda_device_check" > "$out/devices.log" 2>&1
+devices_rc=$?
+cat "$out/devices.log"
+gpu=1
+if (( devices_rc == 77 )); then
+  gpu=0
+  note "no GPU visible: $(tail -1 "$out/devices.log")"
+elif (( devices_rc != 0 )); then
+  gpu=0
+  fail "cuda_device_check: FAILED ($devices_rc): $(tail -1 "$out/devices.log")"
+else
+  note "$(grep '^device' "$out/devices.log" | paste -sd';' -)"
+fi
+
+# 2. The CPU path and the bundle's MPI: 1 rank against 2 data-parallel ranks, the same global batch.
+shards=$out/quickstart-shards
+if timeout 120 "$bin/avtrain-shards" synth --out "$shards" --shards 4 --samples 1024 --seed 1 > "$out/shards.log" 2>&1; then
+  note "avtrain-shards synth: ok"
+else
+  fail "avtrain-shards synth: FAILED: $(tail -1 "$out/shards.log")"
+fi
+deck=$root/inputs/quickstart.ini
+cpu_args=(--data "$shards" --device cpu --steps 3 --train.micro_batch 16 --threads 1)
+if timeout 120 "$bin/avtrain" "$deck" "${cpu_args[@]}" --train.micro_batches 2 --out "$out/cpu-1rank" > "$out/cpu-1rank.log" 2>&1 &&
+   timeout 120 "${mpirun[@]}" -n 2 --bind-to none "$bin/avtrain" "$deck" "${cpu_args[@]}" --dp 2 --out "$out/cpu-2ranks" \
+     > "$out/cpu-2ranks.log" 2>&1 < /dev/null; then
+  if "$python" "$root/validation/avtrain-reconcile" "$out/cpu-1rank" "$out/cpu-2ranks" > "$out/cpu-reconcile.log" 2>&1; then
+    note "CPU, 1 rank against 2 ranks through mpirun, reconciled: $(grep verdict "$out/cpu-reconcile.log")"
+  else
+    fail "CPU, 1 rank against 2 ranks: reconcile FAILED: $(grep verdict "$out/cpu-reconcile.log" || tail -1 "$out/cpu-reconcile.log")"
+  fi
+else
+  fail "CPU quickstart on 1 and 2 ranks: FAILED: $(tail -1 "$out/cpu-1rank.log" "$out/cpu-2ranks.log" 2> /dev/null | grep -v '^==>' | awk NF | tail -1)"
+fi
+
+# 3. The gpu tests (skipped, never passed, without a GPU).
+if timeout 330 "${gpu_tests[@]}" -L gpu > "$out/ctest-gpu.log" 2>&1; then
+  note "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)$(grep -c '(Skipped)' "$out/ctest-gpu.log" | sed 's/^0$//; s/.\+/, & skipped/') ($(elapsed))"
+else
+  fail "ctest -L gpu: FAILED: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)"
+  grep -E "Failure|FAILED|Expected|Which is|relative|error" "$out/ctest-gpu.log" | head -40
 fi
 grep -E "Skipped|\*\*\*" "$out/ctest-gpu.log" | head -10
 
-# 3. The bf16 GEMM rate of this GPU.
-peak=$("$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20 2>&1 | tee "$out/gemm-peak.log" |
-       sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p')
-note "bf16 GEMM 8192^3: ${peak:-?} TFLOP/s"
-
-# 4. Quickstart on the GPU, FP32 and BF16, reconciled.
-shards="$out/quickstart-shards"
-"$bin/avtrain-shards" synth --out "$shards" --shards 4 --samples 1024 --seed 1 > "$out/shards.log" 2>&1
-for p in fp32 bf16; do
-  if "$bin/avtrain" inputs/quickstart.ini --data "$shards" --device cuda --precision "$p" --steps 200 \
-       --out "$out/quickstart-$p" > "$out/quickstart-$p.log" 2>&1; then
-    note "quickstart $p on the GPU: $(grep 'done:' "$out/quickstart-$p.log")"
-  else
-    note "quickstart $p on the GPU: FAILED: $(tail -1 "$out/quickstart-$p.log")"
-  fi
-done
-if /usr/bin/python3 validation/avtrain-reconcile "$out/quickstart-fp32" "$out/quickstart-bf16" \
-     > "$out/reconcile.log" 2>&1; then
-  note "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log")"
+# 4-6 need a GPU: without one, show avtrain's own message and stop there.
+if (( ! gpu )); then
+  "$bin/avtrain" "$deck" --data "$shards" --device cuda --steps 1 --out "$out/no-gpu" > "$out/no-gpu.log" 2>&1
+  note "avtrain --device cuda without a GPU (exit $?): $(tail -1 "$out/no-gpu.log")"
+  note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, the large deck"
 else
-  note "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log" || tail -1 "$out/reconcile.log")"
-fi
+  # 4. The bf16 GEMM rate of this GPU.
+  peak=$(timeout 120 "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20 2>&1 |
+         tee "$out/gemm-peak.log" | sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p')
+  if [[ -n $peak ]]; then note "bf16 GEMM 8192^3: $peak TFLOP/s"; else fail "bf16 GEMM: FAILED: $(tail -1 "$out/gemm-peak.log")"; fi
 
-# 5. Throughput on the large deck.
-large="$out/large-shards"
-"$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 --sample-rate 16000 \
-  --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3 > "$out/large-shards.log" 2>&1
-if "$bin/avtrain" inputs/gpu-large.ini --data "$large" --device cuda --out "$out/large" > "$out/large.log" 2>&1; then
-  /usr/bin/python3 - "$out" "${peak:-0}" <<'PY' | tee "$out/throughput.txt"
+  # 5. Quickstart on the GPU, FP32 and BF16, reconciled.
+  for p in fp32 bf16; do
+    if timeout 150 "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision "$p" --steps 200 \
+         --out "$out/quickstart-$p" > "$out/quickstart-$p.log" 2>&1; then
+      note "quickstart $p on the GPU: $(grep 'done:' "$out/quickstart-$p.log")"
+    else
+      fail "quickstart $p on the GPU: FAILED: $(tail -1 "$out/quickstart-$p.log")"
+    fi
+  done
+  if "$python" "$root/validation/avtrain-reconcile" "$out/quickstart-fp32" "$out/quickstart-bf16" > "$out/reconcile.log" 2>&1; then
+    note "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log")"
+  else
+    fail "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log" || tail -1 "$out/reconcile.log")"
+  fi
+
+  # 6. Throughput on the large deck.
+  large=$out/large-shards
+  "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 --sample-rate 16000 \
+    --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3 > "$out/large-shards.log" 2>&1
+  if timeout 240 "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --out "$out/large" > "$out/large.log" 2>&1; then
+    "$python" - "$out" "${peak:-0}" <<'PY' | tee "$out/throughput.txt"
 import csv, json, statistics, sys
 out, peak = sys.argv[1], float(sys.argv[2])
 rows = list(csv.DictReader(open(f"{out}/large/trace.csv")))[5:]  # after warm-up
@@ -79,11 +201,15 @@ mfu = tflops / peak if peak else float("nan")
 print(f"large deck (bf16): step {step_ms:.1f} ms, {samples:.1f} samples/s, {tflops:.1f} TFLOP/s model, "
       f"MFU {mfu:.1%} of the measured bf16 GEMM rate {peak:.1f} TFLOP/s")
 PY
-  note "large deck: $(tail -1 "$out/throughput.txt")"
-else
-  note "large deck on the GPU: FAILED: $(tail -1 "$out/large.log")"
+    note "large deck: $(tail -1 "$out/throughput.txt")"
+  else
+    fail "large deck on the GPU: FAILED: $(tail -1 "$out/large.log")"
+  fi
 fi
 
 echo
 echo "gpu-check summary ($(elapsed), logs in $out):"
 for line in "${summary[@]}"; do echo "  - $line"; done
+if (( failed )); then exit 1; fi
+if (( ! gpu )); then exit 3; fi
+exit 0

@@ -43,7 +43,7 @@ def main():
     for device in ("cpu", "cuda"):
         run([avtrain, deck, "--data", shards, "--device", device, "--precision", "bf16", "--steps", "40",
              "--out", os.path.join(work, f"bf16_{device}")])
-    print(run(["/usr/bin/python3", os.path.join(source, "validation", "avtrain-reconcile"),
+    print(run([sys.executable, os.path.join(source, "validation", "avtrain-reconcile"),
                os.path.join(work, "bf16_cpu"), os.path.join(work, "bf16_cuda")]))
     print("cpu_vs_gpu: ok")
 

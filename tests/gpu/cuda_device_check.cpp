@@ -1,11 +1,13 @@
-// Lists the CUDA devices this rank sees. Exit 77 (CTest: skipped) when there is none, so a machine
-// without a GPU reports the gpu tests as skipped, never as passed.
+// Lists the CUDA libraries this process loaded (against the versions it was built with) and the CUDA
+// devices it sees. Exit 77 (CTest: skipped) when there is none, so a machine without a GPU reports
+// the gpu tests as skipped, never as passed.
 #include <cstdio>
 #include <exception>
 
 #include "device_query.hpp"
 
 int main() {
+  std::printf("%s\n", avtrain::cuda::describe_libraries().c_str());
   try {
     const int count = avtrain::cuda::device_count();
     if (count == 0) {

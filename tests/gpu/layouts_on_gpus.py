@@ -29,7 +29,7 @@ def main():
              "--device", "cuda", "--steps", "20", "--out", os.path.join(work, name)] + extra)
     check = os.path.join(source, "tests", "mpi", "check_layouts.py")
     for name in ("pp1_dp2", "pp2_dp1"):
-        print(run(["/usr/bin/python3", check, "same", os.path.join(work, "pp1_dp1"), os.path.join(work, name),
+        print(run([sys.executable, check, "same", os.path.join(work, "pp1_dp1"), os.path.join(work, name),
                    "1e-6", "1e-5"]))
     print("layouts_on_gpus: ok")
 
