@@ -18,11 +18,14 @@
 #   6. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
 #      time, samples/s and model FLOP utilisation against the measured GEMM rate.
 # Without a visible GPU, 3 reports skipped and 4-6 stop at avtrain's one-line "no GPU" message.
+# Each part runs under what is left of one budget ($AVTRAIN_GPU_CHECK_SECONDS, default 450 s), so the
+# check ends inside 8 minutes even when a part hangs (that part then fails with "timed out").
 # Exit: 0 every part passed; 1 a part failed; 2 something needed is missing; 3 no GPU is visible
-# (the CPU parts passed). Logs go under $OUT (default runs/gpu-check).
+# (the CPU parts passed). Logs, shard sets and runs go under $AVTRAIN_CHECK_DIR (default
+# runs/gpu-check); summary.txt there holds the summary printed at the end.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${OUT:-$root/runs/gpu-check}
+out=${AVTRAIN_CHECK_DIR:-$root/runs/gpu-check}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -33,6 +36,18 @@ note() { summary+=("$1"); echo "gpu-check: $1"; }
 fail() { failed=1; note "$1"; }
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start ))s"; }
+# Every part runs under what is left of one budget, so the whole check ends inside it.
+budget=${AVTRAIN_GPU_CHECK_SECONDS:-450}
+limit() { local left=$(( start + budget - $(date +%s) )); (( left < 1 )) && left=1; (( left < $1 )) && echo "$left" || echo "$1"; }
+timed() {  # timed SECONDS LOG COMMAND...: the command with at most SECONDS of the budget, output to LOG
+  local seconds log=$2 rc
+  seconds=$(limit "$1")
+  shift 2
+  timeout "$seconds" "$@" > "$log" 2>&1 < /dev/null
+  rc=$?
+  (( rc == 124 )) && echo "timed out after ${seconds}s (the whole check has ${budget}s)" >> "$log"
+  return $rc
+}
 
 # Where avtrain comes from: a bundle (named, the one this script sits in, or the source tree's), or a build.
 bundle=""
@@ -129,49 +144,51 @@ fi
 
 # 2. The CPU path and the bundle's MPI: 1 rank against 2 data-parallel ranks, the same global batch.
 shards=$out/quickstart-shards
-if timeout 120 "$bin/avtrain-shards" synth --out "$shards" --shards 4 --samples 1024 --seed 1 > "$out/shards.log" 2>&1; then
+if timed 120 "$out/shards.log" "$bin/avtrain-shards" synth --out "$shards" --shards 4 --samples 1024 --seed 1; then
   note "avtrain-shards synth: ok"
 else
   fail "avtrain-shards synth: FAILED: $(tail -1 "$out/shards.log")"
 fi
 deck=$root/inputs/quickstart.ini
 cpu_args=(--data "$shards" --device cpu --steps 3 --train.micro_batch 16 --threads 1)
-if timeout 120 "$bin/avtrain" "$deck" "${cpu_args[@]}" --train.micro_batches 2 --out "$out/cpu-1rank" > "$out/cpu-1rank.log" 2>&1 &&
-   timeout 120 "${mpirun[@]}" -n 2 --bind-to none "$bin/avtrain" "$deck" "${cpu_args[@]}" --dp 2 --out "$out/cpu-2ranks" \
-     > "$out/cpu-2ranks.log" 2>&1 < /dev/null; then
-  if "$python" "$root/validation/avtrain-reconcile" "$out/cpu-1rank" "$out/cpu-2ranks" > "$out/cpu-reconcile.log" 2>&1; then
-    note "CPU, 1 rank against 2 ranks through mpirun, reconciled: $(grep verdict "$out/cpu-reconcile.log")"
-  else
-    fail "CPU, 1 rank against 2 ranks: reconcile FAILED: $(grep verdict "$out/cpu-reconcile.log" || tail -1 "$out/cpu-reconcile.log")"
-  fi
+cpu_failed=""
+timed 120 "$out/cpu-1rank.log" "$bin/avtrain" "$deck" "${cpu_args[@]}" --train.micro_batches 2 --out "$out/cpu-1rank" ||
+  cpu_failed=$out/cpu-1rank.log
+[[ -n $cpu_failed ]] || timed 120 "$out/cpu-2ranks.log" "${mpirun[@]}" -n 2 --bind-to none "$bin/avtrain" "$deck" \
+  "${cpu_args[@]}" --dp 2 --out "$out/cpu-2ranks" || cpu_failed=$out/cpu-2ranks.log
+if [[ -n $cpu_failed ]]; then
+  fail "CPU quickstart on 1 and 2 ranks: FAILED: $(tail -1 "$cpu_failed")"
+elif "$python" "$root/validation/avtrain-reconcile" "$out/cpu-1rank" "$out/cpu-2ranks" > "$out/cpu-reconcile.log" 2>&1; then
+  note "CPU, 1 rank against 2 ranks through mpirun, reconciled: $(grep verdict "$out/cpu-reconcile.log")"
 else
-  fail "CPU quickstart on 1 and 2 ranks: FAILED: $(tail -1 "$out/cpu-1rank.log" "$out/cpu-2ranks.log" 2> /dev/null | grep -v '^==>' | awk NF | tail -1)"
+  fail "CPU, 1 rank against 2 ranks: reconcile FAILED: $(grep verdict "$out/cpu-reconcile.log" || tail -1 "$out/cpu-reconcile.log")"
 fi
 
 # 3. The gpu tests (skipped, never passed, without a GPU).
-if timeout 330 "${gpu_tests[@]}" -L gpu > "$out/ctest-gpu.log" 2>&1; then
+if timed 330 "$out/ctest-gpu.log" "${gpu_tests[@]}" -L gpu; then
   note "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)$(grep -c '(Skipped)' "$out/ctest-gpu.log" | sed 's/^0$//; s/.\+/, & skipped/') ($(elapsed))"
 else
-  fail "ctest -L gpu: FAILED: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)"
+  fail "ctest -L gpu: FAILED: $(grep -E 'tests passed|tests failed|timed out after' "$out/ctest-gpu.log" | tail -1)"
   grep -E "Failure|FAILED|Expected|Which is|relative|error" "$out/ctest-gpu.log" | head -40
 fi
 grep -E "Skipped|\*\*\*" "$out/ctest-gpu.log" | head -10
 
 # 4-6 need a GPU: without one, show avtrain's own message and stop there.
 if (( ! gpu )); then
-  "$bin/avtrain" "$deck" --data "$shards" --device cuda --steps 1 --out "$out/no-gpu" > "$out/no-gpu.log" 2>&1
+  timed 60 "$out/no-gpu.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --steps 1 --out "$out/no-gpu"
   note "avtrain --device cuda without a GPU (exit $?): $(tail -1 "$out/no-gpu.log")"
   note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, the large deck"
 else
   # 4. The bf16 GEMM rate of this GPU.
-  peak=$(timeout 120 "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20 2>&1 |
-         tee "$out/gemm-peak.log" | sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p')
+  timed 120 "$out/gemm-peak.log" "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20
+  cat "$out/gemm-peak.log"
+  peak=$(sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' "$out/gemm-peak.log")
   if [[ -n $peak ]]; then note "bf16 GEMM 8192^3: $peak TFLOP/s"; else fail "bf16 GEMM: FAILED: $(tail -1 "$out/gemm-peak.log")"; fi
 
   # 5. Quickstart on the GPU, FP32 and BF16, reconciled.
   for p in fp32 bf16; do
-    if timeout 150 "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision "$p" --steps 200 \
-         --out "$out/quickstart-$p" > "$out/quickstart-$p.log" 2>&1; then
+    if timed 150 "$out/quickstart-$p.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision "$p" \
+         --steps 200 --out "$out/quickstart-$p"; then
       note "quickstart $p on the GPU: $(grep 'done:' "$out/quickstart-$p.log")"
     else
       fail "quickstart $p on the GPU: FAILED: $(tail -1 "$out/quickstart-$p.log")"
@@ -185,9 +202,9 @@ else
 
   # 6. Throughput on the large deck.
   large=$out/large-shards
-  "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 --sample-rate 16000 \
-    --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3 > "$out/large-shards.log" 2>&1
-  if timeout 240 "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --out "$out/large" > "$out/large.log" 2>&1; then
+  timed 60 "$out/large-shards.log" "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 \
+    --sample-rate 16000 --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3
+  if timed 240 "$out/large.log" "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --out "$out/large"; then
     "$python" - "$out" "${peak:-0}" <<'PY' | tee "$out/throughput.txt"
 import csv, json, statistics, sys
 out, peak = sys.argv[1], float(sys.argv[2])
@@ -207,9 +224,12 @@ PY
   fi
 fi
 
+{
+  echo "gpu-check summary ($(elapsed), logs in $out):"
+  for line in "${summary[@]}"; do echo "  - $line"; done
+} > "$out/summary.txt"
 echo
-echo "gpu-check summary ($(elapsed), logs in $out):"
-for line in "${summary[@]}"; do echo "  - $line"; done
+cat "$out/summary.txt"
 if (( failed )); then exit 1; fi
 if (( ! gpu )); then exit 3; fi
 exit 0
