@@ -50,6 +50,7 @@ cp "$ompi_bindir/orted" "$ompi_bindir/ompi_info" "$out/libexec/"
 cp "$ompi_pkglibdir"/*.so "$out/lib/openmpi/"
 cp -r "$ompi_pkgdatadir"/. "$out/share/openmpi/"
 cp "$ompi_sysconfdir"/openmpi-mca-params.conf "$ompi_sysconfdir"/openmpi-default-hostfile "$out/etc/openmpi/"
+echo >> "$out/etc/openmpi/openmpi-mca-params.conf"  # Debian's file ends without a newline
 cat >> "$out/etc/openmpi/openmpi-mca-params.conf" <<'EOF'
 # avtrain bundle: GPU node images often have no ssh, and OpenMPI's launcher refuses to start even a
 # one-node job when it finds no rsh agent; 'false' lets it start (a launch on other nodes without

@@ -70,13 +70,16 @@ def main():
         '  set(python python3)',
         'endif()',
     ]
+    made = set()
     for test in tests:
         name = test["name"]
         command = " ".join(f'"{relocate(a)}"' for a in test["command"])
         lines.append(f"add_test({bracket(name)} {command})")
         properties = {p["name"]: p["value"] for p in test.get("properties", [])}
         workdir = relocate(properties.get("WORKING_DIRECTORY", build))
-        lines.append(f'file(MAKE_DIRECTORY "{workdir}")')
+        if workdir not in made:
+            lines.append(f'file(MAKE_DIRECTORY "{workdir}")')
+            made.add(workdir)
         settings = [f'WORKING_DIRECTORY "{workdir}"']
         for key in KEPT_PROPERTIES:
             if key in properties:
