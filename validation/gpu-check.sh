@@ -85,9 +85,12 @@ if [[ -n $tarball && -n $python ]]; then
     rm -rf "$bundle"
     mkdir -p "$(dirname "$bundle")"
     "$python" - "$tarball" "$(dirname "$bundle")" <<'PY' || missing+=("a readable bundle ($tarball does not unpack)")
-import sys, tarfile  # python's own xz and tar: the node needs neither program
-with tarfile.open(sys.argv[1]) as bundle:
-    bundle.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+import lzma, sys, tarfile  # python's own xz and tar: the node needs neither program
+try:
+    with tarfile.open(sys.argv[1]) as bundle:
+        bundle.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+except (OSError, EOFError, lzma.LZMAError, tarfile.TarError) as e:
+    sys.exit(f"gpu-check: {sys.argv[1]}: {e}")
 PY
     touch "$bundle/libexec/launch" 2> /dev/null
   fi
