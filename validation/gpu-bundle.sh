@@ -115,5 +115,5 @@ rm -f "$tarball.tmp"
 tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T0 -6 > "$tarball.tmp"
 mv "$tarball.tmp" "$tarball"
 echo "gpu-bundle: $tarball: $(du -m "$tarball" | cut -f1) MiB ($(du -sm "$out" | cut -f1) MiB unpacked:" \
-     "$(ls "$out/libexec" | wc -l) programs, $(ls "$out"/lib/*.so* | wc -l) libraries, $(ls "$out"/lib/openmpi | wc -l) OpenMPI plugins)"
+     "$(ls "$out/libexec" | grep -cvx launch) programs, $(ls "$out"/lib/*.so* | wc -l) libraries, $(ls "$out"/lib/openmpi | wc -l) OpenMPI plugins)"
 cat "$out/etc/bundle-info"
