@@ -183,6 +183,9 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast0);
   t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines",
         kAtLeast0);
+  t.add("[train] step loop", "train.init_ulps", &c.train.init_ulps,
+        "move every randomly drawn initial weight this many ulps up (0: off): an FP32 twin of a run, "
+        "for avtrain-reconcile's noise band", kAtLeast0);
   t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads",
         Range<int>{1, 1024, "in [1, 1024]"});
   t.add("[train] step loop", "train.out", &c.train.out,

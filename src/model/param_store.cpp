@@ -30,7 +30,7 @@ ParamId ParamStore::add(const std::string& module, const std::string& leaf, std:
   return ParamId(params_.size() - 1);
 }
 
-void ParamStore::allocate(std::uint64_t seed) {
+void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
   values_.resize(total_);
   grads_.resize(total_);
   values_.zero();
@@ -43,7 +43,11 @@ void ParamStore::allocate(std::uint64_t seed) {
     switch (p.init) {
       case Init::zeros: break;
       case Init::ones: std::fill(v, v + p.size, 1.0f); break;
-      case Init::normal: fill_normal_keyed(v, p.size, seed, p.name, p.init_std); break;
+      case Init::normal:
+        fill_normal_keyed(v, p.size, seed, p.name, p.init_std);
+        for (std::size_t i = 0; i < p.size; ++i)
+          for (int k = 0; k < init_ulps; ++k) v[i] = std::nextafter(v[i], INFINITY);
+        break;
     }
   }
   values_.upload(initial.data(), initial.size());

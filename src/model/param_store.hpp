@@ -35,8 +35,9 @@ class ParamStore {
   ParamId add(const std::string& module, const std::string& leaf, std::vector<int> shape, Init init,
               float init_std, bool weight_decay, bool trainable = true);
   // Allocates the buffers and initialises every parameter from (seed, name) alone, so any
-  // later cut of the layer list into stages starts from the same weights.
-  void allocate(std::uint64_t seed);
+  // later cut of the layer list into stages starts from the same weights. init_ulps > 0 moves each
+  // randomly drawn value that many ulps up (std::nextafter): the same run, perturbed in the last bits.
+  void allocate(std::uint64_t seed, int init_ulps = 0);
   // Before allocate(): matrix products read `id` from a working copy in `dtype` (f32: the master).
   void set_working_dtype(ParamId id, DType dtype);
   // What a matrix product reads: the working copy, or the fp32 master.

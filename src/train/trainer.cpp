@@ -124,7 +124,7 @@ struct Trainer::Impl {
   // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
   // exist before the buckets (the next member) point into it.
   float* allocate_params() {
-    params.allocate(config.train.seed);
+    params.allocate(config.train.seed, config.train.init_ulps);
     params.refresh_working(be);
     return params.grads().data();
   }

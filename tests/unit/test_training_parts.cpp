@@ -276,6 +276,25 @@ TEST(ParamStore, NormalInitHasTheRequestedStd) {
   EXPECT_NEAR(mean, 0.0, 0.001);  // 5 standard errors
 }
 
+TEST(ParamStore, InitUlpsMovesEveryDrawnValueThatManyUlpsUpAndNothingElse) {
+  ParamStore plain, nudged;
+  for (ParamStore* p : {&plain, &nudged}) {
+    p->add("w", "weight", {64}, Init::normal, 0.02f, true);
+    p->add("n", "weight", {4}, Init::ones, 0.0f, false);
+    p->add("n", "bias", {4}, Init::zeros, 0.0f, false);
+  }
+  plain.allocate(5);
+  nudged.allocate(5, 3);
+  auto a = values_by_name(plain), b = values_by_name(nudged);
+  for (std::size_t i = 0; i < a["w.weight"].size(); ++i) {
+    float expect = a["w.weight"][i];
+    for (int k = 0; k < 3; ++k) expect = std::nextafter(expect, INFINITY);
+    EXPECT_EQ(b["w.weight"][i], expect) << i;
+  }
+  EXPECT_EQ(a["n.weight"], b["n.weight"]);  // only randomly drawn values move
+  EXPECT_EQ(a["n.bias"], b["n.bias"]);
+}
+
 TEST(ParamStore, OnesAndZerosInitsAreExact) {
   ParamStore s;
   const ParamId ones = s.add("n", "weight", {5}, Init::ones, 0.0f, false);
