@@ -46,6 +46,16 @@ for name, prec, ms, ratio in rows:
     print(f"| {name} | {prec} | {ms:.1f} | {a['batch'] / ms * 1e3:.0f} | {gflop / ms * 1e3:.1f} | {ratio:.2f} |")
 print(f"\navtrain bf16 step / avtrain fp32 step: {ab['median_step_ms'] / a['median_step_ms']:.2f}; "
       f"avtrain bf16 / PyTorch bf16 autocast: {ab['median_step_ms'] / tb['median_step_ms']:.3f}")
+import ctypes, os
+flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
+model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+blas = ctypes.CDLL("libopenblas.so.0")
+blas.openblas_get_corename.restype = ctypes.c_char_p
+forced = os.environ.get("OPENBLAS_CORETYPE")
+print(f"\nMachine: {model}, {os.cpu_count()} cores, "
+      f"{'AVX-512 with BF16' if 'avx512_bf16' in flags else 'AVX-512' if 'avx512f' in flags else 'AVX2' if 'avx2' in flags else 'no AVX2'}; "
+      f"OpenBLAS kernels (both codes' fp32 products): {blas.openblas_get_corename().decode()}"
+      + (f" (forced by OPENBLAS_CORETYPE={forced} in the environment)" if forced else ""))
 print(f"\nModel matrix products: {gflop:.2f} GFLOP per step; large sgemm (2048³) here: "
       f"{a['sgemm_gflops']:.0f} GFLOP/s (median of the rounds); GEMM floor {a['floor_ms']:.1f} ms. avtrain's "
       f"ratio is the median over its steps of step / floor, each floor from the sgemm rate measured "
