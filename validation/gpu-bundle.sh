@@ -64,14 +64,15 @@ cp "$pmix_prefix"/share/pmix-mca-params.conf "$out/etc/pmix/"
 # Every library the programs and plugins need (ldd gives the whole closure), but glibc's and the node's.
 printf '%s\n' "${system_libs[@]}" > "$out/etc/system-libs"
 : > "$out/etc/node-libs"
-declare -A copied=()
+declare -A is_system=()
+for s in "${system_libs[@]}"; do is_system[$s]=1; done
 for f in "$out"/libexec/* "$out"/lib/openmpi/*.so "$out"/lib/pmix/*.so; do
   node=()
   while read -r soname path; do
-    if printf '%s\n' "${system_libs[@]}" | grep -qxF "$soname"; then continue; fi
+    [[ -n ${is_system[$soname]:-} ]] && continue
     if [[ $path == "not" ]]; then echo "gpu-bundle: ${f#$out/} needs $soname, which is not installed here" >&2; exit 1; fi
     if [[ $soname =~ $node_lib_pattern ]]; then node+=("$soname"); continue; fi
-    if [[ -z ${copied[$soname]:-} ]]; then cp -L "$path" "$out/lib/$soname"; copied[$soname]=1; fi
+    [[ -e $out/lib/$soname ]] || cp -L "$path" "$out/lib/$soname"
   done < <(ldd "$f" | awk '$2 == "=>" {print $1, $3}')
   if [[ $f == "$out"/libexec/* && ${#node[@]} -gt 0 ]]; then
     echo "${f##*/}: ${node[*]}" >> "$out/etc/node-libs"

@@ -100,6 +100,8 @@ if [[ -n $bundle ]]; then
     missing+=("the bundle's programs ($bundle is not an avtrain bundle)")
   elif ! "$bundle/bin/avtrain-bundle-check" > "$out/bundle-check.log" 2>&1; then
     while read -r line; do missing+=("${line#  }"); done < <(grep -E "MISSING|OUTSIDE" "$out/bundle-check.log")
+    grep -qE "MISSING|OUTSIDE" "$out/bundle-check.log" ||
+      missing+=("a working avtrain-bundle-check: $(tail -1 "$out/bundle-check.log")")
   fi
 fi
 command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1

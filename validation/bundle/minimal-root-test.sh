@@ -126,6 +126,8 @@ done < <(sed -n '/^ldd avtrain-bundle/,/^avtrain bundle at/p' "$work/run.log" | 
 grep -q "every program and library resolves inside the bundle" "$work/run.log" || die "avtrain-bundle-check"
 expect() { grep -qE "$1" "$work/run.log" || die "gpu-check did not report: $1"; }
 expect "gpu-check: needs: all present"
+expect "^cuBLAS 13\.[0-9]+\.[0-9]+ \(built against 13\.[0-9]+\.[0-9]+\)$"
+expect "^NCCL 2\.[0-9]+\.[0-9]+ \(built against 2\.[0-9]+\.[0-9]+\)$"
 expect "gpu-check: no GPU visible"
 expect "gpu-check: avtrain-shards synth: ok"
 expect "gpu-check: CPU, 1 rank against 2 ranks through mpirun, reconciled: verdict: PASS"
