@@ -4,12 +4,14 @@
 #   jobscripts/install-deps.sh --reference  also PyTorch (CPU) for the benchmark and reference checks
 set -euo pipefail
 
-# patchelf, xz-utils: validation/gpu-bundle.sh; debootstrap, bubblewrap: its minimal-root test.
+# patchelf, xz-utils, binutils (objdump, strip): validation/gpu-bundle.sh; debootstrap with
+# debian-archive-keyring (a recommendation, which --no-install-recommends skips), bubblewrap: its
+# minimal-root test.
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
           libgtest-dev python3 python3-numpy python3-h5py
-          patchelf xz-utils debootstrap bubblewrap)
+          patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap)
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-matplotlib)
 fi
