@@ -1,14 +1,33 @@
 #include "model/param_store.hpp"
 
 #include <algorithm>
-#include <vector>
-
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/keyed_random.hpp"
 
 namespace avtrain {
+namespace {
+
+// x moved n ulps towards +inf, as n calls of std::nextafter(x, INFINITY) would (except that a
+// step through zero gives +0 where nextafter gives -0), in O(1): the bit patterns of finite floats,
+// read as sign-magnitude integers, are in the order of their values. Stops at +inf.
+float ulps_up(float x, int n) {
+  if (n == 0 || !std::isfinite(x)) return x;
+  std::int32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const std::int64_t ordered = bits >= 0 ? std::int64_t(bits) : -std::int64_t(bits & 0x7fffffff);
+  const std::int64_t moved = std::min<std::int64_t>(ordered + n, 0x7f800000);  // +inf's pattern
+  bits = moved >= 0 ? std::int32_t(moved) : std::int32_t(std::uint32_t(-moved) | 0x80000000u);
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
+}
+
+}  // namespace
 
 ParamId ParamStore::add(const std::string& module, const std::string& leaf, std::vector<int> shape,
                         Init init, float init_std, bool weight_decay, bool trainable) {
@@ -45,8 +64,7 @@ void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
       case Init::ones: std::fill(v, v + p.size, 1.0f); break;
       case Init::normal:
         fill_normal_keyed(v, p.size, seed, p.name, p.init_std);
-        for (std::size_t i = 0; i < p.size; ++i)
-          for (int k = 0; k < init_ulps; ++k) v[i] = std::nextafter(v[i], INFINITY);
+        for (std::size_t i = 0; i < p.size; ++i) v[i] = ulps_up(v[i], init_ulps);
         break;
     }
   }
