@@ -21,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
@@ -162,14 +164,30 @@ def main():
         write_run(d("base"), base)
         write_run(d("same"), base, meta=dict(RUN_JSON, data=dict(RUN_JSON["data"], dir="/elsewhere")))
 
-        rnd = random.Random(2)
-        noisy = copy.deepcopy(base)
-        for r in noisy:
-            r["loss"] *= 1 + 0.01 * rnd.uniform(-1, 1)
-            r["grad_norm"] *= 1 + 0.03 * rnd.uniform(-1, 1)
-            for n in LAYERS:
-                r["layers"][n] *= 1 + 0.03 * rnd.uniform(-1, 1)
+        def noisy_copy(seed, late=1.0):
+            """base with AMP-like noise: 1e-4 over the first 10 steps, then `late` times 1 % / 3 %."""
+            rnd = random.Random(seed)
+            out = copy.deepcopy(base)
+            for r in out:
+                a = 1e-4 if r["step"] < 10 else late
+                r["loss"] *= 1 + 0.01 * a * rnd.uniform(-1, 1)
+                r["grad_norm"] *= 1 + 0.03 * a * rnd.uniform(-1, 1)
+                for n in LAYERS:
+                    r["layers"][n] *= 1 + 0.03 * a * rnd.uniform(-1, 1)
+            return out
+        noisy = noisy_copy(2)
         write_run(d("noisy"), noisy, mode="bf16")
+        # the band: an FP32 twin that wanders 10x as far as the noisy run; a CAND inside it and
+        # one that leaves it only from step 40 (loss 30 % up: more than the single defaults see)
+        write_run(d("twin"), noisy_copy(3, late=10.0))
+        write_run(d("inside"), noisy_copy(4, late=5.0), mode="bf16")
+        leaves = noisy_copy(4, late=5.0)
+        for r in leaves[40:]:
+            r["loss"] *= 1.3
+        write_run(d("leaves"), leaves, mode="bf16")
+        early = copy.deepcopy(noisy)
+        early[3]["loss"] *= 1.01  # a numerics bug shows in the first steps
+        write_run(d("early"), early, mode="bf16")
 
         def scaled(names, factor=0.1):
             s = copy.deepcopy(noisy)
@@ -179,7 +197,8 @@ def main():
             return s
         write_run(d("two"), scaled(["audio.bn", "blocks.0.attn.qkv"]), mode="bf16")
         write_run(d("group"), scaled([n for n in LAYERS if n.startswith(("blocks.1.", "head."))]
-                                     + ["blocks.0.ln2"]), mode="bf16")
+                                     + ["blocks.0.ln2"], factor=0.01), mode="bf16")
+        write_run(d("zero"), scaled(["blocks.0.mlp.fc1"], factor=0.0), mode="fp16")
 
         def with_meta(edit):
             m = copy.deepcopy(RUN_JSON)
@@ -251,31 +270,43 @@ def main():
             "identical": [RECONCILE] + R("base", "base"),
             "missing": [RECONCILE] + R("base", "does-not-exist"),
             "plot": [PY, PLOT, d("base"), d("skip"), "--out", d("plot.png"), "--title", "test"],
+            "plot_band": [PY, PLOT, d("base"), d("twin"), d("leaves"), "--out", d("band.png")],
             "plot_missing": [PY, PLOT, d("base"), d("does-not-exist"), "--out", d("plot2.png")],
         }
+        module = load_reconcile()
         calls = {
             "same": R("base", "same", "--json", d("same.json")),
             "noisy": R("base", "noisy"),
             "two": R("base", "two", "--json", d("two.json")),
-            "two_loose": R("base", "two", "--layer-rtol", "0.95"),
+            "two_loose": R("base", "two", "--tol", "layer=2.5,0"),
+            "zero": R("base", "zero", "--tol", "layer=50,0"),
             "group": R("base", "group"),
             "width": R("base", "width"), "seed": R("base", "seed"), "data": R("base", "data"),
             "split": R("base", "split"), "batch": R("base", "batch"), "dp": R("base", "dp"),
             "optim": R("base", "optim"),
             "tf32": R("base", "tf32"),
-            "tf32_flags": R("base", "tf32", "--loss-rtol", "0", "--gnorm-rtol", "0", "--layer-rtol", "0"),
+            "tf32_flags": R("base", "tf32", *[f"--tol={k}=0,0" for k in module.METRICS]),
+            "tf32_some": R("base", "tf32", "--tol", "loss=0,0"),
+            "bad_tol": R("base", "base", "--tol", "speed=1,1"),
+            "neg_tol": R("base", "base", "--tol", "loss=-1,0"),
             "nonnum": R("base", "nonnum"), "badhdr": R("base", "badhdr"),
             "norows": R("base", "norows"), "nolayers": R("nolayers", "base"),
             "badjson": R("base", "badjson"), "badcount": R("base", "badcount"),
             "skip": R("base", "skip", "--json", d("skip.json")),
             "nanloss": R("base", "nanloss"),
             "late": R("base", "late"), "late_30": R("base", "late", "--steps", "30"),
+            "late_20": R("base", "late", "--steps", "20"),
+            "early": R("base", "early"),
+            "inside": [d("base"), d("twin"), d("inside"), "--json", d("inside.json")],
+            "leaves": [d("base"), d("twin"), d("leaves"), "--json", d("leaves.json")],
+            "leaves_narrow": [d("base"), d("twin"), d("leaves"), "--band-factor", "0"],
+            "band_bad_factor": [d("base"), d("twin"), d("inside"), "--band-factor", "-1"],
+            "band_not_comparable": [d("base"), d("width"), d("inside")],
             "ranks_ok": R("base", "ranks_ok"), "ranks_bad": R("base", "ranks_bad", "--json", d("ranks.json")),
             "bad_window": R("base", "base", "--window", "0"),
         }
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
             pending = {name: pool.submit(run_command, cmd) for name, cmd in commands.items()}
-            module = load_reconcile()
             res = {name: run_in_process(module, args) for name, args in calls.items()}
             res.update({name: f.result() for name, f in pending.items()})
 
@@ -286,7 +317,7 @@ def main():
                 c.check(re.search(stdout_re, out, re.M), f"{name}: stdout lacks /{stdout_re}/\n{out}")
             if stderr_re:
                 c.check(re.search(stderr_re, err, re.M), f"{name}: stderr lacks /{stderr_re}/\n{err}")
-            if rc == 2 and name != "bad_window":
+            if rc == 2 and name not in ("bad_window", "band_bad_factor", "bad_tol", "neg_tol"):  # argparse: usage + error
                 c.check(len(err.strip().splitlines()) == 1 and out == "",
                         f"{name}: expected one line on stderr, nothing on stdout\n{out}{err}")
             elif rc in (0, 1):
@@ -294,11 +325,12 @@ def main():
                 c.check(last.startswith("verdict: PASS" if rc == 0 else "verdict: FAIL ("),
                         f"{name}: last line is {last!r}")
 
-        expect("identical", 0, r"max rel diff 0 ")
+        expect("identical", 0, r"max rel diff 0,")
         expect("same", 0)  # only data.dir differs
         expect("noisy", 0, r"\(bf16, 60 steps\)")
         expect("two", 1, r"^suggest: precision\.fp32_layers = audio\.bn,blocks\.0\.attn\.qkv$")
         expect("two_loose", 0)
+        expect("zero", 1, r"1 layer\(s\) beyond tolerance, first blocks\.0\.mlp\.fc1 from step 0")
         expect("group", 1, r"^suggest: precision\.fp32_layers = blocks\.0\.ln2,blocks\.1\.\*,head\.\*$")
         expect("width", 2, stderr_re=r"^avtrain-reconcile: runs are not comparable: model\.width differs \(64 vs 32\)$")
         expect("seed", 2, stderr_re=r"not comparable: seed differs \(7 vs 8\)")
@@ -308,7 +340,10 @@ def main():
         expect("dp", 2, stderr_re=r"not comparable: global batch differs \(32 vs 64\)")
         expect("optim", 0)  # optimizer and threads may differ; these traces are the same
         expect("tf32", 2, stderr_re=r"tf32/run\.json: precision\.mode 'tf32' has no default")
-        expect("tf32_flags", 0, r"loss_rtol 0 \(flag\)")
+        expect("tf32_flags", 0, r"loss 0\|x\| \(flag\)  grad_norm x1 \(flag\)")
+        expect("tf32_some", 2, stderr_re=r"give --tol for each of grad_norm, layer, val_loss")
+        expect("bad_tol", 2, stderr_re=r"unknown metric 'speed'")
+        expect("neg_tol", 2, stderr_re=r"must be finite and >= 0")
         expect("missing", 2, stderr_re=r"does-not-exist: no such trace directory")
         expect("nonnum", 2, stderr_re=r"nonnum/trace\.csv: line 5: non-numeric grad_norm 'abc'")
         expect("badhdr", 2, stderr_re=r"badhdr/trace\.csv: bad header")
@@ -318,8 +353,15 @@ def main():
         expect("badjson", 2, stderr_re=r"badjson/run\.json: malformed JSON")
         expect("skip", 0, r"^skipped: CAND 2 \[5, 9\], BASE 0 \[\]$")
         expect("nanloss", 1, r"CAND loss is non-finite at 1 non-skipped step\(s\), first 30")
-        expect("late", 1, r"loss median rel diff .* \(first step beyond at 2\d\)")
-        expect("late_30", 0, r"^steps: 30 in common \(0\.\.29\), 30 updates compared ")
+        expect("late", 1, r"loss beyond tolerance from step 2\d ")  # every window counts
+        expect("late_30", 1, r"^steps: 30 in common \(0\.\.29\), 30 updates compared ")
+        expect("late_20", 0)
+        expect("early", 1, r"loss at step 3 of the first 10 beyond tolerance")
+        expect("inside", 0, r"^  mode: band: the spread of 2 BASE runs, widened 5x")
+        expect("leaves", 1, r"^first step beyond tolerance: 4\d$")
+        expect("leaves_narrow", 1)
+        expect("band_bad_factor", 2, stderr_re=r"--band-factor: must be a finite number >= 0")
+        expect("band_not_comparable", 2, stderr_re=r"not comparable: model\.width differs")
         expect("ranks_ok", 0, r"^ranks: BASE no ranks\.csv; CAND consistent$")
         expect("ranks_bad", 1, r"CAND ranks disagree on loss_scale at 1 step\(s\), first step 17: "
                                r"1024 on rank\(s\) 0,1; 512 on rank\(s\) 2")
@@ -331,13 +373,18 @@ def main():
         c.check(sm == [1.0, 1.5, 2.5, 3.5], f"smooth: {sm}")
         sm = module.smooth([1.0, math.inf, 3.0, 4.0], 2).tolist()
         c.check(sm == [1.0, math.inf, math.inf, 3.5], f"smooth with inf: {sm}")
-        b = [1.0] * 5 + [1e-3] * 5  # a loss that falls near 0: the floor (0.1 x median) bounds it
-        rel = module.relative_difference(b, [x + 0.01 for x in b], 1)
-        floor = 0.1 * (1.0 + 1e-3) / 2
-        c.check(abs(rel[0] - 0.01) < 1e-12 and abs(rel[-1] - 0.01 / floor) < 1e-9,
-                f"relative_difference floor: {rel.tolist()}")
-        c.check(module.relative_difference([0.0, 0.0], [0.0, 1.0], 1).tolist() == [0.0, math.inf],
-                "relative_difference of 0 vs 0 and of 1 vs 0")
+        c.check(module.envelope([0, 3, 0, 0, 1, 0], 1, 2).tolist() == [3, 3, 3, 1, 1, 1],
+                "envelope: the largest from 1 step before to 2 after")
+        cmp = module.compare([[1.0, 1.0]], [1.05, 1.5], (0.1, 0.2), 0.0, 1)  # |d| <= 0.1 + 0.2 |b|
+        c.check(np.allclose(cmp["ratio"], [0.05 / 0.3, 0.5 / 0.3], rtol=1e-12), f"compare atol+rtol: {cmp['ratio'].tolist()}")
+        cmp = module.compare([[1.0, 2.0], [1.0, 2.0]], [0.0, 2.0], (0.1, 0.0), 5.0, 1, log=True)
+        c.check(cmp["ratio"].tolist() == [math.inf, 0.0], f"compare log: 0 is infinitely far, {cmp['ratio'].tolist()}")
+        cmp = module.compare([[1.0] * 4, [1.0, 1.2, 1.0, 1.0]], [1.0, 1.0, 1.0, 1.3], (0.0, 0.0), 2.0, 1)
+        spread = 0.1 / 1.1  # half the runs' spread at step 1, relative to their center there
+        c.check(abs(cmp["half"][3] - spread) < 1e-12 and abs(cmp["ratio"][3] - 0.3 / (2 * spread)) < 1e-9,
+                f"compare band: the spread 2 steps before still counts ({cmp['half'].tolist()})")
+        sh = module.layer_shares(np.array([[3.0, 0.0], [4.0, 2.0]]))
+        c.check(sh.tolist() == [[0.6, 0.0], [0.8, 1.0]], f"layer_shares: {sh.tolist()}")
 
         # group: the suggested globs select exactly the exceeding modules
         line = [x for x in res["group"][1].splitlines() if x.startswith("suggest: ")][0]
@@ -349,7 +396,7 @@ def main():
 
         # --json documents
         docs = {}
-        for name in ("same", "two", "skip", "ranks"):
+        for name in ("same", "two", "skip", "ranks", "inside", "leaves"):
             try:
                 with open(d(name + ".json")) as f:
                     docs[name] = json.load(f)
@@ -359,23 +406,27 @@ def main():
         if "two" in docs:
             j = docs["two"]
             c.check(j["verdict"] == "FAIL" and j["reasons"], "two.json: verdict/reasons")
-            c.check(j["tolerances"] == module.DEFAULT_TOLERANCES["bf16"],
+            c.check(j["tolerances"] == {k: list(v) for k, v in module.DEFAULT_TOLERANCES["bf16"].items()},
                     f"two.json: tolerances {j['tolerances']}")
-            c.check(j["cand"]["precision_mode"] == "bf16" and j["base"]["precision_mode"] == "fp32",
+            c.check(j["mode"] == "single" and j["schema_version"] == 2, "two.json: mode, schema")
+            c.check(j["cand"]["precision_mode"] == "bf16" and j["bases"][0]["precision_mode"] == "fp32",
                     "two.json: modes")
             c.check({L["name"] for L in j["layers"] if L["exceeds"]} == {"audio.bn", "blocks.0.attn.qkv"},
                     "two.json: exceeding layers")
-            c.check(len(j["layers"]) == len(LAYERS) and j["layers"][0]["divergence"] > 0.8,
-                    "two.json: layers ranked with the 10x modules first")
+            c.check(len(j["layers"]) == len(LAYERS) and {L["name"] for L in j["layers"][:2]}
+                    == {"audio.bn", "blocks.0.attn.qkv"} and j["first_step_beyond"] == 0,
+                    "two.json: layers ranked with the 10x modules first, from step 0")
             c.check(j["suggestion"] == "precision.fp32_layers = audio.bn,blocks.0.attn.qkv",
                     f"two.json: suggestion {j['suggestion']}")
-            c.check(len(j["per_step"]["loss_rel_diff"]) == STEPS == len(j["per_step"]["step"]),
+            c.check(len(j["per_step"]["loss_ratio"]) == STEPS == len(j["per_step"]["step"]),
                     "two.json: per-step arrays")
-            for key in ("max_rel_diff", "median_rel_diff", "first_step_beyond", "max_step"):
-                c.check(key in j["loss"] and key in j["grad_norm"], f"two.json: loss/grad_norm lack {key}")
+            for key in ("worst", "worst_step", "first_step_beyond", "max_rel", "median_rel"):
+                c.check(all(key in j["metrics"][m] for m in ("loss", "grad_norm", "first_loss")),
+                        f"two.json: metrics lack {key}")
         if "same" in docs:
             c.check(docs["same"]["verdict"] == "PASS" and docs["same"]["suggestion"] is None
-                    and docs["same"]["loss"]["max_rel_diff"] == 0.0, "same.json: PASS, no suggestion, 0")
+                    and docs["same"]["metrics"]["loss"]["max_rel"] == 0.0
+                    and docs["same"]["first_step_beyond"] is None, "same.json: PASS, no suggestion, 0")
         if "skip" in docs:
             j = docs["skip"]
             c.check(j["steps"]["skipped_cand"] == [5, 9] and 5 not in j["steps"]["compared"]
@@ -383,6 +434,12 @@ def main():
             head = [L for L in j["layers"] if L["name"] == "head.cls"][0]
             c.check(head["nonfinite_cand"] == 6 and head["nonfinite_base"] == 0,
                     "skip.json: nonfinite counts of head.cls")
+        if "inside" in docs and "leaves" in docs:
+            j, k = docs["inside"], docs["leaves"]
+            c.check(j["mode"] == "band" and len(j["bases"]) == 2 and j["band_factor"] == 5.0
+                    and j["tolerance_source"]["loss"] == "band:bf16", "inside.json: band mode")
+            c.check(k["verdict"] == "FAIL" and 40 <= k["metrics"]["loss"]["first_step_beyond"] < 50,
+                    f"leaves.json: loss first beyond {k['metrics']['loss']['first_step_beyond']}")
         if "ranks" in docs:
             r = docs["ranks"]["ranks"]
             c.check(not r["cand"]["consistent"] and r["cand"]["inconsistent"][0]["step"] == 17
@@ -393,6 +450,8 @@ def main():
         with open(d("plot.png"), "rb") if os.path.isfile(d("plot.png")) else open(os.devnull, "rb") as f:
             ok = ok and f.read(8) == b"\x89PNG\r\n\x1a\n"
         c.check(ok, f"plot: no PNG written (exit {res['plot'][0]}: {res['plot'][2]})")
+        c.check(res["plot_band"][0] == 0 and os.path.getsize(d("band.png")) > 10000,
+                f"plot_band: exit {res['plot_band'][0]}: {res['plot_band'][2]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Trains the runs avtrain-reconcile needs and judges every candidate precision against FP32, per
+# seed: the FP32 run, its FP32 twin (the same run with every initial weight moved --twin-ulps ulps
+# up, default 65536: the size of one bf16 rounding step), and each candidate; then the verdict with
+# the band the two FP32 runs draw and with the single-baseline defaults, the JSON reports and a plot.
+#
+#   validation/reconcile-study.sh DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3]
+#       [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--reuse] [-- AVTRAIN_OPTIONS...]
+#
+# Writes, under DIR (default runs/study) and for each seed S:
+#   seed-S/fp32, seed-S/fp32-twin, seed-S/CAND      trace directories (and NAME.log, the run's output)
+#   seed-S/CAND.band.{txt,json,png}                  avtrain-reconcile fp32 fp32-twin CAND, and its plot
+#   seed-S/CAND.single.{txt,json}                    avtrain-reconcile fp32 CAND
+#   summary.txt                                      one line per seed and candidate
+# --ranks R > 1 trains data-parallel on R ranks (--dp R) through jobscripts/mpirun-local.sh.
+# --reuse keeps a run that finished before (seed-S/NAME.done) instead of training it again.
+# The avtrain program is build/cpu/bin/avtrain unless AVTRAIN names another.
+# Exit 0 when every verdict is PASS, 1 when one is FAIL, 2 on bad usage or a run that failed.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+prog=reconcile-study.sh
+python=/usr/bin/python3
+avtrain=${AVTRAIN:-$root/build/cpu/bin/avtrain}
+
+die() { echo "$prog: $*" >&2; exit 2; }
+[ $# -ge 1 ] || die "usage: $prog DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3] [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--reuse] [-- AVTRAIN_OPTIONS...]"
+deck=$1
+shift
+[ -f "$deck" ] || die "$deck: no such deck"
+out=runs/study data="" seeds=1,2,3 candidates=bf16,fp16 steps="" ranks=1 twin_ulps=65536 reuse=0
+extra=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out|--data|--seeds|--candidates|--steps|--ranks|--twin-ulps)
+      [ $# -ge 2 ] || die "$1 needs a value"
+      case $1 in
+        --out) out=$2 ;; --data) data=$2 ;; --seeds) seeds=$2 ;; --candidates) candidates=$2 ;;
+        --steps) steps=$2 ;; --ranks) ranks=$2 ;; --twin-ulps) twin_ulps=$2 ;;
+      esac
+      shift 2 ;;
+    --reuse) reuse=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown option $1" ;;
+  esac
+done
+whole() { [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] || die "$1 must be a whole number >= $3, got '$2'"; }
+whole --ranks "$ranks" 1
+whole --twin-ulps "$twin_ulps" 1
+[ -z "$steps" ] || whole --steps "$steps" 1
+IFS=', ' read -r -a seed_list <<< "$seeds"
+IFS=', ' read -r -a cand_list <<< "$candidates"
+[ ${#seed_list[@]} -gt 0 ] || die "--seeds is empty"
+for s in "${seed_list[@]}"; do whole --seeds "$s" 0; done
+for c in "${cand_list[@]}"; do
+  case $c in bf16|fp16|fp32) ;; *) die "--candidates: '$c' is not bf16, fp16 or fp32" ;; esac
+done
+[ -x "$avtrain" ] || die "$avtrain: not built (run jobscripts/build.sh cpu, or set AVTRAIN)"
+
+common=("$deck")
+[ -z "$data" ] || common+=(--data "$data")
+[ -z "$steps" ] || common+=(--steps "$steps")
+[ "$ranks" -eq 1 ] || common+=(--dp "$ranks")
+
+# train DIR NAME [OPTIONS...]: one run, its output in DIR/NAME.log; a failure stops the study.
+train() {
+  local dir=$1 name=$2
+  shift 2
+  if [ "$reuse" -eq 1 ] && [ -f "$dir/$name.done" ]; then
+    echo "  $name: kept from before ($dir/$name)"
+    return
+  fi
+  rm -f "$dir/$name.done"
+  rm -rf "${dir:?}/$name"
+  local launch=("$avtrain")
+  [ "$ranks" -eq 1 ] || launch=("$root/jobscripts/mpirun-local.sh" "$ranks" "$avtrain")
+  local t0=$SECONDS
+  if ! "${launch[@]}" "${common[@]}" "$@" --out "$dir/$name" ${extra[@]+"${extra[@]}"} > "$dir/$name.log" 2>&1; then
+    tail -n 5 "$dir/$name.log" >&2
+    die "the $name run failed (log: $dir/$name.log)"
+  fi
+  touch "$dir/$name.done"
+  echo "  $name: trained in $((SECONDS - t0)) s ($(grep -m1 -o 'final loss .*' "$dir/$name.log" || true))"
+}
+
+mkdir -p "$out"
+summary=$out/summary.txt
+verdicts=0
+{
+  printf '# %s, %s ranks, FP32 twin with train.init_ulps %s; worst difference / allowed (loss grad_norm layer)\n' \
+    "$deck" "$ranks" "$twin_ulps"
+  printf '%-5s %-5s  %-30s  %s\n' seed cand "band (fp32 + fp32-twin)" "single (fp32)"
+} > "$summary"
+for seed in "${seed_list[@]}"; do
+  dir=$out/seed-$seed
+  mkdir -p "$dir"
+  echo "$prog: seed $seed -> $dir"
+  train "$dir" fp32 --seed "$seed" --precision fp32
+  train "$dir" fp32-twin --seed "$seed" --precision fp32 --train.init_ulps "$twin_ulps"
+  for cand in "${cand_list[@]}"; do
+    train "$dir" "$cand" --seed "$seed" --precision "$cand"
+    line=$(printf '%-5s %-5s ' "$seed" "$cand")
+    for mode in band single; do
+      bases=("$dir/fp32" "$dir/fp32-twin")
+      [ "$mode" = band ] || bases=("$dir/fp32")
+      rc=0
+      "$python" "$here/avtrain-reconcile" "${bases[@]}" "$dir/$cand" --json "$dir/$cand.$mode.json" \
+        > "$dir/$cand.$mode.txt" 2>&1 || rc=$?
+      [ "$rc" -le 1 ] || { cat "$dir/$cand.$mode.txt" >&2; die "avtrain-reconcile could not compare $dir/$cand"; }
+      [ "$rc" -eq 0 ] || verdicts=1
+      line+=" $("$python" - "$dir/$cand.$mode.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+worst = lambda k: d["metrics"][k]["worst"]
+layer = max((L["worst"] for L in d["layers"]), default=0.0)
+f = lambda v: "inf" if v is None else f"{v:.2f}"
+first = d["first_step_beyond"]
+print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)}"
+      + (f" from {first}" if first is not None else "").ljust(12), end="")
+EOF
+)"
+      [ "$mode" = single ] || "$python" "$here/plot_traces.py" "${bases[@]}" "$dir/$cand" \
+        --out "$dir/$cand.band.png" --title "seed $seed: $cand against fp32 and its twin" \
+        || die "plot_traces.py could not plot $dir/$cand"
+      echo "  $cand, $mode: $(tail -n 1 "$dir/$cand.$mode.txt")"
+    done
+    echo "$line" >> "$summary"
+  done
+done
+echo "$prog: summary ($summary):"
+cat "$summary"
+exit "$verdicts"
