@@ -188,8 +188,7 @@ __global__ void batchnorm_mean(double* sum, const double* count, int ch) {
 }
 
 __global__ void batchnorm_finish_stats(const double* mu, const double* ss, const double* count, float* mean,
-                                       float* rstd, float* running_mean, float* running_var, int ch, float eps,
-                                       float momentum) {
+                                       float* rstd, float* stat_sums, int ch, float eps) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= ch) return;
   const double n = count[0] > 0 ? count[0] : 1.0;
@@ -197,8 +196,8 @@ __global__ void batchnorm_finish_stats(const double* mu, const double* ss, const
   mean[c] = float(mu[c]);
   rstd[c] = float(1.0 / sqrt(var + eps));
   const double unbiased = count[0] > 1 ? ss[c] / (count[0] - 1) : var;
-  running_mean[c] = float((1.0 - momentum) * running_mean[c] + momentum * mu[c]);
-  running_var[c] = float((1.0 - momentum) * running_var[c] + momentum * unbiased);
+  stat_sums[c] += float(mu[c]);
+  stat_sums[ch + c] += float(unbiased);
 }
 
 __global__ void batchnorm_apply(const float* x, const std::uint8_t* mask, const float* gamma, const float* beta,
@@ -276,9 +275,8 @@ void CudaBackend::layernorm_backward(const float* dy, const float* x, const floa
 }
 
 void CudaBackend::batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
-                                          const float* beta, float* y, float* mean, float* rstd,
-                                          float* running_mean, float* running_var, int rows, int ch, float eps,
-                                          float momentum) {
+                                          const float* beta, float* y, float* mean, float* rstd, float* stat_sums,
+                                          int rows, int ch, float eps) {
   if (rows < 0 || ch <= 0) return;
   // One scratch: chunk partials, then mu, ss, an unused second sum, and the masked row count.
   const std::size_t part = partial_bytes<double>(rows, ch);
@@ -293,8 +291,7 @@ void CudaBackend::batchnorm_forward_train(const float* x, const std::uint8_t* ro
   batchnorm_mean<<<column_blocks(ch), 256, 0, stream_>>>(mu, count, ch);
   CUDA_CHECK_LAUNCH();
   column_sums<double>(stream_, MaskedSquaredDeviation{x, row_mask, mu, ch}, rows, ch, buf, ss, unused);
-  batchnorm_finish_stats<<<column_blocks(ch), 256, 0, stream_>>>(mu, ss, count, mean, rstd, running_mean,
-                                                                  running_var, ch, eps, momentum);
+  batchnorm_finish_stats<<<column_blocks(ch), 256, 0, stream_>>>(mu, ss, count, mean, rstd, stat_sums, ch, eps);
   CUDA_CHECK_LAUNCH();
   if (rows == 0) return;
   batchnorm_apply<<<blocks_for(std::size_t(rows) * ch), kThreads, 0, stream_>>>(x, row_mask, gamma, beta, mean,

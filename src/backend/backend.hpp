@@ -94,11 +94,12 @@ class Backend : public TensorMemory {
                                   const float* mean, const float* rstd, float* dx, float* dgamma,
                                   float* dbeta, int rows, int dim) = 0;
   // BatchNorm over channels of x[rows, ch], statistics over rows with row_mask=1; masked rows give 0.
-  // training: batch statistics (mean, rstd saved), running stats updated (unbiased var, momentum).
+  // training: batch statistics (mean, rstd saved for backward); the batch's mean and unbiased
+  // variance are added to stat_sums[0, ch) and stat_sums[ch, 2 ch) (BatchNorm1d folds the sums of a
+  // step's micro-batches into its running statistics once per step).
   virtual void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
                                        const float* beta, float* y, float* mean, float* rstd,
-                                       float* running_mean, float* running_var, int rows, int ch,
-                                       float eps, float momentum) = 0;
+                                       float* stat_sums, int rows, int ch, float eps) = 0;
   virtual void batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask, const float* gamma,
                                       const float* beta, const float* running_mean,
                                       const float* running_var, float* y, int rows, int ch,

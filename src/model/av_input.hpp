@@ -26,6 +26,9 @@ class AVInput final : public Layer {
   double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
+  void end_step(Backend& be, const std::function<void(float*, std::size_t)>& combine, int micro_batches) override {
+    bn_.fold_running_stats(be, combine, micro_batches);
+  }
   const TokenGeometry& geometry() const { return g_; }
 
  private:

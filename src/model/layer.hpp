@@ -2,7 +2,9 @@
 // A top-level layer of AVNet: the unit that a pipeline cut keeps whole. Layers pass a Flow from
 // one to the next (tokens forward, their gradient backward); what forward saves for backward
 // lives in a LayerState owned by the caller, one per micro-batch in flight.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -59,6 +61,8 @@ struct Workspace {
   }
 };
 
+class Backend;
+
 class Layer {
  public:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -69,6 +73,11 @@ class Layer {
   virtual double forward_flops(int B, int L) const = 0;
   virtual void forward(Flow& flow, LayerState& state) = 0;
   virtual void backward(Flow& flow, LayerState& state) = 0;
+  // Once per step, after the update: statistics gathered over the step's micro-batches (BatchNorm's)
+  // are folded in. `combine` adds a buffer over the replicas; `micro_batches` counts the global
+  // batch's micro-batches. Most layers have none.
+  virtual void end_step(Backend& /*be*/, const std::function<void(float*, std::size_t)>& /*combine*/,
+                        int /*micro_batches*/) {}
 
  private:
   std::string name_;
@@ -76,7 +85,6 @@ class Layer {
 
 // Records the |max| of a module's output into the flow's statistics; with detect_anomaly, a
 // non-finite value stops the run naming the step, the module and the direction.
-class Backend;
 void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
                      std::size_t n);
 // With detect_anomaly, checks the gradient a module's backward produced.

@@ -313,16 +313,15 @@ struct Trainer::Impl {
                 std::to_string(stage_range[0]) + ")");
   }
 
-  // BatchNorm's running statistics drift apart across replicas (each sees its own micro-batches);
-  // evaluation and the end of the run use their average over the data-parallel group.
-  void average_running_stats() {
-    if (topo.dp == 1) return;
-    for (ParamId id = 0; id < ParamId(params.params().size()); ++id) {
-      const ParamInfo& p = params.info(id);
-      if (p.trainable) continue;
-      groups.data->all_reduce(params.value(id), p.size, DType::f32, parallel::ReduceOp::sum);
-      be.scale(params.value(id), p.size, 1.0f / float(topo.dp));
-    }
+  // Once per step, every replica alike: the statistics the step's micro-batches gathered (BatchNorm's)
+  // are added over the data-parallel group and folded into the running ones, so that these are the
+  // same on every replica and in every layout of the same global batch.
+  void end_step() {
+    const int micro_batches = config.train.micro_batches * topo.dp;
+    const auto combine = [&](float* x, std::size_t n) {
+      if (topo.dp > 1) groups.data->all_reduce(x, n, DType::f32, parallel::ReduceOp::sum);
+    };
+    for (auto& layer : net.layers()) layer->end_step(be, combine, micro_batches);
   }
 
   struct Evaluation {
@@ -334,7 +333,6 @@ struct Trainer::Impl {
   Evaluation evaluate(data::Prefetcher& reader, const std::vector<std::int64_t>& val) {
     Evaluation e;
     if (val.empty()) return e;
-    average_running_stats();
     const std::size_t mb = std::size_t(config.train.micro_batch);
     std::vector<std::vector<std::int64_t>> mine;
     for (std::size_t j = 0, begin = 0; begin < val.size(); ++j, begin += mb)
@@ -556,6 +554,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       first += 1e-3f;
       d.be.upload(d.params.values().data(), &first, sizeof first);
     }
+    const std::uint64_t grad_bytes = d.groups.data->bytes_sent() - bytes_before;
+    d.end_step();
     d.params.zero_grads();
     timeline.span(applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), step);
     const double train_ms = ms_since(t_step);
@@ -575,7 +575,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     mine.idle_ms = w.idle_ms;
     mine.comm_ms = comm_ms;
     mine.data_wait_ms = w.data_wait_ms;
-    mine.grad_bytes = d.groups.data->bytes_sent() - bytes_before;
+    mine.grad_bytes = grad_bytes;
     // An arena counts what the tensors really took; elsewhere the model's own tally is used.
     mem_peak = tensor_memory().peak_bytes()
                    ? double(tensor_memory().peak_bytes())

@@ -637,23 +637,22 @@ struct BatchNormInputs {
   }
 };
 
-TEST_F(CudaOps, BatchNormTrainMatchesCpuOverUnmaskedRowsAndUpdatesRunningStats) {
+TEST_F(CudaOps, BatchNormTrainMatchesCpuOverUnmaskedRowsAndAddsBatchStatsToTheSums) {
   const BatchNormInputs in;
   const int rows = in.rows, ch = in.ch;
   std::vector<float> y = nans(in.x.size()), mean = nans(ch), rstd = nans(ch);
-  std::vector<float> rm = in.running_mean, rv = in.running_var;
+  std::vector<float> sums = in.running_mean;  // any start: the batch's statistics are added to it
+  sums.insert(sums.end(), in.running_var.begin(), in.running_var.end());
   DevU8 d_mask(gpu(), in.mask);
-  DevF d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_b(gpu(), in.beta), d_rm(gpu(), rm), d_rv(gpu(), rv);
+  DevF d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_b(gpu(), in.beta), d_sums(gpu(), sums);
   DevF d_y(gpu(), y), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
   cpu().batchnorm_forward_train(in.x.data(), in.mask.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(),
-                                rstd.data(), rm.data(), rv.data(), rows, ch, in.eps, in.momentum);
-  gpu().batchnorm_forward_train(d_x, d_mask, d_g, d_b, d_y, d_mean, d_rstd, d_rm, d_rv, rows, ch, in.eps,
-                                in.momentum);
+                                rstd.data(), sums.data(), rows, ch, in.eps);
+  gpu().batchnorm_forward_train(d_x, d_mask, d_g, d_b, d_y, d_mean, d_rstd, d_sums, rows, ch, in.eps);
   EXPECT_TRUE(close_l2(d_y.download(), y, kF32)) << "y";
   EXPECT_TRUE(close_l2(d_mean.download(), mean, kF32)) << "mean";
   EXPECT_TRUE(close_l2(d_rstd.download(), rstd, kF32)) << "rstd";
-  EXPECT_TRUE(close_l2(d_rm.download(), rm, kF32)) << "running mean";
-  EXPECT_TRUE(close_l2(d_rv.download(), rv, kF32)) << "running var";
+  EXPECT_TRUE(close_l2(d_sums.download(), sums, kF32)) << "statistic sums";
 }
 
 TEST_F(CudaOps, BatchNormEvalMatchesCpuAndZeroesMaskedRows) {
@@ -671,9 +670,9 @@ TEST_F(CudaOps, BatchNormEvalMatchesCpuAndZeroesMaskedRows) {
 TEST_F(CudaOps, BatchNormBackwardMatchesCpuWithMaskedRowsAndAccumulatesParameterGrads) {
   const BatchNormInputs in;
   const int rows = in.rows, ch = in.ch;
-  std::vector<float> y(in.x.size()), mean(ch), rstd(ch), rm = in.running_mean, rv = in.running_var;
+  std::vector<float> y(in.x.size()), mean(ch), rstd(ch), sums(2 * std::size_t(ch), 0.0f);
   cpu().batchnorm_forward_train(in.x.data(), in.mask.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(),
-                                rstd.data(), rm.data(), rv.data(), rows, ch, in.eps, in.momentum);
+                                rstd.data(), sums.data(), rows, ch, in.eps);
   std::vector<float> dx = nans(in.x.size()), dgamma = normal(ch, "bn.dgamma"), dbeta = normal(ch, "bn.dbeta");
   DevU8 d_mask(gpu(), in.mask);
   DevF d_dy(gpu(), in.dy), d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);

@@ -434,21 +434,23 @@ BatchNormReference batchnorm_reference(const std::vector<float>& x, const std::v
   return ref;
 }
 
-TEST_F(CpuKernels, BatchNormTrainUsesOnlyUnmaskedRowsZeroesMaskedRowsAndUpdatesRunningStats) {
+TEST_F(CpuKernels, BatchNormTrainUsesOnlyUnmaskedRowsZeroesMaskedRowsAndAddsBatchStatsToTheSums) {
   const int rows = 7, ch = 5;
-  const float eps = 1e-5f, momentum = 0.1f;
+  const float eps = 1e-5f;
   const std::vector<std::uint8_t> mask = {1, 0, 1, 1, 0, 1, 1};
   auto x = random_floats(std::size_t(rows) * ch, "bn.x", -2.0, 3.0);
   for (int r = 0; r < rows; ++r)
     if (!mask[r])
       for (int c = 0; c < ch; ++c) x[std::size_t(r) * ch + c] = 1000.0f;  // would shift any statistic it entered
   const auto gamma = random_floats(ch, "bn.gamma", 0.5, 1.5), beta = random_floats(ch, "bn.beta");
-  const auto rm0 = random_floats(ch, "bn.rm"), rv0 = random_floats(ch, "bn.rv", 0.5, 2.0);
-  auto rm = rm0, rv = rv0;
+  const auto sums0 = random_floats(2 * std::size_t(ch), "bn.sums");
+  auto sums = sums0;
   auto y = poisoned(x.size()), mean = poisoned(ch), rstd = poisoned(ch);
   be->batchnorm_forward_train(x.data(), mask.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
-                              rm.data(), rv.data(), rows, ch, eps, momentum);
-  const auto ref = batchnorm_reference(x, mask, gamma, beta, rm0, rv0, rows, ch, eps, momentum);
+                              sums.data(), rows, ch, eps);
+  // momentum 1 from zero: the reference's "running" statistics are the batch's mean and unbiased variance
+  const std::vector<float> zeros(ch, 0.0f);
+  const auto ref = batchnorm_reference(x, mask, gamma, beta, zeros, zeros, rows, ch, eps, 1.0);
   EXPECT_TRUE(all_close(y, ref.y, 1e-5, 1e-5));
   for (int r = 0; r < rows; ++r)
     if (!mask[r]) {
@@ -456,8 +458,14 @@ TEST_F(CpuKernels, BatchNormTrainUsesOnlyUnmaskedRowsZeroesMaskedRowsAndUpdatesR
     }
   EXPECT_TRUE(all_close(mean, ref.mean, 1e-6, 1e-6));
   EXPECT_TRUE(all_close(rstd, ref.rstd, 0, 1e-5));
-  EXPECT_TRUE(all_close(rm, ref.running_mean, 1e-6, 1e-6));
-  EXPECT_TRUE(all_close(rv, ref.running_var, 1e-6, 1e-5));
+  std::vector<double> want_mean(ch), want_var(ch);
+  const std::vector<float> got_mean(sums.begin(), sums.begin() + ch), got_var(sums.begin() + ch, sums.end());
+  for (int c = 0; c < ch; ++c) {
+    want_mean[c] = double(sums0[c]) + ref.running_mean[c];
+    want_var[c] = double(sums0[ch + c]) + ref.running_var[c];
+  }
+  EXPECT_TRUE(all_close(got_mean, want_mean, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(got_var, want_var, 1e-6, 1e-5));
 }
 
 TEST_F(CpuKernels, BatchNormEvalUsesRunningStatsAndZeroesMaskedRows) {

@@ -52,9 +52,8 @@ class CpuBackend final : public Backend {
                           const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
                           int dim) override;
   void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
-                               const float* beta, float* y, float* mean, float* rstd,
-                               float* running_mean, float* running_var, int rows, int ch, float eps,
-                               float momentum) override;
+                               const float* beta, float* y, float* mean, float* rstd, float* stat_sums,
+                               int rows, int ch, float eps) override;
   void batchnorm_forward_eval(const float* x, const std::uint8_t* row_mask, const float* gamma,
                               const float* beta, const float* running_mean, const float* running_var,
                               float* y, int rows, int ch, float eps) override;

@@ -73,8 +73,7 @@ void CpuBackend::layernorm_backward(const float* dy, const float* x, const float
 
 void CpuBackend::batchnorm_forward_train(const float* x, const std::uint8_t* row_mask,
                                          const float* gamma, const float* beta, float* y, float* mean,
-                                         float* rstd, float* running_mean, float* running_var,
-                                         int rows, int ch, float eps, float momentum) {
+                                         float* rstd, float* stat_sums, int rows, int ch, float eps) {
   std::vector<double> s(ch, 0.0), ss(ch, 0.0);
   std::size_t count = 0;
   for (int r = 0; r < rows; ++r) {
@@ -95,8 +94,8 @@ void CpuBackend::batchnorm_forward_train(const float* x, const std::uint8_t* row
     mean[c] = float(s[c]);
     rstd[c] = float(1.0 / std::sqrt(var + eps));
     double unbiased = count > 1 ? ss[c] / double(count - 1) : var;
-    running_mean[c] = float((1.0 - momentum) * running_mean[c] + momentum * s[c]);
-    running_var[c] = float((1.0 - momentum) * running_var[c] + momentum * unbiased);
+    stat_sums[c] += float(s[c]);
+    stat_sums[ch + c] += float(unbiased);
   }
   for (int r = 0; r < rows; ++r) {
     float* yr = y + std::size_t(r) * ch;
