@@ -1,0 +1,67 @@
+#pragma once
+// One checkpoint file in HDF5, readable with h5py: fp32 tensors and scalars as datasets named by
+// slash-separated paths ("params/blocks.3.attn.qkv.weight", "scaler/scale"), text attributes on
+// the root, and the format version. Every dataset is chunked with HDF5's Fletcher-32 checksum,
+// which HDF5 verifies on every read (h5py's too), so a changed byte is an error, never a value.
+// A file is written under PATH.tmp and only becomes PATH on commit(): flushed, fsynced, renamed,
+// and the directory fsynced; a writer destroyed before commit() removes its temporary file.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/hdf5_id.hpp"
+
+namespace avtrain::checkpoint {
+
+inline constexpr std::int64_t kFormatVersion = 1;
+
+class FileWriter {
+ public:
+  explicit FileWriter(std::string path);
+  ~FileWriter();
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  // host holds the product of shape's values; a name's groups are created as needed.
+  void tensor(const std::string& name, const std::vector<std::uint64_t>& shape, const float* host);
+  void scalar(const std::string& name, std::int64_t value);
+  void scalar(const std::string& name, double value);
+  void attribute(const std::string& name, const std::string& value);
+  // Closes, fsyncs and renames PATH.tmp to PATH; the file is complete once this returns.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  void dataset(const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<std::uint64_t>& shape,
+               const void* host);
+  std::string path_, tmp_;
+  data::H5Id file_;
+  bool committed_ = false;
+};
+
+class FileReader {
+ public:
+  // Opens PATH and checks its format version; throws Error naming the file.
+  explicit FileReader(std::string path);
+
+  bool has(const std::string& name) const;
+  // The datasets directly under a group, in name order ("" is the root).
+  std::vector<std::string> names(const std::string& group) const;
+  std::vector<std::uint64_t> shape(const std::string& name) const;
+  // Reads a tensor of `count` values (its shape's product must match); throws Error naming the
+  // file and the dataset when it is missing, of another size, or fails its checksum.
+  void tensor(const std::string& name, float* host, std::size_t count) const;
+  std::int64_t int_scalar(const std::string& name) const;
+  double real_scalar(const std::string& name) const;
+  std::string attribute(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  data::H5Id open(const std::string& name) const;
+  void read(const std::string& name, hid_t mem_type, void* host, std::size_t count) const;
+  std::string path_;
+  data::H5Id file_;
+};
+
+}  // namespace avtrain::checkpoint
