@@ -12,6 +12,12 @@ class AdamW {
  public:
   AdamW(Backend& be, ParamStore& params, const OptimConfig& config);
   void step(float lr);  // one update from params.grads()
+  // The state a checkpoint holds: the moments (laid out as the ParamStore's values) and the
+  // number of updates taken (bias correction).
+  Buffer& first_moments() { return m_; }
+  Buffer& second_moments() { return v_; }
+  int updates() const { return t_; }
+  void set_updates(int t) { t_ = t; }
 
  private:
   Backend& be_;

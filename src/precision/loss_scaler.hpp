@@ -26,6 +26,20 @@ class LossScaler {
   std::int64_t skipped() const { return skipped_; }
   std::string describe() const;
 
+  // What a checkpoint holds; restore() continues exactly where state() was taken.
+  struct State {
+    double scale = 1;
+    int growth_tracker = 0, hysteresis_tracker = 1;
+    std::int64_t skipped = 0;
+  };
+  State state() const { return {scale_, growth_tracker_, hysteresis_tracker_, skipped_}; }
+  void restore(const State& s) {
+    scale_ = s.scale;
+    growth_tracker_ = s.growth_tracker;
+    hysteresis_tracker_ = s.hysteresis_tracker;
+    skipped_ = s.skipped;
+  }
+
  private:
   Kind kind_ = Kind::none;
   double scale_ = 1, growth_ = 2, backoff_ = 0.5, min_scale_ = 1;

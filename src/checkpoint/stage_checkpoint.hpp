@@ -1,0 +1,52 @@
+#pragma once
+// A run's state at a step boundary, as checkpoint files: each pipeline stage writes its own file
+// (every tensor of its ParamStore by name, AdamW's moments of the trainable ones, the run's counters,
+// the fingerprint of what a resumed run must match), and any cut of the layers into stages loads
+// its tensors by name from whichever file holds them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+#include "model/param_store.hpp"
+#include "optim/adamw.hpp"
+#include "precision/loss_scaler.hpp"
+
+namespace avtrain::checkpoint {
+
+// The same on every rank at a step boundary.
+struct Counters {
+  std::int64_t next_step = 0;      // the first step a resumed run trains
+  std::int64_t applied_steps = 0;  // updates applied so far: the LR schedule's position
+  int adamw_updates = 0;
+  LossScaler::State scaler;
+};
+
+// Writes and commits this stage's file at `path`.
+void write_stage(const std::string& path, Backend& be, ParamStore& params, AdamW& adamw, const Counters& counters,
+                 const nlohmann::json& fingerprint);
+
+class Checkpoint {
+ public:
+  // The stage files of one checkpoint (opened and checked now: an error names the file).
+  explicit Checkpoint(const std::vector<std::string>& stage_files);
+  const nlohmann::json& fingerprint() const { return fingerprint_; }
+  const Counters& counters() const { return counters_; }
+  // Loads every tensor of `params` and the moments of its trainable ones, by name; a tensor that no
+  // file holds, or holds in another shape, is an error naming it.
+  void load(Backend& be, ParamStore& params, AdamW& adamw) const;
+
+ private:
+  std::vector<FileReader> files_;
+  nlohmann::json fingerprint_;
+  Counters counters_;
+};
+
+// The first field where `saved` (a checkpoint's fingerprint) and `now` differ, as one line for an
+// error message ("model.width: 128 in the checkpoint, 64 in this run"), or "" when they agree.
+std::string fingerprint_difference(const nlohmann::json& saved, const nlohmann::json& now);
+
+}  // namespace avtrain::checkpoint
