@@ -27,6 +27,8 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${AVTRAIN_CHECK_DIR:-$root/runs/gpu-check}
 mkdir -p "$out"
+# Each check trains afresh: a run directory left by an earlier check would be resumed, not rerun.
+rm -rf "$out"/cpu-1rank "$out"/cpu-2ranks "$out"/no-gpu "$out"/quickstart-* "$out"/large
 out=$(cd "$out" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}

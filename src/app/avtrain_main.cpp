@@ -89,6 +89,10 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     throw;
   }
   if (topo.rank != 0) return 0;
+  if (summary.step_ms.empty()) {
+    std::cout << "[rank 0] done: the run was complete already (" << summary.steps << " steps)" << std::endl;
+    return 0;
+  }
   std::cout << "[rank 0] done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
             << summary.val_acc << ", median step " << summary.median_step_ms << " ms";
   if (summary.skipped) std::cout << ", " << summary.skipped << " step(s) skipped for non-finite gradients";

@@ -223,6 +223,14 @@ void bind(OptionTable& t, RunConfig& c) {
         "cuda: device memory taken at start for every tensor of the run (no allocation in the step loop); "
         "0: 90% of the GPU's free memory", kNonNegative);
 
+  t.add("[checkpoint] checkpoints", "checkpoint.interval", &c.checkpoint.interval,
+        "steps between checkpoints (0: only the last step's)", kAtLeast0);
+  t.add("[checkpoint] checkpoints", "checkpoint.minutes", &c.checkpoint.minutes,
+        "wall-time minutes between checkpoints (0: off)", kNonNegative);
+  t.add("[checkpoint] checkpoints", "checkpoint.keep", &c.checkpoint.keep,
+        "committed checkpoints kept; an older one is deleted only after a newer one is committed", kAtLeast1);
+  t.add("[checkpoint] checkpoints", "checkpoint.dir", &c.checkpoint.dir, "where checkpoints go (default OUT/checkpoints)");
+
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
   t.add("[debug] fault injection for tests", "debug.perturb_weights", &c.debug.perturb_weights,
@@ -252,6 +260,10 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
                                                       "input deck (*.ini); also the first positional argument")(
       "dry-run", po::bool_switch(&c.dry_run), "print layers, parameter counts and a memory estimate, then exit")(
+      "resume", po::value<std::string>(&c.resume)->default_value("auto"),
+      "auto: continue from the newest committed checkpoint, if there is one; none: start afresh; or a "
+      "checkpoint directory (OUT/checkpoints/step-NNNNNNN)")(
+      "overwrite", po::bool_switch(&c.overwrite), "let a fresh run replace the traces already in --out")(
       "data", po::value<std::string>(&short_data), "= --data.dir")("out", po::value<std::string>(&short_out),
                                                                   "= --train.out")(
       "steps", po::value<int>(&short_steps), "= --train.steps")("seed", po::value<std::uint64_t>(&short_seed),

@@ -1,6 +1,7 @@
 #include "io/trace_writer.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +11,32 @@
 namespace avtrain {
 
 namespace {
-std::FILE* open_for_writing(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+std::FILE* open_for_writing(const std::string& path, const char* mode = "w") {
+  std::FILE* f = std::fopen(path.c_str(), mode);
   if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
   return f;
+}
+
+// Keeps the header and the rows of steps before `step` (the first field) of a CSV file written
+// by an earlier start of this run, and opens it for appending.
+std::FILE* continue_file(const std::string& path, const char* header, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": missing, but the run resumes from a checkpoint: cannot continue its traces");
+  std::string line, kept;
+  if (!std::getline(in, line) || line != header)
+    throw Error(path + ": another header than this build writes: cannot continue it");
+  kept = line + "\n";
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::string first = line.substr(0, line.find(','));
+    char* end = nullptr;
+    const long long s = std::strtoll(first.c_str(), &end, 10);
+    if (end == first.c_str() || *end != '\0') continue;  // a row cut short by a kill
+    if (s < step) kept += line + "\n";
+  }
+  in.close();
+  write_file_atomically(path, kept);
+  return open_for_writing(path, "a");
 }
 
 std::string optional_double(const std::optional<double>& v) {
@@ -36,10 +59,16 @@ const char* TraceWriter::layers_header() {
   return "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite";
 }
 
-TraceWriter::TraceWriter(const std::string& dir) : dir_(dir) {
+TraceWriter::TraceWriter(const std::string& dir, std::int64_t continue_at) : dir_(dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create output directory " + dir + ": " + ec.message());
+  if (continue_at >= 0) {
+    trace_.reset(continue_file(dir + "/trace.csv", trace_header(), continue_at));
+    layers_.reset(continue_file(dir + "/layers.csv", layers_header(), continue_at));
+    ranks_.reset(continue_file(dir + "/ranks.csv", ranks_header(), continue_at));
+    return;
+  }
   trace_.reset(open_for_writing(dir + "/trace.csv"));
   layers_.reset(open_for_writing(dir + "/layers.csv"));
   ranks_.reset(open_for_writing(dir + "/ranks.csv"));

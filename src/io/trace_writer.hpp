@@ -43,8 +43,10 @@ struct LayerRow {
 
 class TraceWriter {
  public:
-  // Creates DIR (and parents) and starts both files with their headers.
-  explicit TraceWriter(const std::string& dir);
+  // Creates DIR (and parents) and starts the files with their headers. With continue_at >= 0 (a
+  // resumed run) the files already there are kept up to the rows of step continue_at, which is
+  // where the new rows go on: every step appears once.
+  explicit TraceWriter(const std::string& dir, std::int64_t continue_at = -1);
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
   void write_step(const StepRow& row);

@@ -28,6 +28,14 @@ struct TrainConfig {
   std::string out;            // trace directory; empty writes none
 };
 
+// Checkpoints (docs/checkpoint.md): when to write them, where, how many to keep.
+struct CheckpointConfig {
+  int interval = 0;           // steps between checkpoints; 0: none but the last step's
+  double minutes = 0;         // wall-time minutes between checkpoints; 0: off
+  int keep = 2;               // committed checkpoints kept (an older one goes after a newer one is committed)
+  std::string dir;            // default OUT/checkpoints
+};
+
 // Faults a test injects on purpose, to check that every rank sees them.
 struct DebugConfig {
   std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
@@ -52,6 +60,9 @@ struct RunConfig {
   ParallelConfig parallel;
   DeviceConfig device;
   DebugConfig debug;
+  CheckpointConfig checkpoint;
+  std::string resume = "auto";  // auto: the newest committed checkpoint, if any; none; or a checkpoint directory
+  bool overwrite = false;       // a fresh run may replace the traces already in --out
   bool dry_run = false;
   // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.
   int global_batch(int dp) const { return dp * train.micro_batch * train.micro_batches; }

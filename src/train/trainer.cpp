@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <iomanip>
 #include <limits>
@@ -22,6 +25,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
+#include "train/checkpointing.hpp"
 #include "train/rank_report.hpp"
 #include "train/stage_link.hpp"
 #include "train/stage_plan.hpp"
@@ -420,9 +424,47 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   const std::vector<parallel::PipeAction> actions = parallel::pipeline_actions(d.schedule, topo.pp, topo.pp_rank, M);
   const double bubble_theory = parallel::ideal_bubble(topo.pp, M);
 
+  // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
+  nlohmann::json fingerprint = {{"format_version", checkpoint::kFormatVersion},
+                                {"global_batch", c.global_batch(topo.dp)},
+                                {"seed", c.train.seed},
+                                {"precision", dtype_name(d.policy.compute())}};
+  fingerprint["model"] = nlohmann::json::object();
+  for (auto it = manifest["config"].begin(); it != manifest["config"].end(); ++it)
+    if (it.key().rfind("model.", 0) == 0) fingerprint["model"][it.key().substr(6)] = *it;
+  fingerprint["data"] = manifest["data"];
+  fingerprint["data"].erase("dir");
+  Checkpointing checkpoints(c, topo, world);
+  const std::optional<checkpoint::Counters> resumed = checkpoints.resume(d.be, d.params, optimizer, fingerprint, log);
+  std::int64_t first_step = 0;
+  int schedule_step = 0;  // steps applied: a skipped step does not advance the schedule
+  if (resumed) {
+    first_step = resumed->next_step;
+    schedule_step = int(resumed->applied_steps);
+    scaler.restore(resumed->scaler);
+    d.params.refresh_working(d.be);
+  } else if (!c.train.out.empty() && !c.overwrite && std::filesystem::exists(c.train.out + "/trace.csv")) {
+    throw Error("--out " + c.train.out + " already holds the traces of a run" +
+                (c.resume == "none" ? std::string() : std::string(" and no committed checkpoint to continue from")) +
+                ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
+                "another, --overwrite starts afresh and replaces the traces");
+  }
+
   std::unique_ptr<TraceWriter> traces;
   if (!c.train.out.empty() && rank0) {
-    traces = std::make_unique<TraceWriter>(c.train.out);
+    nlohmann::json starts = nlohmann::json::array();
+    if (resumed) {
+      std::ifstream previous(c.train.out + "/run.json");
+      try {
+        nlohmann::json old;
+        if (previous >> old; old.contains("starts")) starts = old["starts"];
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+    starts.push_back({{"time", std::time(nullptr)}, {"step", first_step}, {"ranks", topo.world},
+                      {"pp", topo.pp}, {"dp", topo.dp}});
+    manifest["starts"] = starts;
+    traces = std::make_unique<TraceWriter>(c.train.out, resumed ? first_step : -1);
     std::size_t parameters = 0;
     double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
     for (const auto& l : d.plan.layers) parameters += l.params, forward_flops += l.flops;
@@ -454,7 +496,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   // so a micro-batch holds the same samples in every layout.
   data::Prefetcher reader(d.shards);
   std::deque<std::vector<std::future<data::MicroBatch>>> ahead;
-  std::int64_t next_to_submit = 0;
+  std::int64_t next_to_submit = first_step;
   auto submit_until = [&](std::int64_t last) {
     for (; next_to_submit <= last && next_to_submit < c.train.steps; ++next_to_submit) {
       std::vector<std::future<data::MicroBatch>> parts;
@@ -470,8 +512,8 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   };
 
   TrainSummary summary;
+  summary.steps = int(first_step);
   std::vector<double> step_times;
-  int schedule_step = 0;  // steps applied: a skipped step does not advance the schedule
   double mem_peak = 0;
   if (rank0) {
     log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
@@ -483,7 +525,9 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     if (amp) log << "[rank 0] precision " << dtype_name(d.policy.compute()) << ", loss scaling " << scaler.describe() << "\n";
   }
   log << std::fixed;
-  for (std::int64_t step = 0; step < c.train.steps; ++step) {
+  if (rank0 && first_step >= c.train.steps)
+    log << "[rank 0] the checkpoint is at step " << first_step << " of " << c.train.steps << ": nothing left to train\n";
+  for (std::int64_t step = first_step; step < c.train.steps; ++step) {
     const auto t_step = Clock::now();
     submit_until(step + std::max(0, c.data.prefetch_steps));
     auto parts = std::move(ahead.front());
@@ -620,6 +664,9 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     }
     summary.steps = int(step + 1);
     summary.final_loss = loss;
+    if (checkpoints.due(step, last))
+      checkpoints.save(d.be, d.params, optimizer, {step + 1, schedule_step, optimizer.updates(), scaler.state()},
+                       fingerprint, log);
     if (rank0 && ((c.train.log_interval > 0 && (step + 1) % c.train.log_interval == 0) || last || row.val_acc)) {
       log << "[rank 0] step " << std::setw(5) << step + 1 << "/" << c.train.steps << "  loss " << std::setprecision(4)
           << loss << "  grad_norm " << std::setprecision(3) << grad_norm << "  lr " << std::scientific

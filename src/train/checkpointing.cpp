@@ -1,0 +1,204 @@
+#include "train/checkpointing.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "train/trainer.hpp"
+
+namespace avtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string step_name(std::int64_t next_step) {
+  std::ostringstream s;
+  s << "step-" << std::setw(7) << std::setfill('0') << next_step;
+  return s.str();
+}
+
+// Writes a small text file through PATH.tmp, fsync and rename, then fsyncs the directory.
+void write_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw Error("cannot write " + tmp + ": " + std::strerror(err));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  const std::string dir = fs::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+Checkpointing::Checkpointing(const RunConfig& config, const parallel::Topology& topo, parallel::Communicator& world)
+    : config_(config), topo_(topo), world_(world), last_save_(Clock::now()) {
+  dir_ = !config.checkpoint.dir.empty() ? config.checkpoint.dir
+         : config.train.out.empty()     ? std::string()
+                                        : config.train.out + "/checkpoints";
+}
+
+std::vector<std::string> Checkpointing::committed() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (dir_.empty() || !fs::is_directory(dir_, ec)) return out;
+  static const std::regex name("step-[0-9]{7,}");
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), name) &&
+        fs::is_regular_file(e.path() / "committed"))
+      out.push_back(e.path().string());
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    return fs::path(a).filename().string().size() != fs::path(b).filename().string().size()
+               ? fs::path(a).filename().string().size() < fs::path(b).filename().string().size()
+               : a < b;
+  });
+  return out;
+}
+
+std::vector<std::string> Checkpointing::stage_files(const std::string& checkpoint) const {
+  const std::string marker = checkpoint + "/committed";
+  std::ifstream in(marker);
+  require(bool(in), "checkpoint " + checkpoint + ": not a committed checkpoint (no " + marker + ")");
+  nlohmann::json m;
+  try {
+    in >> m;
+  } catch (const nlohmann::json::exception&) {
+    throw Error("checkpoint " + marker + ": not JSON");
+  }
+  require(m.contains("stages") && m["stages"].is_number_integer() && m["stages"].get<int>() >= 1,
+          "checkpoint " + marker + ": no stage count");
+  std::vector<std::string> files;
+  for (int s = 0; s < m["stages"].get<int>(); ++s) files.push_back(checkpoint + "/stage-" + std::to_string(s) + ".h5");
+  return files;
+}
+
+std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f) {
+  std::string message;
+  double failed = 0;
+  try {
+    f();
+  } catch (const Error& e) {
+    message = e.what();
+    failed = 1;
+  }
+  world_.all_reduce(&failed, 1, parallel::ReduceOp::max);
+  return {message, failed > 0};
+}
+
+std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStore& params, AdamW& adamw,
+                                                          const nlohmann::json& fingerprint, std::ostream& log) {
+  const std::string& how = config_.resume;
+  if (how == "none") return std::nullopt;
+  std::vector<std::string> candidates;
+  const bool automatic = how == "auto";
+  if (automatic) {
+    candidates = committed();
+    std::reverse(candidates.begin(), candidates.end());
+    if (candidates.empty()) return std::nullopt;
+  } else {
+    candidates.push_back(how);
+  }
+  for (const std::string& ck : candidates) {
+    std::optional<checkpoint::Checkpoint> opened;
+    auto [message, failed] = agree([&] { opened.emplace(stage_files(ck)); });
+    if (!failed) {
+      const std::string diff = checkpoint::fingerprint_difference(opened->fingerprint(), fingerprint);
+      require(diff.empty(), "checkpoint " + ck + " is of another run: " + diff);
+      std::tie(message, failed) = agree([&] { opened->load(be, params, adamw); });
+      if (!failed) {
+        if (topo_.rank == 0) log << "[rank 0] resuming from " << ck << " (step " << opened->counters().next_step << ")\n";
+        return opened->counters();
+      }
+    }
+    if (!message.empty()) std::cerr << "avtrain: rank " << topo_.rank << ": " << message << std::endl;
+    if (!automatic) {
+      if (message.empty()) throw ErrorElsewhere();
+      throw Error(message);
+    }
+    if (topo_.rank == 0) log << "[rank 0] checkpoint " << ck << " is damaged; trying the previous committed one\n";
+  }
+  throw Error("no usable checkpoint under " + dir_ + ": every committed one is damaged (see above); "
+              "--resume none starts afresh");
+}
+
+bool Checkpointing::due(std::int64_t step, bool last) {
+  if (dir_.empty()) return false;
+  bool due = last || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
+  if (!due && config_.checkpoint.minutes > 0) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - last_save_).count() / 60.0;
+    double flag = topo_.rank == 0 && elapsed >= config_.checkpoint.minutes ? 1.0 : 0.0;
+    world_.all_reduce(&flag, 1, parallel::ReduceOp::max);
+    due = flag > 0;
+  }
+  return due;
+}
+
+void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const checkpoint::Counters& counters,
+                         const nlohmann::json& fingerprint, std::ostream& log) {
+  const auto t0 = Clock::now();
+  const std::string ck = dir_ + "/" + step_name(counters.next_step);
+  auto fail = [&](const std::pair<std::string, bool>& r) {
+    if (!r.second) return;
+    if (r.first.empty()) throw ErrorElsewhere();
+    throw Error(r.first);
+  };
+  // A directory of this name without its marker is a write that did not finish: start it again.
+  fail(agree([&] {
+    if (topo_.rank != 0) return;
+    std::error_code ec;
+    fs::remove(ck + "/committed", ec);
+    fs::remove_all(ck, ec);
+    fs::create_directories(ck, ec);
+    if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
+  }));
+  fail(agree([&] {
+    if (topo_.dp_rank == 0)
+      checkpoint::write_stage(ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5", be, params, adamw, counters,
+                              fingerprint);
+  }));
+  // Every writer has finished: commit, point `latest` at it, and only then let the oldest go.
+  fail(agree([&] {
+    if (topo_.rank != 0) return;
+    const nlohmann::json marker = {{"step", counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp}};
+    write_durably(ck + "/committed", marker.dump() + "\n");
+    write_durably(dir_ + "/latest", fs::path(ck).filename().string() + "\n");
+    std::vector<std::string> all = committed();
+    std::error_code ec;
+    for (std::size_t i = 0; i + std::size_t(config_.checkpoint.keep) < all.size(); ++i) {
+      fs::remove(all[i] + "/committed", ec);  // uncommitted first, so a half-deleted one is never loaded
+      fs::remove_all(all[i], ec);
+    }
+  }));
+  last_save_ = Clock::now();
+  if (topo_.rank == 0) {
+    std::uintmax_t bytes = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ck, ec))
+      if (e.is_regular_file()) bytes += e.file_size();
+    log << "[rank 0] checkpoint " << ck << ": " << std::setprecision(1) << std::fixed << double(bytes) / (1 << 20)
+        << " MiB in " << std::setprecision(2) << std::chrono::duration<double>(last_save_ - t0).count() << " s"
+        << std::endl;
+  }
+}
+
+}  // namespace avtrain

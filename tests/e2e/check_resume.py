@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Resuming from a checkpoint gives the run that never stopped, bit for bit.
+
+usage: check_resume.py WORK [--interval N] -- [MPIRUN ...] AVTRAIN DECK [AVTRAIN OPTIONS...]
+
+Trains the deck straight into WORK/straight with a checkpoint every --interval steps (keeping
+them all); copies its traces and its first checkpoint into WORK/resumed; runs the same command
+there, which resumes from that checkpoint (--resume auto) and drops the copied rows after it; then
+checks that trace.csv agrees in every column but the measurements of the process (step_ms,
+data_wait_ms, comm_ms, samples_per_s, mem_peak_mb, bubble), that layers.csv agrees in every column, and
+that the final checkpoints hold the same datasets with the same bits. Exit 0 when they do.
+"""
+import argparse
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+
+
+def fail(message):
+    print(f"check_resume: {message}")
+    sys.exit(1)
+
+
+def run(command, log):
+    with open(log, "w") as f:
+        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, timeout=600)
+    if done.returncode != 0:
+        print(open(log).read()[-3000:])
+        fail(f"{' '.join(command)} exited {done.returncode} (log {log})")
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        sys.exit(__doc__)
+    cut = argv.index("--")
+    p = argparse.ArgumentParser()
+    p.add_argument("work")
+    p.add_argument("--interval", type=int, default=4)
+    args = p.parse_args(argv[:cut])
+    command = argv[cut + 1:]
+    if len(command) < 2:
+        p.error("give -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]")
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    straight, resumed = os.path.join(args.work, "straight"), os.path.join(args.work, "resumed")
+    common = command + ["--checkpoint.interval", str(args.interval), "--checkpoint.keep", "1000"]
+    run(common + ["--out", straight], os.path.join(args.work, "straight.log"))
+    ckdir = os.path.join(straight, "checkpoints")
+    steps = sorted(d for d in os.listdir(ckdir) if d.startswith("step-"))
+    if len(steps) < 2:
+        fail(f"{ckdir}: expected at least two checkpoints, found {steps}")
+    first, last = steps[0], steps[-1]
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    for name in ("run.json", "trace.csv", "layers.csv", "ranks.csv"):
+        shutil.copy(os.path.join(straight, name), resumed)
+    shutil.copytree(os.path.join(ckdir, first), os.path.join(resumed, "checkpoints", first))
+    run(common + ["--out", resumed], os.path.join(args.work, "resumed.log"))
+    log = open(os.path.join(args.work, "resumed.log")).read()
+    if f"resuming from {os.path.join(resumed, 'checkpoints', first)}" not in log:
+        fail(f"the second run did not resume from {first}:\n{log[-2000:]}")
+
+    a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(resumed, "trace.csv"))
+    if [r["step"] for r in a] != [r["step"] for r in b]:
+        fail(f"trace.csv steps differ: {[r['step'] for r in a]} vs {[r['step'] for r in b]}")
+    for ra, rb in zip(a, b):
+        for col in ra:
+            if col not in MEASURED and ra[col] != rb[col]:
+                fail(f"trace.csv step {ra['step']}, {col}: {ra[col]} straight, {rb[col]} resumed")
+    la, lb = rows(os.path.join(straight, "layers.csv")), rows(os.path.join(resumed, "layers.csv"))
+    if la != lb:
+        diff = next(i for i, (x, y) in enumerate(zip(la, lb)) if x != y) if len(la) == len(lb) else None
+        fail(f"layers.csv differs ({len(la)} vs {len(lb)} rows; first differing row {diff})")
+
+    for stage in sorted(f for f in os.listdir(os.path.join(ckdir, last)) if f.endswith(".h5")):
+        da = datasets(os.path.join(ckdir, last, stage))
+        db = datasets(os.path.join(resumed, "checkpoints", last, stage))
+        if sorted(da) != sorted(db):
+            fail(f"{last}/{stage}: other datasets")
+        for name in da:
+            if da[name].tobytes() != db[name].tobytes():
+                fail(f"{last}/{stage}: dataset {name} differs")
+        print(f"check_resume: {last}/{stage}: {len(da)} datasets equal bit for bit")
+    print(f"check_resume: resumed from {first}: {len(a)} trace rows equal (but the measurements), "
+          f"{len(la)} layer rows equal; ok")
+
+
+if __name__ == "__main__":
+    main()
