@@ -79,6 +79,10 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   manifest["data"] = data_fingerprint(shards->info());
   manifest["data"]["dir"] = config.data.dir;
   std::ostringstream quiet;
+  if (config.eval_only) {
+    trainer.evaluate_checkpoint(manifest, topo.rank == 0 ? std::cout : quiet);
+    return 0;
+  }
   avtrain::TrainSummary summary;
   try {
     summary = trainer.run(manifest, topo.rank == 0 ? std::cout : quiet);

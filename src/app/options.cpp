@@ -264,6 +264,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
       "auto: continue from the newest committed checkpoint, if there is one; none: start afresh; or a "
       "checkpoint directory (OUT/checkpoints/step-NNNNNNN)")(
       "overwrite", po::bool_switch(&c.overwrite), "let a fresh run replace the traces already in --out")(
+      "eval-only", po::bool_switch(&c.eval_only),
+      "evaluate the checkpoint --resume names (auto: the newest committed one) on the validation split, print "
+      "the loss and accuracy, write them to OUT/eval.json, and exit")(
       "data", po::value<std::string>(&short_data), "= --data.dir")("out", po::value<std::string>(&short_out),
                                                                   "= --train.out")(
       "steps", po::value<int>(&short_steps), "= --train.steps")("seed", po::value<std::uint64_t>(&short_seed),

@@ -127,6 +127,7 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
       std::tie(message, failed) = agree([&] { opened->load(be, params, adamw); });
       if (!failed) {
         if (topo_.rank == 0) log << "[rank 0] resuming from " << ck << " (step " << opened->counters().next_step << ")\n";
+        loaded_ = ck;
         return opened->counters();
       }
     }

@@ -37,6 +37,9 @@ class Checkpointing {
   std::optional<checkpoint::Counters> resume(Backend& be, ParamStore& params, AdamW& adamw,
                                              const nlohmann::json& fingerprint, std::ostream& log);
 
+  // The checkpoint resume() loaded ("" before, or after a fresh start).
+  const std::string& loaded() const { return loaded_; }
+
   // Whether to write a checkpoint after `step` (the same answer on every rank).
   bool due(std::int64_t step, bool last);
   // Writes, commits and prunes the checkpoint taken after the step before counters.next_step.
@@ -52,7 +55,7 @@ class Checkpointing {
   const RunConfig& config_;
   const parallel::Topology& topo_;
   parallel::Communicator& world_;
-  std::string dir_;
+  std::string dir_, loaded_;
   std::chrono::steady_clock::time_point last_save_;
 };
 

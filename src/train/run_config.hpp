@@ -63,6 +63,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   std::string resume = "auto";  // auto: the newest committed checkpoint, if any; none; or a checkpoint directory
   bool overwrite = false;       // a fresh run may replace the traces already in --out
+  bool eval_only = false;       // evaluate the checkpoint --resume names on the validation split, then exit
   bool dry_run = false;
   // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.
   int global_batch(int dp) const { return dp * train.micro_batch * train.micro_batches; }

@@ -328,6 +328,20 @@ struct Trainer::Impl {
     for (auto& layer : net.layers()) layer->end_step(be, combine, micro_batches);
   }
 
+  // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
+  nlohmann::json fingerprint(const nlohmann::json& manifest) const {
+    nlohmann::json f = {{"format_version", checkpoint::kFormatVersion},
+                        {"global_batch", config.global_batch(topo.dp)},
+                        {"seed", config.train.seed},
+                        {"precision", dtype_name(policy.compute())}};
+    f["model"] = nlohmann::json::object();
+    for (auto it = manifest["config"].begin(); it != manifest["config"].end(); ++it)
+      if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
+    f["data"] = manifest["data"];
+    f["data"].erase("dir");
+    return f;
+  }
+
   struct Evaluation {
     double loss = 0, acc = 0;
   };
@@ -424,16 +438,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
   const std::vector<parallel::PipeAction> actions = parallel::pipeline_actions(d.schedule, topo.pp, topo.pp_rank, M);
   const double bubble_theory = parallel::ideal_bubble(topo.pp, M);
 
-  // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
-  nlohmann::json fingerprint = {{"format_version", checkpoint::kFormatVersion},
-                                {"global_batch", c.global_batch(topo.dp)},
-                                {"seed", c.train.seed},
-                                {"precision", dtype_name(d.policy.compute())}};
-  fingerprint["model"] = nlohmann::json::object();
-  for (auto it = manifest["config"].begin(); it != manifest["config"].end(); ++it)
-    if (it.key().rfind("model.", 0) == 0) fingerprint["model"][it.key().substr(6)] = *it;
-  fingerprint["data"] = manifest["data"];
-  fingerprint["data"].erase("dir");
+  const nlohmann::json fingerprint = d.fingerprint(manifest);
   Checkpointing checkpoints(c, topo, world);
   const std::optional<checkpoint::Counters> resumed = checkpoints.resume(d.be, d.params, optimizer, fingerprint, log);
   std::int64_t first_step = 0;
@@ -696,6 +701,33 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     summary.median_step_ms = step_times[step_times.size() / 2];
   }
   return summary;
+}
+
+nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& manifest, std::ostream& log) {
+  Impl& d = *impl_;
+  const RunConfig& c = d.config;
+  require(c.resume != "none", "--eval-only needs a checkpoint: --resume auto (the newest committed one) or a directory");
+  data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch(d.topo.dp));
+  AdamW optimizer(d.be, d.params, c.optim);
+  Checkpointing checkpoints(c, d.topo, *d.groups.world);
+  const std::optional<checkpoint::Counters> loaded =
+      checkpoints.resume(d.be, d.params, optimizer, d.fingerprint(manifest), log);
+  require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
+                                  (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
+  d.params.refresh_working(d.be);
+  require(!sampler.validation().empty(), "--eval-only: the validation split is empty (data.val_fraction)");
+  data::Prefetcher reader(d.shards);
+  const Impl::Evaluation e = d.evaluate(reader, sampler.validation());
+  const std::string& which = checkpoints.loaded();
+  nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"val_loss", e.loss},
+                           {"val_acc", e.acc}, {"val_samples", sampler.validation().size()}};
+  if (d.topo.rank == 0) {
+    log << "[rank 0] eval-only: " << which << " (after step " << loaded->next_step << "): val_loss "
+        << std::setprecision(6) << e.loss << "  val_acc " << e.acc << " over " << sampler.validation().size()
+        << " samples" << std::endl;
+    if (!c.train.out.empty()) write_file_atomically(c.train.out + "/eval.json", result.dump(2) + "\n");
+  }
+  return result;
 }
 
 }  // namespace avtrain

@@ -37,6 +37,10 @@ class Trainer {
   // Trains config.train.steps steps; `manifest` goes to run.json (rank 0) with the model and layout
   // facts added. Every rank returns the same summary of losses; `log` is written by rank 0.
   TrainSummary run(nlohmann::json manifest, std::ostream& log);
+  // --eval-only: loads the checkpoint --resume names and evaluates it on the validation split;
+  // rank 0 prints the result and writes OUT/eval.json. Returns {"checkpoint", "step", "val_loss",
+  // "val_acc", "val_samples"} on every rank.
+  nlohmann::json evaluate_checkpoint(const nlohmann::json& manifest, std::ostream& log);
 
  private:
   struct Impl;
