@@ -189,6 +189,11 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
       fs::remove(all[i] + "/committed", ec);  // uncommitted first, so a half-deleted one is never loaded
       fs::remove_all(all[i], ec);
     }
+    // What a kill left half-written or half-deleted (no marker) goes too.
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 &&
+          !fs::exists(e.path() / "committed") && e.path().string() != ck)
+        fs::remove_all(e.path(), ec);
   }));
   last_save_ = Clock::now();
   if (topo_.rank == 0) {

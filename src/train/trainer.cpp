@@ -448,7 +448,12 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     schedule_step = int(resumed->applied_steps);
     scaler.restore(resumed->scaler);
     d.params.refresh_working(d.be);
-  } else if (!c.train.out.empty() && !c.overwrite && std::filesystem::exists(c.train.out + "/trace.csv")) {
+  }
+  // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
+  double used_out = !resumed && rank0 && !c.train.out.empty() && !c.overwrite &&
+                    std::filesystem::exists(c.train.out + "/trace.csv");
+  world.all_reduce(&used_out, 1, parallel::ReduceOp::max);
+  if (used_out > 0) {
     throw Error("--out " + c.train.out + " already holds the traces of a run" +
                 (c.resume == "none" ? std::string() : std::string(" and no committed checkpoint to continue from")) +
                 ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""SIGKILL while checkpoints are being written, again and again: every committed checkpoint stays
+complete, --resume auto always finds one (or starts afresh when none was committed yet), and the run
+ends with the state of the run that was never killed, bit for bit.
+
+usage: kill_during_checkpoint.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
+
+Rounds: AVTRAIN_KILL_ROUNDS (default 3; CI runs the default, set more on demand, e.g. 20). Each
+round starts the run (a checkpoint every step, --resume auto --overwrite), watches its checkpoint
+directory and kills the whole process group with SIGKILL at a chosen moment: while a stage file is
+being written (a stage-K.h5.tmp exists), while the commit marker is (committed.tmp), or at a random
+time. After each kill every committed checkpoint is read whole with h5py. Then the run is finished
+without kills and compared with a straight run: trace.csv in every column but the measurements,
+layers.csv, and the final checkpoint dataset by dataset. Prints how many rounds ran and how many
+kills landed inside a write. Exit 0 when every check holds.
+"""
+import csv
+import glob
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+
+MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+
+
+def fail(message):
+    print(f"kill_during_checkpoint: {message}")
+    sys.exit(1)
+
+
+def session_members(sid):
+    """Process ids whose session is `sid`: mpirun and every rank it started (a rank may sit in a
+    process group of its own, so killpg alone would leave it running)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid:
+                    out.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return out
+
+
+def kill_session(p):
+    """SIGKILL to every process of the run's session, then waits until none is left."""
+    for _ in range(1000):
+        members = session_members(p.pid)
+        if not members:
+            break
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if p.poll() is None:
+            try:
+                p.wait(timeout=0.01)
+            except subprocess.TimeoutExpired:
+                pass
+        time.sleep(0.005)
+    else:
+        fail(f"processes of session {p.pid} survive SIGKILL")
+    p.wait()
+
+
+def committed(ckdir):
+    return sorted(d for d in glob.glob(os.path.join(ckdir, "step-*")) if os.path.isfile(os.path.join(d, "committed")))
+
+
+def read_whole(checkpoint):
+    """Every dataset of every stage file, or an error naming what is missing or unreadable."""
+    files = sorted(glob.glob(os.path.join(checkpoint, "stage-*.h5")))
+    if not files:
+        fail(f"{checkpoint}: committed, but no stage file")
+    count = 0
+    for path in files:
+        try:
+            with h5py.File(path, "r") as f:
+                names = []
+                f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+                for n in names:
+                    f[n][()]  # Fletcher-32 checked by HDF5
+                count += len(names)
+        except Exception as e:  # noqa: BLE001 - any failure to read is the finding
+            fail(f"{path}: committed but not readable whole: {e}")
+    return count
+
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes()) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") != 1:
+        sys.exit(__doc__)
+    work, command = argv[0], argv[2:]
+    rounds = int(os.environ.get("AVTRAIN_KILL_ROUNDS", "3"))
+    rng = random.Random(int(os.environ.get("AVTRAIN_KILL_SEED", "1")))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    straight, killed = os.path.join(work, "straight"), os.path.join(work, "killed")
+    common = command + ["--checkpoint.interval", "1", "--checkpoint.keep", "2"]
+    with open(os.path.join(work, "straight.log"), "w") as log:
+        if subprocess.run(common + ["--out", straight], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode:
+            fail(f"the straight run failed (log {work}/straight.log)")
+    ckdir = os.path.join(killed, "checkpoints")
+    in_write = 0
+    for r in range(rounds):
+        moment = rng.choice(["stage file", "commit marker", "random"])
+        log = open(os.path.join(work, f"round-{r}.log"), "w")
+        p = subprocess.Popen(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if moment == "random" else 60)
+        skip = rng.randrange(0, 4)  # let a few writes pass first
+        seen_tmp = False
+        while p.poll() is None and time.monotonic() < deadline:
+            pattern = "stage-*.h5.tmp" if moment == "stage file" else "committed.tmp"
+            tmp = glob.glob(os.path.join(ckdir, "step-*", pattern)) if moment != "random" else []
+            if tmp:
+                if skip == 0:
+                    seen_tmp = True
+                    break
+                skip -= 1
+                while glob.glob(os.path.join(ckdir, "step-*", pattern)) and p.poll() is None:
+                    time.sleep(0.0005)
+            time.sleep(0.0005)
+        if p.poll() is None:
+            writing = bool(glob.glob(os.path.join(ckdir, "step-*", "*.tmp")))
+            kill_session(p)
+            in_write += writing
+            what = f"killed {'inside a write' if writing else 'between writes'} (aimed at: {moment})"
+        else:
+            what = f"finished before the kill (aimed at: {moment}, exit {p.returncode})"
+            seen_tmp = False
+        log.close()
+        done = committed(ckdir)
+        total = sum(read_whole(c) for c in done)
+        print(f"round {r + 1}/{rounds}: {what}; {len(done)} committed checkpoint(s), {total} datasets all readable"
+              + ("" if not done else f", newest {os.path.basename(done[-1])}"))
+    with open(os.path.join(work, "final.log"), "w") as log:
+        if subprocess.run(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
+                          timeout=600).returncode:
+            fail(f"the final run failed (log {work}/final.log)")
+    a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(killed, "trace.csv"))
+    if [x["step"] for x in a] != [x["step"] for x in b]:
+        fail(f"trace.csv steps: {[x['step'] for x in b]}, expected {[x['step'] for x in a]}")
+    for x, y in zip(a, b):
+        for col in x:
+            if col not in MEASURED and x[col] != y[col]:
+                fail(f"trace.csv step {x['step']}, {col}: {x[col]} straight, {y[col]} after the kills")
+    if rows(os.path.join(straight, "layers.csv")) != rows(os.path.join(killed, "layers.csv")):
+        fail("layers.csv differs from the straight run's")
+    last = os.path.basename(committed(os.path.join(straight, "checkpoints"))[-1])
+    for stage in sorted(glob.glob(os.path.join(straight, "checkpoints", last, "stage-*.h5"))):
+        other = os.path.join(ckdir, last, os.path.basename(stage))
+        if datasets(stage) != datasets(other):
+            fail(f"{other}: not the straight run's final state")
+    print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write; "
+          f"the run ended with the straight run's traces and final checkpoint {last}, bit for bit; ok")
+
+
+if __name__ == "__main__":
+    main()
