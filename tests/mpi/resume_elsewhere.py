@@ -1,0 +1,36 @@
+#!/usr/bin/python3
+"""Resumes a run's checkpoint in another layout.
+
+usage: resume_elsewhere.py SRC_RUN STEP OUT -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
+Copies SRC_RUN's traces and its checkpoint step-STEP (STEP as 7 digits) into a fresh OUT, runs the
+command with --out OUT (which resumes from that checkpoint), and checks that it did. The continued
+traces are then compared with a straight run of the new layout (check_layouts.py same).
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") != 3:
+        sys.exit(__doc__)
+    src, step, out, command = argv[0], int(argv[1]), argv[2], argv[4:]
+    name = f"step-{step:07d}"
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "checkpoints"))
+    for f in ("run.json", "trace.csv", "layers.csv", "ranks.csv"):
+        shutil.copy(os.path.join(src, f), out)
+    shutil.copytree(os.path.join(src, "checkpoints", name), os.path.join(out, "checkpoints", name))
+    done = subprocess.run(command + ["--out", out], capture_output=True, text=True, timeout=600)
+    print(done.stdout[-3000:] + done.stderr[-3000:])
+    if done.returncode != 0:
+        sys.exit(f"resume_elsewhere: exit {done.returncode}")
+    if f"resuming from {os.path.join(out, 'checkpoints', name)}" not in done.stdout:
+        sys.exit(f"resume_elsewhere: the run did not resume from {name}")
+    print(f"resume_elsewhere: {src}/checkpoints/{name} resumed into {out}")
+
+
+if __name__ == "__main__":
+    main()
