@@ -119,14 +119,32 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
     candidates.push_back(how);
   }
   for (const std::string& ck : candidates) {
+    const auto t0 = Clock::now();
     std::optional<checkpoint::Checkpoint> opened;
     auto [message, failed] = agree([&] { opened.emplace(stage_files(ck)); });
     if (!failed) {
       const std::string diff = checkpoint::fingerprint_difference(opened->fingerprint(), fingerprint);
+      if (diff.rfind("global_batch:", 0) == 0) {
+        nlohmann::json m;
+        std::ifstream(ck + "/committed") >> m;
+        auto breakdown = [](const nlohmann::json& mb, const nlohmann::json& mbs, const nlohmann::json& dp) {
+          return mb.dump() + " x " + mbs.dump() + " x dp " + dp.dump();
+        };
+        throw Error("checkpoint " + ck + ": global batch " + opened->fingerprint()["global_batch"].dump() + " (" +
+                    breakdown(m.value("micro_batch", nlohmann::json()), m.value("micro_batches", nlohmann::json()),
+                              m.value("dp", nlohmann::json())) +
+                    "), this run's " + fingerprint["global_batch"].dump() + " (" +
+                    breakdown(config_.train.micro_batch, config_.train.micro_batches, topo_.dp) +
+                    "): train.micro_batch x train.micro_batches x dp must give the same global batch");
+      }
       require(diff.empty(), "checkpoint " + ck + " is of another run: " + diff);
       std::tie(message, failed) = agree([&] { opened->load(be, params, adamw); });
       if (!failed) {
-        if (topo_.rank == 0) log << "[rank 0] resuming from " << ck << " (step " << opened->counters().next_step << ")\n";
+        world_.barrier();
+        if (topo_.rank == 0)
+          log << "[rank 0] resuming from " << ck << " (step " << opened->counters().next_step << "), loaded in "
+              << std::setprecision(2) << std::fixed << std::chrono::duration<double>(Clock::now() - t0).count()
+              << " s\n";
         loaded_ = ck;
         return opened->counters();
       }
@@ -180,7 +198,9 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
   // Every writer has finished: commit, point `latest` at it, and only then let the oldest go.
   fail(agree([&] {
     if (topo_.rank != 0) return;
-    const nlohmann::json marker = {{"step", counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp}};
+    const nlohmann::json marker = {{"step", counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
+                                   {"micro_batch", config_.train.micro_batch},
+                                   {"micro_batches", config_.train.micro_batches}};
     write_durably(ck + "/committed", marker.dump() + "\n");
     write_durably(dir_ + "/latest", fs::path(ck).filename().string() + "\n");
     std::vector<std::string> all = committed();

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""--resume auto over a damaged newest checkpoint: reported, the previous committed one used, and
+the run ends as the run that was never damaged.
+
+usage: check_damaged_fallback.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
+Trains straight with a checkpoint every 10 steps (all kept); copies the run; changes one byte in the
+middle of every stage file of the copy's newest checkpoint (the last step's) and runs again: the log
+must report the damage and resume from the previous committed checkpoint, and trace.csv must equal
+the straight one's (but the measurements).
+"""
+import csv
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") != 1:
+        sys.exit(__doc__)
+    work, command = argv[0], argv[2:] + ["--checkpoint.interval", "10", "--checkpoint.keep", "100"]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    straight, damaged = os.path.join(work, "straight"), os.path.join(work, "damaged")
+    if subprocess.run(command + ["--out", straight], capture_output=True, timeout=600).returncode:
+        sys.exit("check_damaged_fallback: the straight run failed")
+    shutil.copytree(straight, damaged)
+    steps = sorted(glob.glob(os.path.join(damaged, "checkpoints", "step-*")))
+    newest, previous = steps[-1], steps[-2]
+    for path in glob.glob(os.path.join(newest, "stage-*.h5")):
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    done = subprocess.run(command + ["--out", damaged], capture_output=True, text=True, timeout=600)
+    print(done.stdout[-2500:] + done.stderr[-2500:])
+    if done.returncode != 0:
+        sys.exit(f"check_damaged_fallback: exit {done.returncode}")
+    if f"checkpoint {newest} is damaged; trying the previous committed one" not in done.stdout:
+        sys.exit("check_damaged_fallback: the damage was not reported")
+    if f"resuming from {previous}" not in done.stdout:
+        sys.exit(f"check_damaged_fallback: did not resume from {previous}")
+    a = list(csv.DictReader(open(os.path.join(straight, "trace.csv"))))
+    b = list(csv.DictReader(open(os.path.join(damaged, "trace.csv"))))
+    if len(a) != len(b) or any(x[c] != y[c] for x, y in zip(a, b) for c in x if c not in MEASURED):
+        sys.exit("check_damaged_fallback: the traces differ from the straight run's")
+    print(f"check_damaged_fallback: {os.path.basename(newest)} damaged, resumed from {os.path.basename(previous)}, "
+          "the same traces; ok")
+
+
+if __name__ == "__main__":
+    main()
