@@ -8,14 +8,13 @@ middle of every stage file of the copy's newest checkpoint (the last step's) and
 must report the damage and resume from the previous committed checkpoint, and trace.csv must equal
 the straight one's (but the measurements).
 """
-import csv
 import glob
 import os
 import shutil
 import subprocess
 import sys
 
-MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+from same_run import trace_difference
 
 
 def main():
@@ -45,10 +44,9 @@ def main():
         sys.exit("check_damaged_fallback: the damage was not reported")
     if f"resuming from {previous}" not in done.stdout:
         sys.exit(f"check_damaged_fallback: did not resume from {previous}")
-    a = list(csv.DictReader(open(os.path.join(straight, "trace.csv"))))
-    b = list(csv.DictReader(open(os.path.join(damaged, "trace.csv"))))
-    if len(a) != len(b) or any(x[c] != y[c] for x, y in zip(a, b) for c in x if c not in MEASURED):
-        sys.exit("check_damaged_fallback: the traces differ from the straight run's")
+    diff = trace_difference(straight, damaged)
+    if diff:
+        sys.exit(f"check_damaged_fallback: {diff}")
     print(f"check_damaged_fallback: {os.path.basename(newest)} damaged, resumed from {os.path.basename(previous)}, "
           "the same traces; ok")
 

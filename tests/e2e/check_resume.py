@@ -11,16 +11,12 @@ data_wait_ms, comm_ms, samples_per_s, mem_peak_mb, bubble), that layers.csv agre
 that the final checkpoints hold the same datasets with the same bits. Exit 0 when they do.
 """
 import argparse
-import csv
 import os
 import shutil
 import subprocess
 import sys
 
-import h5py
-import numpy as np
-
-MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+from same_run import datasets, rows, trace_difference
 
 
 def fail(message):
@@ -34,18 +30,6 @@ def run(command, log):
     if done.returncode != 0:
         print(open(log).read()[-3000:])
         fail(f"{' '.join(command)} exited {done.returncode} (log {log})")
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def datasets(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def main():
@@ -79,29 +63,20 @@ def main():
     if f"resuming from {os.path.join(resumed, 'checkpoints', first)}" not in log:
         fail(f"the second run did not resume from {first}:\n{log[-2000:]}")
 
-    a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(resumed, "trace.csv"))
-    if [r["step"] for r in a] != [r["step"] for r in b]:
-        fail(f"trace.csv steps differ: {[r['step'] for r in a]} vs {[r['step'] for r in b]}")
-    for ra, rb in zip(a, b):
-        for col in ra:
-            if col not in MEASURED and ra[col] != rb[col]:
-                fail(f"trace.csv step {ra['step']}, {col}: {ra[col]} straight, {rb[col]} resumed")
-    la, lb = rows(os.path.join(straight, "layers.csv")), rows(os.path.join(resumed, "layers.csv"))
-    if la != lb:
-        diff = next(i for i, (x, y) in enumerate(zip(la, lb)) if x != y) if len(la) == len(lb) else None
-        fail(f"layers.csv differs ({len(la)} vs {len(lb)} rows; first differing row {diff})")
-
+    diff = trace_difference(straight, resumed)
+    if diff:
+        fail(diff)
     for stage in sorted(f for f in os.listdir(os.path.join(ckdir, last)) if f.endswith(".h5")):
         da = datasets(os.path.join(ckdir, last, stage))
         db = datasets(os.path.join(resumed, "checkpoints", last, stage))
         if sorted(da) != sorted(db):
             fail(f"{last}/{stage}: other datasets")
         for name in da:
-            if da[name].tobytes() != db[name].tobytes():
+            if da[name] != db[name]:
                 fail(f"{last}/{stage}: dataset {name} differs")
         print(f"check_resume: {last}/{stage}: {len(da)} datasets equal bit for bit")
-    print(f"check_resume: resumed from {first}: {len(a)} trace rows equal (but the measurements), "
-          f"{len(la)} layer rows equal; ok")
+    print(f"check_resume: resumed from {first}: {len(rows(os.path.join(straight, 'trace.csv')))} trace rows "
+          "equal (but the measurements), layers.csv equal; ok")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ without kills and compared with a straight run: trace.csv in every column but th
 layers.csv, and the final checkpoint dataset by dataset. Prints how many rounds ran and how many
 kills landed inside a write. Exit 0 when every check holds.
 """
-import csv
 import glob
 import os
 import random
@@ -26,7 +25,7 @@ import time
 
 import h5py
 
-MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+from same_run import datasets, trace_difference
 
 
 def fail(message):
@@ -93,18 +92,6 @@ def read_whole(checkpoint):
     return count
 
 
-def datasets(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes()) if isinstance(o, h5py.Dataset) else None)
-    return out
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def main():
     argv = sys.argv[1:]
     if "--" not in argv or argv.index("--") != 1:
@@ -157,15 +144,9 @@ def main():
         if subprocess.run(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
                           timeout=600).returncode:
             fail(f"the final run failed (log {work}/final.log)")
-    a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(killed, "trace.csv"))
-    if [x["step"] for x in a] != [x["step"] for x in b]:
-        fail(f"trace.csv steps: {[x['step'] for x in b]}, expected {[x['step'] for x in a]}")
-    for x, y in zip(a, b):
-        for col in x:
-            if col not in MEASURED and x[col] != y[col]:
-                fail(f"trace.csv step {x['step']}, {col}: {x[col]} straight, {y[col]} after the kills")
-    if rows(os.path.join(straight, "layers.csv")) != rows(os.path.join(killed, "layers.csv")):
-        fail("layers.csv differs from the straight run's")
+    diff = trace_difference(straight, killed)
+    if diff:
+        fail(diff)
     last = os.path.basename(committed(os.path.join(straight, "checkpoints"))[-1])
     for stage in sorted(glob.glob(os.path.join(straight, "checkpoints", last, "stage-*.h5"))):
         other = os.path.join(ckdir, last, os.path.basename(stage))

@@ -1,0 +1,37 @@
+"""What "the same run" means for the checkpoint tests: trace.csv equal in every column but the
+measurements of the process, layers.csv equal, and checkpoint datasets equal bit for bit."""
+import csv
+import os
+
+import h5py
+
+# Columns that measure the process (time, memory, the measured bubble), not the run.
+MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def trace_difference(straight, other):
+    """The first difference between two runs' trace.csv (measurements aside) and layers.csv, or None."""
+    a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(other, "trace.csv"))
+    if [r["step"] for r in a] != [r["step"] for r in b]:
+        return f"trace.csv steps {[r['step'] for r in b]}, expected {[r['step'] for r in a]}"
+    for ra, rb in zip(a, b):
+        for col in ra:
+            if col not in MEASURED and ra[col] != rb[col]:
+                return f"trace.csv step {ra['step']}, {col}: {ra[col]} straight, {rb[col]} in {other}"
+    la, lb = rows(os.path.join(straight, "layers.csv")), rows(os.path.join(other, "layers.csv"))
+    if la != lb:
+        return f"layers.csv differs ({len(la)} and {len(lb)} rows)"
+    return None
+
+
+def datasets(path):
+    """Every dataset of an HDF5 file: name -> its bytes."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes()) if isinstance(o, h5py.Dataset) else None)
+    return out
