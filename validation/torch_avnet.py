@@ -9,13 +9,19 @@ Modes:
              full-length inputs; prints one JSON line.
   reference  load parameters and one micro-batch from HDF5, run one train-mode forward and the
              backward of the total loss in float64, write loss terms, logits and gradients to HDF5.
+  evaluate   load an avtrain checkpoint (OUT/checkpoints/step-NNNNNNN) by name, with the model and
+             data shapes its fingerprint records, and compute in float64 the validation loss and
+             accuracy over the samples avtrain --eval-only evaluated (eval.json's val_indices), read
+             from the shards with h5py; compare with eval.json (exit 1 beyond 1e-5 relative).
 
 Run with Debian's interpreter (/usr/bin/python3), which has torch, numpy and h5py.
 """
 import argparse
 import contextlib
+import glob
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -484,6 +490,94 @@ def load_parameters(model, path):
             tensor.copy_(value)
 
 
+def checkpoint_fingerprint(checkpoint):
+    files = sorted(glob.glob(os.path.join(checkpoint, "stage-*.h5")))
+    if not files:
+        raise FileNotFoundError(f"{checkpoint}: no stage-*.h5 (not an avtrain checkpoint directory)")
+    with h5py.File(files[0], "r") as f:
+        text = f.attrs["fingerprint"]
+    return files, json.loads(text.decode() if isinstance(text, bytes) else text)
+
+
+def load_checkpoint(model, checkpoint):
+    """Every parameter and buffer of the model (BatchNorm's running statistics included) from
+    whichever stage file of an avtrain checkpoint holds it, by name (/params/NAME)."""
+    files, _ = checkpoint_fingerprint(checkpoint)
+    handles = [h5py.File(f, "r") for f in files]
+    try:
+        for name, tensor in model.state_dict().items():
+            held = [h for h in handles if f"params/{name}" in h]
+            if not held:
+                raise KeyError(f"{checkpoint}: no stage file holds params/{name}")
+            value = torch.from_numpy(held[0][f"params/{name}"][...])
+            if tuple(value.shape) != tuple(tensor.shape):
+                raise ValueError(f"{checkpoint}: params/{name} has shape {list(value.shape)}, expected "
+                                 f"{list(tensor.shape)}")
+            tensor.copy_(value)
+    finally:
+        for h in handles:
+            h.close()
+
+
+def model_from_fingerprint(fp):
+    m, d = fp["model"], fp["data"]
+    frames, height, width_px, channels = d["video_shape"]
+    cfg = AVNetConfig(audio_samples=d["audio_samples"], sample_rate=d["sample_rate"], frames=frames, height=height,
+                      width_px=width_px, channels=channels, num_classes=d["num_classes"], width=m["width"],
+                      depth=m["depth"], heads=m["heads"], mlp_ratio=m["mlp_ratio"], audio_window=m["audio_window"],
+                      audio_hop=m["audio_hop"], mel_bins=m["mel_bins"], tubelet_frames=m["tubelet_frames"],
+                      patch=m["patch"], nce_weight=m["nce_weight"], nce_temperature=m["nce_temperature"],
+                      init_std=m["init_std"])
+    return AVNet(cfg)
+
+
+def read_samples(shard_dir, shards, indices):
+    """The samples of the global indices (shards in the fingerprint's order), as a batch."""
+    starts = np.cumsum([0] + [s["samples"] for s in shards])
+    parts = {k: [] for k in ("audio", "audio_len", "video", "video_len", "label")}
+    for i in indices:
+        k = int(np.searchsorted(starts, i, side="right") - 1)
+        with h5py.File(os.path.join(shard_dir, shards[k]["name"]), "r") as f:
+            row = i - int(starts[k])
+            for key in parts:
+                parts[key].append(f[key][row])
+    audio = np.stack(parts["audio"])
+    if audio.dtype == np.int16:
+        audio = audio.astype(np.float32) / 32768.0
+    return {"audio": torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
+            "audio_len": torch.from_numpy(np.array(parts["audio_len"], dtype=np.int64)),
+            "video": torch.from_numpy(np.ascontiguousarray(np.stack(parts["video"]), dtype=np.uint8)),
+            "video_len": torch.from_numpy(np.array(parts["video_len"], dtype=np.int64)),
+            "label": torch.from_numpy(np.array(parts["label"], dtype=np.int64))}
+
+
+@torch.no_grad()
+def run_evaluate(args):
+    torch.set_num_threads(args.threads)
+    _, fp = checkpoint_fingerprint(args.checkpoint)
+    model = model_from_fingerprint(fp)
+    load_checkpoint(model, args.checkpoint)
+    model.double().eval()
+    with open(args.eval_json) as f:
+        ours = json.load(f)
+    indices = ours["val_indices"]
+    ce_sum, correct = 0.0, 0
+    for begin in range(0, len(indices), args.batch):
+        batch = read_samples(args.data, fp["data"]["shards"], indices[begin:begin + args.batch])
+        batch["audio"] = batch["audio"].double()
+        _, ce_loss, _, logits = model(batch)
+        ce_sum += ce_loss.item() * len(batch["label"])
+        correct += int((logits.argmax(dim=1) == batch["label"]).sum())
+    loss, acc = ce_sum / len(indices), correct / len(indices)
+    rel = abs(loss - ours["val_loss"]) / abs(loss)
+    print(json.dumps({"checkpoint": args.checkpoint, "samples": len(indices), "torch_val_loss": loss,
+                      "avtrain_val_loss": ours["val_loss"], "relative_difference": rel, "torch_val_acc": acc,
+                      "avtrain_val_acc": ours["val_acc"]}))
+    if not rel <= 1e-5:
+        raise SystemExit(f"torch_avnet evaluate: val_loss {loss!r} (float64) against avtrain's {ours['val_loss']!r}: "
+                         f"relative difference {rel:.3g} > 1e-5")
+
+
 def reference_gradients(model, batch):
     """One train-mode forward in float64 and the backward of the total loss."""
     model.double().train()
@@ -575,12 +669,18 @@ def parse_args(argv=None):
     reference.add_argument("--params", required=True, help="HDF5 file, one float32 dataset per parameter name")
     reference.add_argument("--batch", dest="batch_file", required=True, help="HDF5 micro-batch file")
     reference.add_argument("--out", required=True, help="HDF5 file to write")
+    evaluate = modes.add_parser("evaluate", help="validation loss of an avtrain checkpoint, against avtrain's")
+    evaluate.add_argument("--checkpoint", required=True, help="OUT/checkpoints/step-NNNNNNN")
+    evaluate.add_argument("--data", required=True, help="the shard directory the run trained on")
+    evaluate.add_argument("--eval-json", required=True, help="OUT/eval.json of avtrain --eval-only on it")
+    evaluate.add_argument("--batch", type=int, default=64)
+    evaluate.add_argument("--threads", type=int, default=2)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    {"bench": run_bench, "reference": run_reference}[args.mode](args)
+    {"bench": run_bench, "reference": run_reference, "evaluate": run_evaluate}[args.mode](args)
 
 
 if __name__ == "__main__":

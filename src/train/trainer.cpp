@@ -725,7 +725,8 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& manifest, std:
   const Impl::Evaluation e = d.evaluate(reader, sampler.validation());
   const std::string& which = checkpoints.loaded();
   nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"val_loss", e.loss},
-                           {"val_acc", e.acc}, {"val_samples", sampler.validation().size()}};
+                           {"val_acc", e.acc}, {"val_samples", sampler.validation().size()},
+                           {"val_indices", sampler.validation()}};  // global sample indices, for other tools
   if (d.topo.rank == 0) {
     log << "[rank 0] eval-only: " << which << " (after step " << loaded->next_step << "): val_loss "
         << std::setprecision(6) << e.loss << "  val_acc " << e.acc << " over " << sampler.validation().size()

@@ -39,7 +39,7 @@ class Trainer {
   TrainSummary run(nlohmann::json manifest, std::ostream& log);
   // --eval-only: loads the checkpoint --resume names and evaluates it on the validation split;
   // rank 0 prints the result and writes OUT/eval.json. Returns {"checkpoint", "step", "val_loss",
-  // "val_acc", "val_samples"} on every rank.
+  // "val_acc", "val_samples", "val_indices"} on every rank.
   nlohmann::json evaluate_checkpoint(const nlohmann::json& manifest, std::ostream& log);
 
  private:
