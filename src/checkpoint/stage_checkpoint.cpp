@@ -65,8 +65,9 @@ Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {
             "checkpoint " + f.path() + ": written at another step than " + first.path());
 }
 
-void Checkpoint::load(Backend& be, ParamStore& params, AdamW& adamw) const {
-  std::vector<float> values(params.total_size(), 0.0f), m(values.size(), 0.0f), v(values.size(), 0.0f);
+void Checkpoint::load(Backend& be, ParamStore& params, AdamW* adamw) const {
+  std::vector<float> values(params.total_size(), 0.0f), m, v;
+  if (adamw) m.assign(values.size(), 0.0f), v.assign(values.size(), 0.0f);
   auto holder = [&](const std::string& name) -> const FileReader& {
     for (const FileReader& f : files_)
       if (f.has(name)) return f;
@@ -78,14 +79,15 @@ void Checkpoint::load(Backend& be, ParamStore& params, AdamW& adamw) const {
     require(f.shape(name) == shape_of(p), "checkpoint " + f.path() + ": dataset " + name +
                                               " has another shape than this model's (another model.* setting?)");
     f.tensor(name, values.data() + p.offset, p.size);
-    if (!p.trainable) continue;
+    if (!p.trainable || !adamw) continue;
     holder("adamw/m/" + p.name).tensor("adamw/m/" + p.name, m.data() + p.offset, p.size);
     holder("adamw/v/" + p.name).tensor("adamw/v/" + p.name, v.data() + p.offset, p.size);
   }
   be.upload(params.values().data(), values.data(), values.size() * sizeof(float));
-  be.upload(adamw.first_moments().data(), m.data(), m.size() * sizeof(float));
-  be.upload(adamw.second_moments().data(), v.data(), v.size() * sizeof(float));
-  adamw.set_updates(counters_.adamw_updates);
+  if (!adamw) return;
+  be.upload(adamw->first_moments().data(), m.data(), m.size() * sizeof(float));
+  be.upload(adamw->second_moments().data(), v.data(), v.size() * sizeof(float));
+  adamw->set_updates(counters_.adamw_updates);
 }
 
 std::string fingerprint_difference(const nlohmann::json& saved, const nlohmann::json& now) {

@@ -35,9 +35,10 @@ class Checkpoint {
   explicit Checkpoint(const std::vector<std::string>& stage_files);
   const nlohmann::json& fingerprint() const { return fingerprint_; }
   const Counters& counters() const { return counters_; }
-  // Loads every tensor of `params` and the moments of its trainable ones, by name; a tensor that no
-  // file holds, or holds in another shape, is an error naming it.
-  void load(Backend& be, ParamStore& params, AdamW& adamw) const;
+  // Loads every tensor of `params` and, unless adamw is null (evaluation), the moments of its
+  // trainable ones, by name; a tensor that no file holds, or holds in another shape, is an error
+  // naming it.
+  void load(Backend& be, ParamStore& params, AdamW* adamw) const;
 
  private:
   std::vector<FileReader> files_;

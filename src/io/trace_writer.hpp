@@ -66,7 +66,8 @@ class TraceWriter {
   File trace_, layers_, ranks_;
 };
 
-// Writes text to path through path.tmp and a rename, so a reader never sees half a file.
+// Writes text to path through path.tmp, fsync and a rename (the directory fsynced after), so a
+// reader never sees half a file and a crash after the return loses nothing.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace avtrain

@@ -1,8 +1,5 @@
 #include "train/checkpointing.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/trace_writer.hpp"
 #include "train/trainer.hpp"
 
 namespace avtrain {
@@ -27,26 +25,6 @@ std::string step_name(std::int64_t next_step) {
   std::ostringstream s;
   s << "step-" << std::setw(7) << std::setfill('0') << next_step;
   return s.str();
-}
-
-// Writes a small text file through PATH.tmp, fsync and rename, then fsyncs the directory.
-void write_durably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) throw Error("cannot write " + tmp + ": " + std::strerror(err));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  const std::string dir = fs::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace
@@ -67,10 +45,9 @@ std::vector<std::string> Checkpointing::committed() const {
     if (e.is_directory() && std::regex_match(e.path().filename().string(), name) &&
         fs::is_regular_file(e.path() / "committed"))
       out.push_back(e.path().string());
+  // By step: the numbers have 7 digits or more, so a longer name is a later step.
   std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-    return fs::path(a).filename().string().size() != fs::path(b).filename().string().size()
-               ? fs::path(a).filename().string().size() < fs::path(b).filename().string().size()
-               : a < b;
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
   });
   return out;
 }
@@ -105,7 +82,7 @@ std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f
   return {message, failed > 0};
 }
 
-std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStore& params, AdamW& adamw,
+std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStore& params, AdamW* adamw,
                                                           const nlohmann::json& fingerprint, std::ostream& log) {
   const std::string& how = config_.resume;
   if (how == "none") return std::nullopt;
@@ -201,8 +178,8 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     const nlohmann::json marker = {{"step", counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
                                    {"micro_batch", config_.train.micro_batch},
                                    {"micro_batches", config_.train.micro_batches}};
-    write_durably(ck + "/committed", marker.dump() + "\n");
-    write_durably(dir_ + "/latest", fs::path(ck).filename().string() + "\n");
+    write_file_atomically(ck + "/committed", marker.dump() + "\n");
+    write_file_atomically(dir_ + "/latest", fs::path(ck).filename().string() + "\n");
     std::vector<std::string> all = committed();
     std::error_code ec;
     for (std::size_t i = 0; i + std::size_t(config_.checkpoint.keep) < all.size(); ++i) {

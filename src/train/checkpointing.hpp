@@ -34,7 +34,8 @@ class Checkpointing {
   // for a fresh start. --resume PATH: that checkpoint or an error; auto: the newest committed one,
   // a damaged one reported on `log` and the previous one tried. A checkpoint of another run (its
   // fingerprint differs from `fingerprint`) is an error naming the field.
-  std::optional<checkpoint::Counters> resume(Backend& be, ParamStore& params, AdamW& adamw,
+  // adamw null: the weights alone (evaluation).
+  std::optional<checkpoint::Counters> resume(Backend& be, ParamStore& params, AdamW* adamw,
                                              const nlohmann::json& fingerprint, std::ostream& log);
 
   // The checkpoint resume() loaded ("" before, or after a fresh start).

@@ -440,7 +440,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
 
   const nlohmann::json fingerprint = d.fingerprint(manifest);
   Checkpointing checkpoints(c, topo, world);
-  const std::optional<checkpoint::Counters> resumed = checkpoints.resume(d.be, d.params, optimizer, fingerprint, log);
+  const std::optional<checkpoint::Counters> resumed = checkpoints.resume(d.be, d.params, &optimizer, fingerprint, log);
   std::int64_t first_step = 0;
   int schedule_step = 0;  // steps applied: a skipped step does not advance the schedule
   if (resumed) {
@@ -713,10 +713,9 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& manifest, std:
   const RunConfig& c = d.config;
   require(c.resume != "none", "--eval-only needs a checkpoint: --resume auto (the newest committed one) or a directory");
   data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch(d.topo.dp));
-  AdamW optimizer(d.be, d.params, c.optim);
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
   const std::optional<checkpoint::Counters> loaded =
-      checkpoints.resume(d.be, d.params, optimizer, d.fingerprint(manifest), log);
+      checkpoints.resume(d.be, d.params, nullptr, d.fingerprint(manifest), log);
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   d.params.refresh_working(d.be);

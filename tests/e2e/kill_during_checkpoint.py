@@ -15,6 +15,7 @@ layers.csv, and the final checkpoint dataset by dataset. Prints how many rounds 
 kills landed inside a write. Exit 0 when every check holds.
 """
 import glob
+import json
 import os
 import random
 import shutil
@@ -69,6 +70,19 @@ def kill_session(p):
     p.wait()
 
 
+def starts(out):
+    """run.json's list of starts (written atomically before a start trains), [] before the first."""
+    try:
+        with open(os.path.join(out, "run.json")) as f:
+            return json.load(f).get("starts", [])
+    except FileNotFoundError:
+        return []
+
+
+def step_of(checkpoint):
+    return int(os.path.basename(checkpoint)[len("step-"):])
+
+
 def committed(ckdir):
     return sorted(d for d in glob.glob(os.path.join(ckdir, "step-*")) if os.path.isfile(os.path.join(d, "committed")))
 
@@ -107,8 +121,10 @@ def main():
         if subprocess.run(common + ["--out", straight], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode:
             fail(f"the straight run failed (log {work}/straight.log)")
     ckdir = os.path.join(killed, "checkpoints")
-    in_write = 0
+    in_write = resumed_checked = 0
     for r in range(rounds):
+        before = committed(ckdir)
+        known_starts = len(starts(killed))
         moment = rng.choice(["stage file", "commit marker", "random"])
         log = open(os.path.join(work, f"round-{r}.log"), "w")
         p = subprocess.Popen(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
@@ -136,14 +152,24 @@ def main():
             what = f"finished before the kill (aimed at: {moment}, exit {p.returncode})"
             seen_tmp = False
         log.close()
+        # A start that got as far as run.json must have resumed from the newest committed checkpoint.
+        now = starts(killed)
+        if before and len(now) > known_starts:
+            if now[-1]["step"] != step_of(before[-1]):
+                fail(f"round {r + 1} started at step {now[-1]['step']}, not from {before[-1]}")
+            resumed_checked += 1
         done = committed(ckdir)
         total = sum(read_whole(c) for c in done)
         print(f"round {r + 1}/{rounds}: {what}; {len(done)} committed checkpoint(s), {total} datasets all readable"
               + ("" if not done else f", newest {os.path.basename(done[-1])}"))
+    newest = committed(ckdir)
+    final = subprocess.run(common + ["--out", killed, "--overwrite"], capture_output=True, text=True, timeout=600)
     with open(os.path.join(work, "final.log"), "w") as log:
-        if subprocess.run(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
-                          timeout=600).returncode:
-            fail(f"the final run failed (log {work}/final.log)")
+        log.write(final.stdout + final.stderr)
+    if final.returncode:
+        fail(f"the final run failed (log {work}/final.log)")
+    if newest and f"resuming from {newest[-1]} " not in final.stdout:
+        fail(f"the final run did not resume from {newest[-1]} (log {work}/final.log)")
     diff = trace_difference(straight, killed)
     if diff:
         fail(diff)
@@ -152,7 +178,8 @@ def main():
         other = os.path.join(ckdir, last, os.path.basename(stage))
         if datasets(stage) != datasets(other):
             fail(f"{other}: not the straight run's final state")
-    print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write; "
+    print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write, "
+          f"{resumed_checked} seen resuming from the newest committed checkpoint, the final run too; "
           f"the run ended with the straight run's traces and final checkpoint {last}, bit for bit; ok")
 
 
