@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What a checkpoint costs (a benchmark, not a test): this disk's sequential write rate with fsync
 # (dd conv=fsync), then for the quickstart deck and a larger one (width 512, 12 blocks) on one rank:
-# the checkpoint's size, its write time (from the run's log: written, fsynced, committed), the load
-# time of a resume, and the step time it is compared with.
+# the checkpoint's size; its write time beside training (from the run's log: written and fsynced);
+# what training lost to it: the pause to copy the state out plus how much longer the step beside
+# the write took than the run's other steps; the load time of a resume; and the step time it is
+# compared with.
 #   validation/checkpoint-bench.sh [WORK]    (default runs/checkpoint-bench; the shards of the quickstart)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -15,32 +17,47 @@ data=$work/shards
 
 rm -f "$work/dd.bin"
 dd_line=$(dd if=/dev/zero of="$work/dd.bin" bs=1M count=512 conv=fsync 2>&1 | tail -1)
+direct_line=$(dd if=/dev/zero of="$work/dd.bin" bs=1M count=512 oflag=direct conv=fsync 2>&1 | tail -1)
 rm -f "$work/dd.bin"
 echo "disk: dd if=/dev/zero bs=1M count=512 conv=fsync: $dd_line"
+echo "disk past the page cache (how checkpoints are written): dd ... oflag=direct conv=fsync: $direct_line"
 
-bench() {  # name, extra options
-  local name=$1
-  shift
+bench() {  # name, steps, interval, extra options
+  local name=$1 steps=$2 interval=$3
+  shift 3
   local out=$work/$name
+  run() {  # log, interval, options
+    local log=$1 every=$2
+    shift 2
+    "$bin/avtrain" "$root/inputs/quickstart.ini" --data "$data" --steps "$steps" --checkpoint.interval "$every" \
+      --checkpoint.keep 2 --train.eval_interval 0 --threads "$(nproc)" "$@" > "$log" 2>&1
+  }
   rm -rf "$out"
-  "$bin/avtrain" "$root/inputs/quickstart.ini" --data "$data" --steps 4 --checkpoint.interval 1 --checkpoint.keep 2 \
-    --train.eval_interval 0 --threads "$(nproc)" --out "$out" "$@" > "$out.write.log" 2>&1
-  rm -rf "$out/checkpoints/step-0000004" && rm -f "$out/checkpoints/latest"
-  "$bin/avtrain" "$root/inputs/quickstart.ini" --data "$data" --steps 4 --checkpoint.interval 1 --checkpoint.keep 2 \
-    --train.eval_interval 0 --threads "$(nproc)" --out "$out" "$@" > "$out.load.log" 2>&1
-  /usr/bin/python3 - "$name" "$out" <<'EOF'
+  run "$out.write.log" "$interval" --out "$out" "$@"
+  rm -rf "$out/checkpoints/step-$(printf %07d "$steps")" && rm -f "$out/checkpoints/latest"
+  run "$out.load.log" "$interval" --out "$out" "$@"
+  /usr/bin/python3 - "$name" "$out" "$interval" <<'EOF'
 import csv, re, statistics, sys
-name, out = sys.argv[1], sys.argv[2]
-writes = [(float(m[0]), float(m[1])) for m in re.findall(r"checkpoint \S+: ([0-9.]+) MiB in ([0-9.]+) s", open(out + ".write.log").read())]
+name, out, interval = sys.argv[1], sys.argv[2], int(sys.argv[3])
+pat = r"checkpoint \S+: ([0-9.]+) MiB written in ([0-9.]+) s beside training, which paused ([0-9.]+) s"
+writes = [tuple(map(float, m)) for m in re.findall(pat, open(out + ".write.log").read())]
 load = float(re.search(r"resuming from .* loaded in ([0-9.]+) s", open(out + ".load.log").read()).group(1))
-steps = [float(r["step_ms"]) for r in csv.DictReader(open(out + "/trace.csv"))][1:]
+steps = [float(r["step_ms"]) / 1000 for r in csv.DictReader(open(out + "/trace.csv"))]
 mib = writes[0][0]
-w = statistics.median(t for _, t in writes)
-step = statistics.median(steps) / 1000
-print(f"{name}: checkpoint {mib:.1f} MiB; write {w:.3f} s median of {len(writes)} ({mib / w:.0f} MiB/s), "
-      f"load {load:.3f} s ({mib / load:.0f} MiB/s); median step {step * 1000:.0f} ms, "
-      f"so a checkpoint costs {w / step:.2f} steps")
+w = statistics.median(t for _, t, _ in writes)
+pause = statistics.median(p for _, _, p in writes)
+# The steps a write went on beside (the one after each periodic checkpoint) against the others of
+# the same run, the first step excluded.
+beside = [steps[i] for i in range(interval, len(steps), interval)]
+others = [steps[i] for i in range(1, len(steps)) if i % interval]
+step = statistics.median(others)
+slower = statistics.mean(beside) - step
+lost = pause + slower
+print(f"{name}: checkpoint {mib:.1f} MiB; written in {w:.3f} s beside training, median of {len(writes)} "
+      f"({mib / w:.0f} MiB/s); training paused {pause:.3f} s per checkpoint (the copy out) and the step beside "
+      f"the write took {slower:+.3f} s; load {load:.3f} s ({mib / load:.0f} MiB/s); median step {step * 1000:.0f} ms, "
+      f"so a checkpoint costs {lost / step:.2f} steps")
 EOF
 }
-bench quickstart
-bench large --model.width 512 --model.depth 12 --model.heads 8 --train.micro_batch 8
+bench quickstart 16 4
+bench large 12 4 --model.width 512 --model.depth 12 --model.heads 8 --train.micro_batch 8

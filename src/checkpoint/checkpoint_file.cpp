@@ -18,9 +18,9 @@ using data::H5Id;
 
 constexpr std::size_t kChunkBytes = std::size_t(16) << 20;  // at most 16 MiB per checksummed chunk
 
-// Flushes a file (or a directory: its entries) to the disk.
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+// Makes a directory's entries (a rename into it) durable.
+void fsync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) throw Error("checkpoint " + path + ": cannot open to fsync: " + std::strerror(errno));
   const int rc = ::fsync(fd);
   const int err = errno;
@@ -37,10 +37,40 @@ std::string parent_of(const std::string& path) {
 
 // ---------------------------------------------------------------- writing
 
-FileWriter::FileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+namespace {
+
+// HDF5's core driver keeps the file in memory that these callbacks give it: the FileImage (udata).
+// Nothing is freed when the file closes; the image outlives it.
+void* image_malloc(std::size_t size, H5FD_file_image_op_t, void* image) {
+  static_cast<FileImage*>(image)->reserve(size);
+  return static_cast<FileImage*>(image)->data();
+}
+void* image_realloc(void*, std::size_t size, H5FD_file_image_op_t op, void* image) {
+  return image_malloc(size, op, image);
+}
+void* image_memcpy(void* dest, const void* src, std::size_t size, H5FD_file_image_op_t, void*) {
+  return std::memcpy(dest, src, size);
+}
+herr_t image_free(void*, H5FD_file_image_op_t, void*) { return 0; }
+void* udata_copy(void* image) { return image; }
+herr_t udata_free(void*) { return 0; }
+
+constexpr std::size_t kImageIncrement = std::size_t(16) << 20;
+
+}  // namespace
+
+FileWriter::FileWriter(std::string path, FileImage* image)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), image_(image ? *image : own_image_) {
+  const std::lock_guard lock(data::hdf5_mutex());
   data::silence_hdf5_error_printing();
-  file_ = H5Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  require(file_.valid(), "checkpoint " + tmp_ + ": cannot create (" + std::strerror(errno) + ")");
+  const H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5FD_file_image_callbacks_t callbacks = {image_malloc, image_memcpy, image_realloc, image_free,
+                                           udata_copy,   udata_free,   &image_};
+  require(fapl.valid() && H5Pset_fapl_core(fapl.get(), kImageIncrement, false) >= 0 &&
+              H5Pset_file_image_callbacks(fapl.get(), &callbacks) >= 0,
+          "checkpoint " + path_ + ": cannot set up HDF5's in-memory file");
+  file_ = H5Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  require(file_.valid(), "checkpoint " + tmp_ + ": cannot create");
   const H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
   const H5Id attr(H5Acreate2(file_.get(), "format_version", H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
                   H5Aclose);
@@ -56,6 +86,7 @@ FileWriter::~FileWriter() {
 
 void FileWriter::dataset(const std::string& name, hid_t file_type, hid_t mem_type,
                          const std::vector<std::uint64_t>& shape, const void* host) {
+  const std::lock_guard lock(data::hdf5_mutex());
   const std::string where = "checkpoint " + tmp_ + ": dataset " + name;
   require(!committed_, where + ": written after commit");
   std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -100,6 +131,7 @@ void FileWriter::scalar(const std::string& name, double value) {
 }
 
 void FileWriter::attribute(const std::string& name, const std::string& value) {
+  const std::lock_guard lock(data::hdf5_mutex());
   const std::string where = "checkpoint " + tmp_ + ": attribute " + name;
   const H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
   const H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
@@ -113,19 +145,27 @@ void FileWriter::attribute(const std::string& name, const std::string& value) {
 
 void FileWriter::commit() {
   require(!committed_, "checkpoint " + path_ + ": committed twice");
-  require(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) >= 0, "checkpoint " + tmp_ + ": cannot flush");
-  file_.reset();
-  fsync_path(tmp_, false);
+  ssize_t size = -1;
+  {
+    const std::lock_guard lock(data::hdf5_mutex());
+    // A flush releases what HDF5 had set aside at the end of the file: the image is then complete
+    // and its size is the file's.
+    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) >= 0) size = H5Fget_file_image(file_.get(), nullptr, 0);
+    file_.reset();
+  }
+  require(size > 0, "checkpoint " + tmp_ + ": cannot flush the in-memory file");
+  write_image(tmp_, image_, std::size_t(size));
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   if (ec) throw Error("checkpoint " + tmp_ + ": cannot rename to " + path_ + ": " + ec.message());
   committed_ = true;
-  fsync_path(parent_of(path_), true);
+  fsync_directory(parent_of(path_));
 }
 
 // ---------------------------------------------------------------- reading
 
 FileReader::FileReader(std::string path) : path_(std::move(path)) {
+  const std::lock_guard lock(data::hdf5_mutex());
   data::silence_hdf5_error_printing();
   require(std::filesystem::is_regular_file(path_), "checkpoint " + path_ + ": no such file");
   file_ = H5Id(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -141,6 +181,7 @@ FileReader::FileReader(std::string path) : path_(std::move(path)) {
 }
 
 bool FileReader::has(const std::string& name) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   // H5Lexists needs every group on the way to exist.
   for (std::size_t slash = name.find('/'); ; slash = name.find('/', slash + 1)) {
     const std::string prefix = name.substr(0, slash);
@@ -150,6 +191,7 @@ bool FileReader::has(const std::string& name) const {
 }
 
 std::vector<std::string> FileReader::names(const std::string& group) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   const std::string where = group.empty() ? "/" : group;
   require(group.empty() || has(group), "checkpoint " + path_ + ": no group " + where);
   const H5Id g(H5Gopen2(file_.get(), where.c_str(), H5P_DEFAULT), H5Gclose);
@@ -167,6 +209,7 @@ std::vector<std::string> FileReader::names(const std::string& group) const {
 }
 
 H5Id FileReader::open(const std::string& name) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   require(has(name), "checkpoint " + path_ + ": dataset " + name + " missing");
   H5Id dset(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   require(dset.valid(), "checkpoint " + path_ + ": dataset " + name + " unreadable");
@@ -174,6 +217,7 @@ H5Id FileReader::open(const std::string& name) const {
 }
 
 std::vector<std::uint64_t> FileReader::shape(const std::string& name) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   const H5Id dset = open(name);
   const H5Id space(H5Dget_space(dset.get()), H5Sclose);
   const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
@@ -184,6 +228,7 @@ std::vector<std::uint64_t> FileReader::shape(const std::string& name) const {
 }
 
 void FileReader::read(const std::string& name, hid_t mem_type, void* host, std::size_t count) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   std::size_t have = 1;
   for (std::uint64_t d : shape(name)) have *= std::size_t(d);
   require(have == count, "checkpoint " + path_ + ": dataset " + name + " holds " + std::to_string(have) +
@@ -210,6 +255,7 @@ double FileReader::real_scalar(const std::string& name) const {
 }
 
 std::string FileReader::attribute(const std::string& name) const {
+  const std::lock_guard lock(data::hdf5_mutex());
   const std::string where = "checkpoint " + path_ + ": attribute " + name;
   require(H5Aexists(file_.get(), name.c_str()) > 0, where + " missing");
   const H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);

@@ -3,13 +3,17 @@
 // slash-separated paths ("params/blocks.3.attn.qkv.weight", "scaler/scale"), text attributes on
 // the root, and the format version. Every dataset is chunked with HDF5's Fletcher-32 checksum,
 // which HDF5 verifies on every read (h5py's too), so a changed byte is an error, never a value.
-// A file is written under PATH.tmp and only becomes PATH on commit(): flushed, fsynced, renamed,
-// and the directory fsynced; a writer destroyed before commit() removes its temporary file.
+// A file is built in memory (HDF5's core driver, in a FileImage that can be kept from one file to
+// the next) and only reaches the disk on commit(): written to PATH.tmp in one pass (O_DIRECT where
+// the file system takes it: the page cache is what makes buffered writes slow and erratic),
+// fsynced, renamed to PATH, and the directory fsynced; a writer destroyed before commit() leaves
+// nothing. Every HDF5 call holds data::hdf5_mutex(): a writer may run on a thread of its own.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "checkpoint/host_memory.hpp"
 #include "data/hdf5_id.hpp"
 
 namespace avtrain::checkpoint {
@@ -18,7 +22,8 @@ inline constexpr std::int64_t kFormatVersion = 1;
 
 class FileWriter {
  public:
-  explicit FileWriter(std::string path);
+  // image: the memory to build the file in (kept by the caller for the next file); null: its own.
+  explicit FileWriter(std::string path, FileImage* image = nullptr);
   ~FileWriter();
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
@@ -28,7 +33,7 @@ class FileWriter {
   void scalar(const std::string& name, std::int64_t value);
   void scalar(const std::string& name, double value);
   void attribute(const std::string& name, const std::string& value);
-  // Closes, fsyncs and renames PATH.tmp to PATH; the file is complete once this returns.
+  // Writes PATH.tmp, fsyncs it and renames it to PATH; the file is complete once this returns.
   void commit();
   const std::string& path() const { return path_; }
 
@@ -36,6 +41,8 @@ class FileWriter {
   void dataset(const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<std::uint64_t>& shape,
                const void* host);
   std::string path_, tmp_;
+  FileImage own_image_;
+  FileImage& image_;
   data::H5Id file_;
   bool committed_ = false;
 };

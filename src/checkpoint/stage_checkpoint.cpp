@@ -1,5 +1,7 @@
 #include "checkpoint/stage_checkpoint.hpp"
 
+#include <cstring>
+
 #include "core/error.hpp"
 
 namespace avtrain::checkpoint {
@@ -11,25 +13,39 @@ std::vector<std::uint64_t> shape_of(const ParamInfo& p) {
   return shape;
 }
 
-std::vector<float> host_copy(Backend& be, const Buffer& b) {
-  std::vector<float> host(b.size());
+void host_copy(Backend& be, const Buffer& b, HostFloats& host) {
+  host.resize(b.size());
   if (!host.empty()) be.download(host.data(), b.data(), b.bytes());
-  return host;
 }
 
 }  // namespace
 
-void write_stage(const std::string& path, Backend& be, ParamStore& params, AdamW& adamw, const Counters& c,
-                 const nlohmann::json& fingerprint) {
-  const std::vector<float> values = host_copy(be, params.values());
-  const std::vector<float> m = host_copy(be, adamw.first_moments()), v = host_copy(be, adamw.second_moments());
-  FileWriter w(path);
-  for (const ParamInfo& p : params.params()) {
-    w.tensor("params/" + p.name, shape_of(p), values.data() + p.offset);
+void StageSnapshot::reserve(const ParamStore& store) {
+  const std::size_t n = store.total_size();
+  for (HostFloats* h : {&values, &m, &v}) h->resize(n);  // value-initialised: touched
+  const std::size_t file = 3 * n * sizeof(float) + (std::size_t(16) << 20);  // and HDF5's metadata
+  image.reserve(file);
+  std::memset(image.data(), 0, image.capacity());
+}
+
+void StageSnapshot::take(Backend& be, ParamStore& store, AdamW& adamw, const Counters& c, const nlohmann::json& fp) {
+  params = store.params();
+  host_copy(be, store.values(), values);
+  host_copy(be, adamw.first_moments(), m);
+  host_copy(be, adamw.second_moments(), v);
+  counters = c;
+  fingerprint = fp.dump();
+}
+
+void write_stage(const std::string& path, StageSnapshot& s) {
+  FileWriter w(path, &s.image);
+  for (const ParamInfo& p : s.params) {
+    w.tensor("params/" + p.name, shape_of(p), s.values.data() + p.offset);
     if (!p.trainable) continue;
-    w.tensor("adamw/m/" + p.name, shape_of(p), m.data() + p.offset);
-    w.tensor("adamw/v/" + p.name, shape_of(p), v.data() + p.offset);
+    w.tensor("adamw/m/" + p.name, shape_of(p), s.m.data() + p.offset);
+    w.tensor("adamw/v/" + p.name, shape_of(p), s.v.data() + p.offset);
   }
+  const Counters& c = s.counters;
   w.scalar("state/next_step", c.next_step);
   w.scalar("state/applied_steps", c.applied_steps);
   w.scalar("adamw/updates", std::int64_t(c.adamw_updates));
@@ -37,7 +53,7 @@ void write_stage(const std::string& path, Backend& be, ParamStore& params, AdamW
   w.scalar("scaler/growth_tracker", std::int64_t(c.scaler.growth_tracker));
   w.scalar("scaler/hysteresis_tracker", std::int64_t(c.scaler.hysteresis_tracker));
   w.scalar("scaler/skipped", c.scaler.skipped);
-  w.attribute("fingerprint", fingerprint.dump());
+  w.attribute("fingerprint", s.fingerprint);
   w.commit();
 }
 

@@ -25,9 +25,26 @@ struct Counters {
   LossScaler::State scaler;
 };
 
-// Writes and commits this stage's file at `path`.
-void write_stage(const std::string& path, Backend& be, ParamStore& params, AdamW& adamw, const Counters& counters,
-                 const nlohmann::json& fingerprint);
+// A stage's state copied out of the step (to the host): what its file will hold. Taking one is all
+// a checkpoint costs the step; writing it can then go on beside training. Kept from one checkpoint
+// to the next, so that its memory is touched once.
+struct StageSnapshot {
+  std::vector<ParamInfo> params;
+  HostFloats values, m, v;  // flat, at the ParamStore's offsets
+  Counters counters;
+  std::string fingerprint;
+  FileImage image;  // the memory its file is built in
+  // Allocates and touches the memory a snapshot of `store` and its file take, so that the first
+  // checkpoint does not pay the page faults beside training (measured: a 437 MiB stage's first
+  // write 3.8 s and a step 2 s slower, against 0.6 s and 0.5 s once the memory was touched).
+  void reserve(const ParamStore& store);
+  void take(Backend& be, ParamStore& store, AdamW& adamw, const Counters& counters, const nlohmann::json& fingerprint);
+  std::size_t bytes() const { return (values.size() + m.size() + v.size()) * sizeof(float); }
+};
+
+// Writes and commits a stage's file at `path`, built in snapshot.image (HDF5 calls take
+// data::hdf5_mutex(): safe on a thread of its own beside the data reader).
+void write_stage(const std::string& path, StageSnapshot& snapshot);
 
 class Checkpoint {
  public:

@@ -2,9 +2,19 @@
 // Owning wrapper for an HDF5 identifier: closes it with the matching H5?close when it goes out of scope.
 #include <hdf5.h>
 
+#include <mutex>
 #include <utility>
 
 namespace avtrain::data {
+
+// The HDF5 library Debian builds (the OpenMPI one included) is not thread-safe: every call, the
+// closing of an identifier included, is made holding this lock. Two threads use HDF5 at once in a
+// run (the data reader and the background checkpoint writer); each takes the lock per dataset, so
+// neither waits for the other's whole file.
+inline std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
 
 class H5Id {
  public:
@@ -27,7 +37,10 @@ class H5Id {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset() {
-    if (id_ >= 0 && close_ != nullptr) close_(id_);
+    if (id_ >= 0 && close_ != nullptr) {
+      const std::lock_guard lock(hdf5_mutex());
+      close_(id_);
+    }
     id_ = H5I_INVALID_HID;
   }
 
@@ -37,6 +50,9 @@ class H5Id {
 };
 
 // HDF5 prints its own error stack by default; we report our own one-line messages instead.
-inline void silence_hdf5_error_printing() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+inline void silence_hdf5_error_printing() {
+  const std::lock_guard lock(hdf5_mutex());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 }  // namespace avtrain::data

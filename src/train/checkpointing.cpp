@@ -21,6 +21,13 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// Rethrows an agreed failure: the failing rank's message there, ErrorElsewhere on the others.
+void fail(const std::pair<std::string, bool>& r) {
+  if (!r.second) return;
+  if (r.first.empty()) throw ErrorElsewhere();
+  throw Error(r.first);
+}
+
 std::string step_name(std::int64_t next_step) {
   std::ostringstream s;
   s << "step-" << std::setw(7) << std::setfill('0') << next_step;
@@ -137,6 +144,10 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
               "--resume none starts afresh");
 }
 
+void Checkpointing::reserve_memory(const ParamStore& params) {
+  if (!dir_.empty() && topo_.dp_rank == 0) snapshot_->reserve(params);
+}
+
 bool Checkpointing::due(std::int64_t step, bool last) {
   if (dir_.empty()) return false;
   bool due = last || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
@@ -149,15 +160,16 @@ bool Checkpointing::due(std::int64_t step, bool last) {
   return due;
 }
 
+Checkpointing::~Checkpointing() {
+  if (in_flight_ && in_flight_->write.valid()) in_flight_->write.wait();
+}
+
 void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const checkpoint::Counters& counters,
                          const nlohmann::json& fingerprint, std::ostream& log) {
   const auto t0 = Clock::now();
-  const std::string ck = dir_ + "/" + step_name(counters.next_step);
-  auto fail = [&](const std::pair<std::string, bool>& r) {
-    if (!r.second) return;
-    if (r.first.empty()) throw ErrorElsewhere();
-    throw Error(r.first);
-  };
+  settle(true, log);  // one checkpoint in flight at a time
+  InFlight next{dir_ + "/" + step_name(counters.next_step), counters, {}, 0, 0};
+  const std::string& ck = next.dir;
   // A directory of this name without its marker is a write that did not finish: start it again.
   fail(agree([&] {
     if (topo_.rank != 0) return;
@@ -167,15 +179,60 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     fs::create_directories(ck, ec);
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
-  fail(agree([&] {
-    if (topo_.dp_rank == 0)
-      checkpoint::write_stage(ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5", be, params, adamw, counters,
-                              fingerprint);
-  }));
+  if (topo_.dp_rank == 0) {
+    snapshot_->take(be, params, adamw, counters, fingerprint);  // free: the previous write has finished
+    const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";
+    next.write = std::async(std::launch::async, [snapshot = snapshot_, file] {
+      const auto t = Clock::now();
+      checkpoint::write_stage(file, *snapshot);
+      return std::chrono::duration<double>(Clock::now() - t).count();
+    });
+  }
+  next.pause_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  in_flight_ = std::move(next);
+  last_save_ = Clock::now();
+}
+
+void Checkpointing::poll(std::ostream& log) { settle(false, log); }
+
+void Checkpointing::finish(std::ostream& log) { settle(true, log); }
+
+void Checkpointing::settle(bool wait, std::ostream& log) {
+  if (!in_flight_) return;
+  InFlight& f = *in_flight_;
+  std::string message;
+  double state[2] = {0, 0};  // still writing, failed
+  if (f.write.valid()) {
+    if (wait) f.write.wait();
+    if (f.write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      state[0] = 1;
+    } else {
+      try {
+        f.write_s = f.write.get();
+      } catch (const Error& e) {
+        message = e.what();
+        state[1] = 1;
+      }
+    }
+  }
+  world_.all_reduce(state, 2, parallel::ReduceOp::max);
+  if (state[1] > 0) {
+    in_flight_.reset();
+    if (message.empty()) throw ErrorElsewhere();
+    throw Error(message);
+  }
+  if (state[0] > 0) return;  // some writer is not done: asked again at the next step
+  const InFlight done = std::move(f);
+  in_flight_.reset();
+  commit(done, log);
+}
+
+void Checkpointing::commit(const InFlight& done, std::ostream& log) {
+  const std::string& ck = done.dir;
   // Every writer has finished: commit, point `latest` at it, and only then let the oldest go.
   fail(agree([&] {
     if (topo_.rank != 0) return;
-    const nlohmann::json marker = {{"step", counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
+    const nlohmann::json marker = {{"step", done.counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
                                    {"micro_batch", config_.train.micro_batch},
                                    {"micro_batches", config_.train.micro_batches}};
     write_file_atomically(ck + "/committed", marker.dump() + "\n");
@@ -192,15 +249,14 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
           !fs::exists(e.path() / "committed") && e.path().string() != ck)
         fs::remove_all(e.path(), ec);
   }));
-  last_save_ = Clock::now();
   if (topo_.rank == 0) {
     std::uintmax_t bytes = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(ck, ec))
       if (e.is_regular_file()) bytes += e.file_size();
     log << "[rank 0] checkpoint " << ck << ": " << std::setprecision(1) << std::fixed << double(bytes) / (1 << 20)
-        << " MiB in " << std::setprecision(2) << std::chrono::duration<double>(last_save_ - t0).count() << " s"
-        << std::endl;
+        << " MiB written in " << std::setprecision(2) << done.write_s << " s beside training, which paused "
+        << done.pause_s << " s" << std::endl;
   }
 }
 

@@ -1,11 +1,15 @@
 #pragma once
 // A run's checkpoints: where they go (checkpoint.dir, default OUT/checkpoints), when one is due
 // (checkpoint.interval steps, checkpoint.minutes of wall time, the last step), writing one (each
-// stage's data-parallel rank 0 writes its stage file under step-NNNNNNN/, and after every writer
-// has finished rank 0 commits it: the `committed` marker, then `latest`), keeping the newest
+// stage's data-parallel rank 0 copies its state out of the step and writes its stage file under
+// step-NNNNNNN/ on a background thread while training goes on; once every writer has finished,
+// rank 0 commits it: the `committed` marker, then `latest`), keeping the newest
 // checkpoint.keep, and finding the one to resume from (--resume auto | none | PATH). A checkpoint
 // without its `committed` marker is never loaded. Every decision is agreed over the world.
 #include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -41,14 +45,37 @@ class Checkpointing {
   // The checkpoint resume() loaded ("" before, or after a fresh start).
   const std::string& loaded() const { return loaded_; }
 
+  // Before training: the host memory this rank's checkpoints take (a stage's writer only), touched
+  // once now rather than beside the first checkpoint's steps.
+  void reserve_memory(const ParamStore& params);
+
   // Whether to write a checkpoint after `step` (the same answer on every rank).
   bool due(std::int64_t step, bool last);
-  // Writes, commits and prunes the checkpoint taken after the step before counters.next_step.
+  // Starts the checkpoint taken after the step before counters.next_step: waits for the one in
+  // flight (and commits it), creates its directory, copies this stage's state out of the step (all
+  // the step waits for) and writes it on a thread of its own. Collective.
   void save(Backend& be, ParamStore& params, AdamW& adamw, const checkpoint::Counters& counters,
             const nlohmann::json& fingerprint, std::ostream& log);
+  // Once per step, collective: commits the checkpoint in flight once every writer has finished.
+  void poll(std::ostream& log);
+  // Waits for the checkpoint in flight and commits it. Collective.
+  void finish(std::ostream& log);
+  ~Checkpointing();  // waits for a write in flight (uncommitted: its temporary file is removed)
 
  private:
+  // A checkpoint written beside training: this rank's stage file (dp rank 0 of each stage) or
+  // nothing, and what the commit line reports.
+  struct InFlight {
+    std::string dir;
+    checkpoint::Counters counters;
+    std::future<double> write;  // seconds the stage file took; invalid on ranks that do not write
+    double pause_s = 0;         // how long the step waited: the copy out (and the previous write)
+    double write_s = 0;         // the write's seconds, once taken from `write`
+  };
   std::vector<std::string> stage_files(const std::string& checkpoint) const;
+  // Commits the checkpoint in flight if every writer has finished (or, with wait, once they have).
+  void settle(bool wait, std::ostream& log);
+  void commit(const InFlight& done, std::ostream& log);
   // Runs `f`; if it throws on any rank, every rank learns so. Returns the message of this rank's
   // error ("" when this rank succeeded) and whether any rank failed.
   std::pair<std::string, bool> agree(const std::function<void()>& f);
@@ -58,6 +85,9 @@ class Checkpointing {
   parallel::Communicator& world_;
   std::string dir_, loaded_;
   std::chrono::steady_clock::time_point last_save_;
+  std::optional<InFlight> in_flight_;
+  // This rank's stage state as the write in flight reads it; kept, so its memory is touched once.
+  std::shared_ptr<checkpoint::StageSnapshot> snapshot_ = std::make_shared<checkpoint::StageSnapshot>();
 };
 
 }  // namespace avtrain

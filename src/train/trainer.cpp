@@ -449,6 +449,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     scaler.restore(resumed->scaler);
     d.params.refresh_working(d.be);
   }
+  checkpoints.reserve_memory(d.params);
   // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
   double used_out = !resumed && rank0 && !c.train.out.empty() && !c.overwrite &&
                     std::filesystem::exists(c.train.out + "/trace.csv");
@@ -674,6 +675,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
     }
     summary.steps = int(step + 1);
     summary.final_loss = loss;
+    checkpoints.poll(log);
     if (checkpoints.due(step, last))
       checkpoints.save(d.be, d.params, optimizer, {step + 1, schedule_step, optimizer.updates(), scaler.state()},
                        fingerprint, log);
@@ -689,6 +691,7 @@ TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
       log << std::endl;
     }
   }
+  checkpoints.finish(log);
   const std::vector<std::string> events =
       timeline.enabled() ? world.gather(timeline.events_json(), 0) : std::vector<std::string>();
   if (rank0 && timeline.enabled()) {

@@ -88,10 +88,34 @@ TEST_F(CheckpointFile, AWriterThatIsNotCommittedLeavesNothingBehind) {
   {
     FileWriter w(p);
     w.scalar("state/step", std::int64_t(1));
-    EXPECT_TRUE(fs::exists(p + ".tmp"));
+    EXPECT_FALSE(fs::exists(p + ".tmp")) << "the file is built in memory until commit()";
   }
   EXPECT_FALSE(fs::exists(p));
   EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+// The trainer keeps one FileImage for all its checkpoints: a file built after a bigger one in the
+// same memory holds its own content and size, not the rest of the bigger one. Sizes that are no
+// multiple of O_DIRECT's 4 KiB are cut back to the file's own.
+TEST_F(CheckpointFile, OneImageBuildsFileAfterFileEachWhole) {
+  FileImage image;
+  std::vector<float> big(300000), small = {1, 2, 3};
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = float(i);
+  for (const char* name : {"big.h5", "small.h5"}) {
+    FileWriter w(path(name), &image);
+    const std::vector<float>& t = std::string(name) == "big.h5" ? big : small;
+    w.tensor("params/t", {t.size()}, t.data());
+    w.commit();
+  }
+  EXPECT_GT(fs::file_size(path("big.h5")), big.size() * sizeof(float));
+  EXPECT_LT(fs::file_size(path("small.h5")), std::uintmax_t(64) << 10);
+  for (const char* name : {"big.h5", "small.h5"}) {
+    const FileReader r(path(name));
+    const std::vector<float>& want = std::string(name) == "big.h5" ? big : small;
+    std::vector<float> got(want.size());
+    r.tensor("params/t", got.data(), got.size());
+    EXPECT_EQ(got, want) << name;
+  }
 }
 
 TEST_F(CheckpointFile, AChangedByteInATensorFailsItsChecksumNamingTheDataset) {

@@ -17,6 +17,14 @@
 namespace avtrain::checkpoint {
 namespace {
 
+// A stage file as the trainer writes it: the state copied out, then written.
+void write_stage(const std::string& path, Backend& be, ParamStore& store, AdamW& adamw, const Counters& c,
+                 const nlohmann::json& f) {
+  StageSnapshot taken;
+  taken.take(be, store, adamw, c, f);
+  checkpoint::write_stage(path, taken);
+}
+
 namespace fs = std::filesystem;
 
 // The layers a..c of a small model, registered into one store or cut into two.
