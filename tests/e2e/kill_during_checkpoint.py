@@ -7,9 +7,10 @@ usage: kill_during_checkpoint.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 
 Rounds: AVTRAIN_KILL_ROUNDS (default 3; CI runs the default, set more on demand, e.g. 20). Each
 round starts the run (a checkpoint every step, --resume auto --overwrite), watches its checkpoint
-directory and kills the whole process group with SIGKILL at a chosen moment: while a stage file is
-being written (a stage-K.h5.tmp exists), while the commit marker is (committed.tmp), or at a random
-time. After each kill every committed checkpoint is read whole with h5py. Then the run is finished
+directory and kills the whole process group with SIGKILL at a chosen moment: while a checkpoint is in
+flight (its directory exists uncommitted: the state is being copied out or its file built in memory
+beside training), while a stage file is being written to the disk (a stage-K.h5.tmp exists), while
+the commit marker is (committed.tmp), or at a random time. After each kill every committed checkpoint is read whole with h5py. Then the run is finished
 without kills and compared with a straight run: trace.csv in every column but the measurements,
 layers.csv, and the final checkpoint dataset by dataset. Prints how many rounds ran and how many
 kills landed inside a write. Exit 0 when every check holds.
@@ -87,6 +88,11 @@ def committed(ckdir):
     return sorted(d for d in glob.glob(os.path.join(ckdir, "step-*")) if os.path.isfile(os.path.join(d, "committed")))
 
 
+def in_flight(ckdir):
+    """Checkpoint directories not (yet) committed: a write in flight, or what a kill left."""
+    return [d for d in glob.glob(os.path.join(ckdir, "step-*")) if not os.path.isfile(os.path.join(d, "committed"))]
+
+
 def read_whole(checkpoint):
     """Every dataset of every stage file, or an error naming what is missing or unreadable."""
     files = sorted(glob.glob(os.path.join(checkpoint, "stage-*.h5")))
@@ -121,11 +127,15 @@ def main():
         if subprocess.run(common + ["--out", straight], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode:
             fail(f"the straight run failed (log {work}/straight.log)")
     ckdir = os.path.join(killed, "checkpoints")
-    in_write = resumed_checked = 0
+    final_ck = committed(os.path.join(straight, "checkpoints"))[-1]
+    in_write = resumed_checked = anew = 0
     for r in range(rounds):
+        if committed(ckdir) and step_of(committed(ckdir)[-1]) == step_of(final_ck):
+            shutil.rmtree(killed)  # a kill came too late: the run is complete, so start another
+            anew += 1
         before = committed(ckdir)
         known_starts = len(starts(killed))
-        moment = rng.choice(["stage file", "commit marker", "random"])
+        moment = rng.choice(["in flight", "stage file", "commit marker", "random"])
         log = open(os.path.join(work, f"round-{r}.log"), "w")
         p = subprocess.Popen(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -134,17 +144,20 @@ def main():
         seen_tmp = False
         while p.poll() is None and time.monotonic() < deadline:
             pattern = "stage-*.h5.tmp" if moment == "stage file" else "committed.tmp"
-            tmp = glob.glob(os.path.join(ckdir, "step-*", pattern)) if moment != "random" else []
-            if tmp:
+            def seen():
+                if moment == "in flight":
+                    return in_flight(ckdir)
+                return glob.glob(os.path.join(ckdir, "step-*", pattern)) if moment != "random" else []
+            if seen():
                 if skip == 0:
                     seen_tmp = True
                     break
                 skip -= 1
-                while glob.glob(os.path.join(ckdir, "step-*", pattern)) and p.poll() is None:
+                while seen() and p.poll() is None:
                     time.sleep(0.0005)
             time.sleep(0.0005)
         if p.poll() is None:
-            writing = bool(glob.glob(os.path.join(ckdir, "step-*", "*.tmp")))
+            writing = bool(in_flight(ckdir))
             kill_session(p)
             in_write += writing
             what = f"killed {'inside a write' if writing else 'between writes'} (aimed at: {moment})"
@@ -179,7 +192,8 @@ def main():
         if datasets(stage) != datasets(other):
             fail(f"{other}: not the straight run's final state")
     print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write, "
-          f"{resumed_checked} seen resuming from the newest committed checkpoint, the final run too; "
+          f"{resumed_checked} seen resuming from the newest committed checkpoint, the final run too; {anew} started "
+          f"anew after a round let the run finish; "
           f"the run ended with the straight run's traces and final checkpoint {last}, bit for bit; ok")
 
 
