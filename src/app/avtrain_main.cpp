@@ -8,14 +8,12 @@
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <filesystem>
+#include <iomanip>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
 #include "app/backend_choice.hpp"
 #include "app/options.hpp"
 #include "backend/backend.hpp"
-#include "build_info.hpp"
 #include "core/error.hpp"
 #include "data/shard_set.hpp"
 #include "parallel/process_groups.hpp"
@@ -23,20 +21,6 @@
 #include "train/trainer.hpp"
 
 namespace {
-
-nlohmann::json data_fingerprint(const avtrain::data::SetInfo& s) {
-  nlohmann::json shards = nlohmann::json::array();
-  for (const auto& f : s.shards)
-    shards.push_back({{"name", std::filesystem::path(f.path).filename().string()}, {"bytes", f.bytes}, {"samples", f.samples}});
-  return {{"shards", shards},
-          {"total_samples", s.total_samples},
-          {"sample_rate", s.sample_rate},
-          {"fps", s.fps},
-          {"num_classes", s.num_classes},
-          {"audio_samples", s.audio_samples},
-          {"audio_type", s.audio_int16 ? "int16" : "float32"},
-          {"video_shape", {s.frames, s.height, s.width, s.channels}}};
-}
 
 [[noreturn]] void abort_world(int world) {
   std::fflush(stderr);
@@ -68,24 +52,14 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   avtrain::use_device_collectives(config, groups, *backend);
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
   avtrain::Trainer trainer(config, *backend, *shards, groups);
-  nlohmann::json manifest;
-  manifest["config"] = options.resolved;
-  manifest["deck"] = config.deck;
-  manifest["seed"] = config.train.seed;
-  manifest["layout"] = {{"device", backend->name()}, {"threads", config.train.threads}};
-  manifest["build"] = {{"version", avtrain::build_info::version}, {"git_commit", avtrain::build_info::git_commit},
-                       {"compiler", avtrain::build_info::compiler}, {"build_type", avtrain::build_info::build_type},
-                       {"blas", avtrain::build_info::blas}};
-  manifest["data"] = data_fingerprint(shards->info());
-  manifest["data"]["dir"] = config.data.dir;
   std::ostringstream quiet;
   if (config.eval_only) {
-    trainer.evaluate_checkpoint(manifest, topo.rank == 0 ? std::cout : quiet);
+    trainer.evaluate_checkpoint(options.resolved, topo.rank == 0 ? std::cout : quiet);
     return 0;
   }
   avtrain::TrainSummary summary;
   try {
-    summary = trainer.run(manifest, topo.rank == 0 ? std::cout : quiet);
+    summary = trainer.run(options.resolved, topo.rank == 0 ? std::cout : quiet);
   } catch (const std::exception& e) {
     // On a GPU, unwinding would wait: a transfer's Request for a peer that never receives, the
     // arena's cudaFree for NCCL kernels that never finish. Stop before the locals go.
@@ -97,7 +71,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     std::cout << "[rank 0] done: the run was complete already (" << summary.steps << " steps)" << std::endl;
     return 0;
   }
-  std::cout << "[rank 0] done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
+  std::cout << std::fixed << std::setprecision(4) << "[rank 0] done: " << summary.steps << " steps, final loss " << summary.final_loss << ", val_acc "
             << summary.val_acc << ", median step " << summary.median_step_ms << " ms";
   if (summary.skipped) std::cout << ", " << summary.skipped << " step(s) skipped for non-finite gradients";
   std::cout << std::endl;

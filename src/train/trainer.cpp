@@ -10,8 +10,10 @@
 #include <future>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 
+#include "build_info.hpp"
 #include "core/error.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sampler.hpp"
@@ -25,6 +27,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
+#include "train/batch_feed.hpp"
 #include "train/checkpointing.hpp"
 #include "train/rank_report.hpp"
 #include "train/stage_link.hpp"
@@ -79,19 +82,38 @@ struct Slot {
   bool busy = false;
 };
 
-// What one step's forwards and backwards read and add to.
+// What one step's phases read and add to.
 struct StepWork {
-  std::int64_t step = 0;
-  std::vector<std::future<data::MicroBatch>>* parts = nullptr;  // this replica's micro-batches (stages that read)
+  explicit StepWork(std::int64_t s) : step(s) {}
+  std::int64_t step;
+  Clock::time_point start;
+  std::vector<std::future<data::MicroBatch>> parts;  // this replica's micro-batches (stages that read)
+  double loss_scale = 1;
   float grad_scale = 1;
   bool inject_overflow = false;
   Timeline* timeline = nullptr;
   std::vector<Slot*> slot_of;  // micro-batch -> its slot while in flight
   ActivationStats acts;
-  double local_loss = 0, data_wait_ms = 0, idle_ms = 0;
+  double local_loss = 0, data_wait_ms = 0, idle_ms = 0, schedule_ms = 0, comm_ms = 0, train_ms = 0;
   bool loss_finite = true;
   std::size_t act_bytes = 0;
+  std::uint64_t bytes_before = 0, grad_bytes = 0;  // the data-parallel group's bytes sent
 };
+
+// What a shard set is, for run.json and for what a resumed run must match.
+nlohmann::json data_fingerprint(const data::SetInfo& s) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& f : s.shards)
+    shards.push_back({{"name", std::filesystem::path(f.path).filename().string()}, {"bytes", f.bytes}, {"samples", f.samples}});
+  return {{"shards", shards},
+          {"total_samples", s.total_samples},
+          {"sample_rate", s.sample_rate},
+          {"fps", s.fps},
+          {"num_classes", s.num_classes},
+          {"audio_samples", s.audio_samples},
+          {"audio_type", s.audio_int16 ? "int16" : "float32"},
+          {"video_shape", {s.frames, s.height, s.width, s.channels}}};
+}
 }  // namespace
 
 struct Trainer::Impl {
@@ -111,6 +133,8 @@ struct Trainer::Impl {
   parallel::GradBuckets buckets;
   parallel::Schedule schedule;
   std::pair<int, std::int64_t> inject_overflow, perturb_weights;
+  std::vector<parallel::PipeAction> actions;  // this stage's forwards and backwards, in order
+  double bubble_theory = 0;
 
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
@@ -123,7 +147,11 @@ struct Trainer::Impl {
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
         perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
     modules = group_modules(params);
+    actions = parallel::pipeline_actions(schedule, topo.pp, topo.pp_rank, c.train.micro_batches);
+    bubble_theory = parallel::ideal_bubble(topo.pp, c.train.micro_batches);
   }
+
+  bool amp() const { return policy.compute() != DType::f32; }
 
   // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
   // exist before the buckets (the next member) point into it.
@@ -164,7 +192,7 @@ struct Trainer::Impl {
     });
     if (reads()) {
       const auto t = Clock::now();
-      slot.batch = (*w.parts)[m].get();
+      slot.batch = w.parts[m].get();
       w.data_wait_ms += ms_since(t);
       flow.batch = &slot.batch;
     }
@@ -329,16 +357,15 @@ struct Trainer::Impl {
   }
 
   // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
-  nlohmann::json fingerprint(const nlohmann::json& manifest) const {
+  nlohmann::json fingerprint(const nlohmann::json& options) const {
     nlohmann::json f = {{"format_version", checkpoint::kFormatVersion},
                         {"global_batch", config.global_batch(topo.dp)},
                         {"seed", config.train.seed},
                         {"precision", dtype_name(policy.compute())}};
     f["model"] = nlohmann::json::object();
-    for (auto it = manifest["config"].begin(); it != manifest["config"].end(); ++it)
+    for (auto it = options.begin(); it != options.end(); ++it)
       if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
-    f["data"] = manifest["data"];
-    f["data"].erase("dir");
+    f["data"] = data_fingerprint(shards.info());
     return f;
   }
 
@@ -393,7 +420,145 @@ struct Trainer::Impl {
     return e;
   }
 
-  void add_layout(nlohmann::json& manifest) const {
+  // ------------------------------------------------------------------ the run and its phases
+
+  // The state of a run beyond the model's tensors: where it is (the step, the LR schedule's
+  // position, the loss scaler, AdamW), what it reads (the sampler, the feed), what it writes (traces,
+  // timeline, checkpoints) and what it has measured. A checkpoint saves what a resume needs of it.
+  struct Run {
+    Run(Impl& d, const nlohmann::json& options)
+        : sampler(d.make_sampler()), optimizer(d.be, d.params, d.config.optim),
+          scaler(d.config.precision, d.policy.compute()), checkpoints(d.config, d.topo, *d.groups.world),
+          fingerprint(d.fingerprint(options)) {}
+    data::Sampler sampler;
+    AdamW optimizer;
+    LossScaler scaler;
+    Checkpointing checkpoints;
+    const nlohmann::json fingerprint;
+    std::int64_t first_step = 0;
+    int applied_steps = 0;  // a skipped step does not advance the LR schedule
+    std::unique_ptr<TraceWriter> traces;  // rank 0, with --out
+    std::optional<Timeline> timeline;
+    std::optional<BatchFeed> feed;
+    TrainSummary summary;
+    std::vector<double> step_ms;
+    double mem_peak = 0;
+  };
+
+  // What every rank agrees on once the schedule is done.
+  struct Agreement {
+    bool found_inf = false;             // some rank saw a non-finite gradient or loss: skip the step
+    double grad_norm = 0, loss = 0;     // global, unscaled; the mean loss of the global batch
+    double stage_sum_squares = 0;       // this stage's squared gradient norm, unscaled
+    std::vector<LayerRow> layers;       // this stage's modules
+  };
+
+  struct Update {
+    bool applied = false;
+    float lr = 0;
+  };
+
+  // A step's rows: the global one, and rank 0's view of every rank and every module.
+  struct StepReport {
+    StepRow row;
+    std::vector<RankRow> ranks;
+    std::vector<LayerRow> layers;
+  };
+
+  data::Sampler make_sampler() const {
+    return data::Sampler(shards.info().total_samples, config.data.val_fraction, config.train.seed,
+                         config.global_batch(topo.dp));
+  }
+
+  // The checkpoint --resume names, into the weights (and AdamW's moments unless adamw is null);
+  // nullopt: a fresh start.
+  std::optional<checkpoint::Counters> load_checkpoint(Checkpointing& checkpoints, AdamW* adamw,
+                                                      const nlohmann::json& fingerprint, std::ostream& log) {
+    std::optional<checkpoint::Counters> loaded = checkpoints.resume(be, params, adamw, fingerprint, log);
+    if (loaded) params.refresh_working(be);
+    return loaded;
+  }
+
+  // Start: a resume or a fresh start (never into the traces of another run), run.json and the
+  // traces (rank 0), the timeline, the feed.
+  void start(Run& run, const nlohmann::json& options, std::ostream& log) {
+    const bool rank0 = topo.rank == 0;
+    const std::optional<checkpoint::Counters> resumed =
+        load_checkpoint(run.checkpoints, &run.optimizer, run.fingerprint, log);
+    if (resumed) {
+      run.first_step = resumed->next_step;
+      run.applied_steps = int(resumed->applied_steps);
+      run.scaler.restore(resumed->scaler);
+    }
+    run.checkpoints.reserve_memory(params);
+    // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
+    double used_out = !resumed && rank0 && !config.train.out.empty() && !config.overwrite &&
+                      std::filesystem::exists(config.train.out + "/trace.csv");
+    groups.world->all_reduce(&used_out, 1, parallel::ReduceOp::max);
+    if (used_out > 0) {
+      throw Error("--out " + config.train.out + " already holds the traces of a run" +
+                  (config.resume == "none" ? std::string() : std::string(" and no committed checkpoint to continue from")) +
+                  ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
+                  "another, --overwrite starts afresh and replaces the traces");
+    }
+    if (!config.train.out.empty() && rank0) {
+      run.traces = std::make_unique<TraceWriter>(config.train.out, resumed ? run.first_step : -1);  // makes OUT
+      write_file_atomically(config.train.out + "/run.json", manifest(run, options, resumed.has_value()).dump(2) + "\n");
+    }
+    groups.world->barrier();
+    run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
+    run.feed.emplace(shards, run.sampler, config, topo, reads(), fields(), run.first_step);
+    run.summary.steps = int(run.first_step);
+    log << std::fixed;
+    if (!rank0) return;
+    log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
+        << parallel::schedule_name(schedule) << ", " << config.train.micro_batches << " micro-batch(es) of "
+        << config.train.micro_batch << " per replica, global batch " << config.global_batch(topo.dp) << "\n";
+    for (std::size_t s = 0; s < plan.stages.size(); ++s)
+      log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
+          << plan.layers[plan.stages[s].last - 1].name << "\n";
+    if (amp()) log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe() << "\n";
+    if (run.first_step >= config.train.steps)
+      log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
+          << ": nothing left to train\n";
+  }
+
+  // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
+  // the layout, the precision, and every start of the run (a resumed run keeps the earlier ones).
+  nlohmann::json manifest(const Run& run, const nlohmann::json& options, bool resumed) const {
+    nlohmann::json m;
+    m["config"] = options;
+    m["deck"] = config.deck;
+    m["seed"] = config.train.seed;
+    m["build"] = {{"version", build_info::version}, {"git_commit", build_info::git_commit},
+                  {"compiler", build_info::compiler}, {"build_type", build_info::build_type},
+                  {"blas", build_info::blas}};
+    nlohmann::json starts = nlohmann::json::array();
+    if (resumed) {
+      std::ifstream previous(config.train.out + "/run.json");
+      try {
+        nlohmann::json old;
+        if (previous >> old; old.contains("starts")) starts = old["starts"];
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+    starts.push_back({{"time", std::time(nullptr)}, {"step", run.first_step}, {"ranks", topo.world},
+                      {"pp", topo.pp}, {"dp", topo.dp}});
+    m["starts"] = starts;
+    std::size_t parameters = 0;
+    double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
+    for (const auto& l : plan.layers) parameters += l.params, forward_flops += l.flops;
+    m["model"]["parameters"] = parameters;
+    // Backward takes twice the forward's products: what model FLOP utilisation counts per step.
+    m["model"]["train_flops_per_step"] = 3.0 * forward_flops * config.train.micro_batches * topo.dp;
+    m["model"]["tokens"] = net.geometry().tokens;
+    m["model"]["audio_tokens"] = net.geometry().audio_tokens;
+    m["model"]["video_tokens"] = net.geometry().video_tokens;
+    m["data"] = data_fingerprint(shards.info());
+    m["data"]["dir"] = config.data.dir;
+    m["data"]["train_samples"] = run.sampler.train_size();
+    m["data"]["val_samples"] = run.sampler.validation().size();
+    m["data"]["steps_per_epoch"] = run.sampler.steps_per_epoch();
     nlohmann::json stages = nlohmann::json::array();
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       nlohmann::json names = nlohmann::json::array();
@@ -404,18 +569,238 @@ struct Trainer::Impl {
       }
       stages.push_back({{"stage", s}, {"layers", names}, {"parameters", count}});
     }
-    nlohmann::json& l = manifest["layout"];
-    l["world_size"] = topo.world;
-    l["pp"] = topo.pp;
-    l["dp"] = topo.dp;
-    l["schedule"] = parallel::schedule_name(schedule);
-    l["stages"] = stages;
-    l["micro_batch"] = config.train.micro_batch;
-    l["micro_batches"] = config.train.micro_batches;
-    l["global_batch"] = config.global_batch(topo.dp);
-    l["grad_comm_dtype"] = config.parallel.grad_comm_dtype;
-    l["grad_bucket_mb"] = config.parallel.grad_bucket_mb;
-    l["grad_buckets"] = buckets.count();
+    m["layout"] = {{"device", be.name()},
+                   {"threads", config.train.threads},
+                   {"world_size", topo.world},
+                   {"pp", topo.pp},
+                   {"dp", topo.dp},
+                   {"schedule", parallel::schedule_name(schedule)},
+                   {"stages", stages},
+                   {"micro_batch", config.train.micro_batch},
+                   {"micro_batches", config.train.micro_batches},
+                   {"global_batch", config.global_batch(topo.dp)},
+                   {"grad_comm_dtype", config.parallel.grad_comm_dtype},
+                   {"grad_bucket_mb", config.parallel.grad_bucket_mb},
+                   {"grad_buckets", buckets.count()}};
+    nlohmann::json fp32_modules = nlohmann::json::array();
+    if (amp())
+      for (const std::string& module : plan.modules)
+        if (policy.of(module) == DType::f32) fp32_modules.push_back(module);
+    m["precision"] = {{"mode", dtype_name(policy.compute())},
+                      {"products", be.gemm_engine(policy.compute())},
+                      {"loss_scaling", run.scaler.describe()},
+                      {"fp32_modules", fp32_modules}};
+    return m;
+  }
+
+  // Feed: the step's micro-batches (read ahead), the loss scale it runs with.
+  void feed(Run& run, StepWork& w) {
+    w.start = Clock::now();
+    w.parts = run.feed->next(w.step);
+    w.loss_scale = run.scaler.scale();
+    w.grad_scale = float(w.loss_scale / config.train.micro_batches);  // the loss is scaled for every micro-batch
+    w.slot_of.assign(std::size_t(config.train.micro_batches), nullptr);
+    w.inject_overflow = inject_overflow.first == topo.rank && inject_overflow.second == w.step;
+    w.timeline = &*run.timeline;
+  }
+
+  // Schedule: this stage's forwards and backwards in the schedule's order, the transfers between
+  // stages, and the bucketed gradient all-reduce that overlaps the last backward.
+  void run_schedule(StepWork& w) {
+    w.bytes_before = groups.data->bytes_sent();
+    buckets.start_step();
+    const auto t_schedule = Clock::now();
+    for (const parallel::PipeAction& a : actions) {
+      if (a.kind == parallel::PipeAction::forward)
+        forward(w, a.micro_batch);
+      else  // both schedules run the backwards in order
+        backward(w, a.micro_batch, a.micro_batch == config.train.micro_batches - 1);
+    }
+    w.schedule_ms = ms_since(t_schedule);
+    // Exposed communication: what is left of the gradient all-reduce once backward is done.
+    const auto t_comm = Clock::now();
+    buckets.finish();
+    link.finish_sends();
+    w.comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
+    if (topo.dp > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
+  }
+
+  // Agree: found_inf, the global grad norm and the loss, the same on every rank (a non-finite
+  // gradient in fp32 is an error naming its modules).
+  Agreement agree(const StepWork& w) {
+    Agreement a;
+    a.layers = layer_rows(w.acts, w.loss_scale, a.stage_sum_squares);
+    std::uint64_t nonfinite = 0;
+    for (const LayerRow& r : a.layers) nonfinite += r.nonfinite;
+    // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
+    // steps and holds the same scale.
+    double flags[2] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
+                       nonfinite > 0 ? 1.0 : 0.0};
+    groups.world->all_reduce(flags, 2, parallel::ReduceOp::max);
+    a.found_inf = flags[0] > 0;
+    // The global norm counts each parameter once: one replica per stage adds its stage's squares.
+    double sums[2] = {topo.dp_rank == 0 ? a.stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
+    groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
+    a.grad_norm = std::sqrt(sums[0]);
+    a.loss = sums[1];
+    if (a.found_inf && !amp()) {
+      std::string where;
+      for (const LayerRow& r : a.layers)
+        if (r.nonfinite) where += (where.empty() ? "" : ", ") + r.layer;
+      if (!where.empty()) throw Error("step " + std::to_string(w.step) + ": non-finite gradients in " + where);
+      if (flags[1] > 0 || topo.rank != 0) throw ErrorElsewhere();
+      throw Error("step " + std::to_string(w.step) + ": the gradient norm is not finite");
+    }
+    return a;
+  }
+
+  // Update: AdamW on the unscaled, clipped gradients (or a skipped step), then what every step ends
+  // with: BatchNorm's statistics folded in, the gradients zeroed.
+  Update update(Run& run, StepWork& w, const Agreement& a) {
+    Update u;
+    u.applied = run.scaler.update(a.found_inf, w.step);
+    const auto t_opt = Clock::now();
+    if (u.applied) {
+      unscale_and_clip(be, params, a.grad_norm, w.loss_scale, config.optim.clip_norm);
+      u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
+      run.optimizer.step(u.lr);
+      params.refresh_working(be);
+    }
+    if (perturb_weights.first == topo.rank && perturb_weights.second == w.step) {
+      float first = 0;
+      be.download(&first, params.values().data(), sizeof first);
+      first += 1e-3f;
+      be.upload(params.values().data(), &first, sizeof first);
+    }
+    w.grad_bytes = groups.data->bytes_sent() - w.bytes_before;
+    end_step();
+    params.zero_grads();
+    w.timeline->span(u.applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), w.step);
+    w.train_ms = ms_since(w.start);
+    return u;
+  }
+
+  // Report: every rank's measurements and (one replica per stage) its modules, gathered on rank 0
+  // into the step's rows.
+  StepReport report(Run& run, const StepWork& w, Agreement& a, const Update& u) {
+    RankRow mine;
+    mine.step = w.step;
+    mine.rank = topo.rank;
+    mine.pp_rank = topo.pp_rank;
+    mine.dp_rank = topo.dp_rank;
+    if (topo.last_stage()) mine.local_loss = w.local_loss;
+    mine.loss_scale = w.loss_scale;
+    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? buckets.local_sum_squares() / (w.loss_scale * w.loss_scale)
+                                                 : a.stage_sum_squares);
+    mine.act_mb = double(w.act_bytes) / kMiB;
+    mine.step_ms = w.train_ms;
+    mine.schedule_ms = w.schedule_ms;
+    mine.idle_ms = w.idle_ms;
+    mine.comm_ms = w.comm_ms;
+    mine.data_wait_ms = w.data_wait_ms;
+    mine.grad_bytes = w.grad_bytes;
+    // An arena counts what the tensors really took; elsewhere the model's own tally is used.
+    run.mem_peak = tensor_memory().peak_bytes()
+                       ? double(tensor_memory().peak_bytes())
+                       : std::max(run.mem_peak, parameter_bytes() + double(w.act_bytes) +
+                                                    double(net.workspace().bytes()) + flow_bytes());
+    RankReport mine_report{mine, {}};
+    if (topo.dp_rank == 0) mine_report.layers = std::move(a.layers);  // one replica per stage reports its modules
+    const std::vector<std::string> reports = groups.world->gather(encode_report(mine_report), 0);
+
+    StepReport r;
+    StepRow& row = r.row;
+    row.step = w.step;
+    row.epoch = run.sampler.epoch_of(w.step);
+    row.loss = a.loss;
+    row.grad_norm = a.grad_norm;
+    row.loss_scale = w.loss_scale;
+    row.skipped = u.applied ? 0 : 1;
+    row.lr = u.lr;
+    row.bubble_theory = bubble_theory;
+    row.mem_peak_mb = run.mem_peak / kMiB;
+    if (topo.rank == 0) {
+      merge_reports(reports, topo.pp, row, r.ranks, r.layers);
+      row.samples_per_s = config.global_batch(topo.dp) / (row.step_ms / 1000.0);
+    }
+    run.step_ms.push_back(w.train_ms);
+    return r;
+  }
+
+  bool last_step(std::int64_t step) const { return step + 1 == config.train.steps; }
+
+  // Evaluate, every train.eval_interval steps and after the last: the replicas must still agree to
+  // the bit, then the validation loss and accuracy.
+  void evaluate_if_due(Run& run, StepReport& r) {
+    const std::int64_t step = r.row.step;
+    if (!((config.train.eval_interval > 0 && (step + 1) % config.train.eval_interval == 0) || last_step(step))) return;
+    const auto t_eval = Clock::now();
+    check_replicas_agree(step);
+    const Evaluation e = evaluate(run.feed->reader(), run.sampler.validation());
+    run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
+    if (run.sampler.validation().empty()) return;
+    r.row.val_loss = run.summary.val_loss = e.loss;
+    r.row.val_acc = run.summary.val_acc = e.acc;
+  }
+
+  // Record: the step's rows into the traces, its line into the log.
+  void record(Run& run, const StepReport& r, std::ostream& log) {
+    const StepRow& row = r.row;
+    if (run.traces) {
+      run.traces->write_step(row);
+      run.traces->write_layers(row.step, r.layers);
+      run.traces->write_ranks(r.ranks);
+    }
+    run.summary.steps = int(row.step + 1);
+    run.summary.final_loss = row.loss;
+    const bool due = (config.train.log_interval > 0 && (row.step + 1) % config.train.log_interval == 0) ||
+                     last_step(row.step) || row.val_acc;
+    if (topo.rank != 0 || !due) return;
+    log << "[rank 0] step " << std::setw(5) << row.step + 1 << "/" << config.train.steps << "  loss "
+        << std::setprecision(4) << row.loss << "  grad_norm " << std::setprecision(3) << row.grad_norm << "  lr "
+        << std::scientific << std::setprecision(2) << row.lr << std::fixed << "  " << std::setprecision(1)
+        << row.step_ms << " ms";
+    if (topo.pp > 1) log << "  bubble " << std::setprecision(3) << row.bubble;
+    if (topo.dp > 1) log << "  comm " << std::setprecision(1) << row.comm_ms << " ms";
+    if (amp() && run.scaler.kind() != LossScaler::Kind::none)
+      log << "  scale " << std::setprecision(0) << row.loss_scale << "  skipped " << run.scaler.skipped();
+    if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
+    log << std::endl;
+  }
+
+  // Checkpoint: the one in flight committed once written; a new one when due (written beside the
+  // next steps).
+  void checkpoint_if_due(Run& run, std::int64_t step, std::ostream& log) {
+    run.checkpoints.poll(log);
+    if (run.checkpoints.due(step, last_step(step)))
+      run.checkpoints.save(be, params, run.optimizer,
+                           {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state()},
+                           run.fingerprint, log);
+  }
+
+  // Finish: the last checkpoint committed, the timeline written, the summary.
+  TrainSummary finish(Run& run, std::ostream& log) {
+    run.checkpoints.finish(log);
+    Timeline& timeline = *run.timeline;
+    const std::vector<std::string> events =
+        timeline.enabled() ? groups.world->gather(timeline.events_json(), 0) : std::vector<std::string>();
+    if (topo.rank == 0 && timeline.enabled()) {
+      std::vector<std::string> labels;
+      for (int r = 0; r < topo.world; ++r)
+        labels.push_back("rank " + std::to_string(r) + " (stage " + std::to_string(r / topo.dp) + ", replica " +
+                         std::to_string(r % topo.dp) + ")");
+      Timeline::write(config.parallel.timeline, events, labels);
+      log << "[rank 0] timeline: " << config.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
+    }
+    TrainSummary summary = run.summary;
+    summary.step_ms = run.step_ms;
+    summary.skipped = run.scaler.skipped();
+    if (!run.step_ms.empty()) {
+      std::vector<double> sorted = run.step_ms;
+      std::sort(sorted.begin(), sorted.end());
+      summary.median_step_ms = sorted[sorted.size() / 2];
+    }
+    return summary;
   }
 };
 
@@ -424,304 +809,34 @@ Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shar
 
 Trainer::~Trainer() = default;
 
-TrainSummary Trainer::run(nlohmann::json manifest, std::ostream& log) {
+// One step is seven phases, in this order on every rank; Impl holds each.
+TrainSummary Trainer::run(const nlohmann::json& options, std::ostream& log) {
   Impl& d = *impl_;
-  const RunConfig& c = d.config;
-  const parallel::Topology& topo = d.topo;
-  parallel::Communicator& world = *d.groups.world;
-  const int M = c.train.micro_batches, mb = c.train.micro_batch;
-  const bool rank0 = topo.rank == 0;
-  data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch(topo.dp));
-  AdamW optimizer(d.be, d.params, c.optim);
-  LossScaler scaler(c.precision, d.policy.compute());
-  const bool amp = d.policy.compute() != DType::f32;
-  const std::vector<parallel::PipeAction> actions = parallel::pipeline_actions(d.schedule, topo.pp, topo.pp_rank, M);
-  const double bubble_theory = parallel::ideal_bubble(topo.pp, M);
-
-  const nlohmann::json fingerprint = d.fingerprint(manifest);
-  Checkpointing checkpoints(c, topo, world);
-  const std::optional<checkpoint::Counters> resumed = checkpoints.resume(d.be, d.params, &optimizer, fingerprint, log);
-  std::int64_t first_step = 0;
-  int schedule_step = 0;  // steps applied: a skipped step does not advance the schedule
-  if (resumed) {
-    first_step = resumed->next_step;
-    schedule_step = int(resumed->applied_steps);
-    scaler.restore(resumed->scaler);
-    d.params.refresh_working(d.be);
+  Impl::Run run(d, options);
+  d.start(run, options, log);
+  for (std::int64_t step = run.first_step; step < d.config.train.steps; ++step) {
+    StepWork w(step);
+    d.feed(run, w);                                        // this replica's micro-batches
+    d.run_schedule(w);                                     // forwards, backwards, gradient all-reduce
+    Impl::Agreement agreed = d.agree(w);                   // found_inf, grad norm, loss
+    const Impl::Update update = d.update(run, w, agreed);  // AdamW or a skipped step
+    Impl::StepReport report = d.report(run, w, agreed, update);  // every rank's rows to rank 0
+    d.evaluate_if_due(run, report);                        // validation loss and accuracy
+    d.record(run, report, log);                            // traces and the log line
+    d.checkpoint_if_due(run, step, log);                   // written beside the next steps
   }
-  checkpoints.reserve_memory(d.params);
-  // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
-  double used_out = !resumed && rank0 && !c.train.out.empty() && !c.overwrite &&
-                    std::filesystem::exists(c.train.out + "/trace.csv");
-  world.all_reduce(&used_out, 1, parallel::ReduceOp::max);
-  if (used_out > 0) {
-    throw Error("--out " + c.train.out + " already holds the traces of a run" +
-                (c.resume == "none" ? std::string() : std::string(" and no committed checkpoint to continue from")) +
-                ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
-                "another, --overwrite starts afresh and replaces the traces");
-  }
-
-  std::unique_ptr<TraceWriter> traces;
-  if (!c.train.out.empty() && rank0) {
-    nlohmann::json starts = nlohmann::json::array();
-    if (resumed) {
-      std::ifstream previous(c.train.out + "/run.json");
-      try {
-        nlohmann::json old;
-        if (previous >> old; old.contains("starts")) starts = old["starts"];
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
-    starts.push_back({{"time", std::time(nullptr)}, {"step", first_step}, {"ranks", topo.world},
-                      {"pp", topo.pp}, {"dp", topo.dp}});
-    manifest["starts"] = starts;
-    traces = std::make_unique<TraceWriter>(c.train.out, resumed ? first_step : -1);
-    std::size_t parameters = 0;
-    double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
-    for (const auto& l : d.plan.layers) parameters += l.params, forward_flops += l.flops;
-    manifest["model"]["parameters"] = parameters;
-    // Backward takes twice the forward's products: what model FLOP utilisation counts per step.
-    manifest["model"]["train_flops_per_step"] = 3.0 * forward_flops * M * topo.dp;
-    manifest["model"]["tokens"] = d.net.geometry().tokens;
-    manifest["model"]["audio_tokens"] = d.net.geometry().audio_tokens;
-    manifest["model"]["video_tokens"] = d.net.geometry().video_tokens;
-    manifest["data"]["train_samples"] = sampler.train_size();
-    manifest["data"]["val_samples"] = sampler.validation().size();
-    manifest["data"]["steps_per_epoch"] = sampler.steps_per_epoch();
-    d.add_layout(manifest);
-    nlohmann::json fp32_modules = nlohmann::json::array();
-    if (amp)
-      for (const std::string& module : d.plan.modules)
-        if (d.policy.of(module) == DType::f32) fp32_modules.push_back(module);
-    manifest["precision"] = {{"mode", dtype_name(d.policy.compute())},
-                             {"products", d.be.gemm_engine(d.policy.compute())},
-                             {"loss_scaling", scaler.describe()},
-                             {"fp32_modules", fp32_modules}};
-    write_file_atomically(c.train.out + "/run.json", manifest.dump(2) + "\n");
-  }
-
-  world.barrier();
-  Timeline timeline(!c.parallel.timeline.empty(), Clock::now(), topo.rank);
-
-  // This replica's micro-batch m of a step: samples [(dp_rank M + m) mb, +mb) of the global batch,
-  // so a micro-batch holds the same samples in every layout.
-  data::Prefetcher reader(d.shards);
-  std::deque<std::vector<std::future<data::MicroBatch>>> ahead;
-  std::int64_t next_to_submit = first_step;
-  auto submit_until = [&](std::int64_t last) {
-    for (; next_to_submit <= last && next_to_submit < c.train.steps; ++next_to_submit) {
-      std::vector<std::future<data::MicroBatch>> parts;
-      if (d.reads()) {
-        const std::vector<std::int64_t> global = sampler.batch(next_to_submit);
-        for (int m = 0; m < M; ++m) {
-          const auto begin = global.begin() + (std::int64_t(topo.dp_rank) * M + m) * mb;
-          parts.push_back(reader.submit({begin, begin + mb}, d.fields()));
-        }
-      }
-      ahead.push_back(std::move(parts));
-    }
-  };
-
-  TrainSummary summary;
-  summary.steps = int(first_step);
-  std::vector<double> step_times;
-  double mem_peak = 0;
-  if (rank0) {
-    log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
-        << parallel::schedule_name(d.schedule) << ", " << M << " micro-batch(es) of " << mb << " per replica, global batch "
-        << c.global_batch(topo.dp) << "\n";
-    for (std::size_t s = 0; s < d.plan.stages.size(); ++s)
-      log << "[rank 0]   stage " << s << ": " << d.plan.layers[d.plan.stages[s].first].name << " .. "
-          << d.plan.layers[d.plan.stages[s].last - 1].name << "\n";
-    if (amp) log << "[rank 0] precision " << dtype_name(d.policy.compute()) << ", loss scaling " << scaler.describe() << "\n";
-  }
-  log << std::fixed;
-  if (rank0 && first_step >= c.train.steps)
-    log << "[rank 0] the checkpoint is at step " << first_step << " of " << c.train.steps << ": nothing left to train\n";
-  for (std::int64_t step = first_step; step < c.train.steps; ++step) {
-    const auto t_step = Clock::now();
-    submit_until(step + std::max(0, c.data.prefetch_steps));
-    auto parts = std::move(ahead.front());
-    ahead.pop_front();
-
-    const double loss_scale = scaler.scale();
-    StepWork w;
-    w.step = step;
-    w.parts = &parts;
-    w.grad_scale = float(loss_scale / M);  // the loss is scaled for every micro-batch
-    w.slot_of.assign(std::size_t(M), nullptr);
-    w.inject_overflow = d.inject_overflow.first == topo.rank && d.inject_overflow.second == step;
-    w.timeline = &timeline;
-    const std::uint64_t bytes_before = d.groups.data->bytes_sent();
-    d.buckets.start_step();
-
-    const auto t_schedule = Clock::now();
-    for (const parallel::PipeAction& a : actions) {
-      if (a.kind == parallel::PipeAction::forward)
-        d.forward(w, a.micro_batch);
-      else
-        d.backward(w, a.micro_batch, a.micro_batch == M - 1);  // both schedules run the backwards in order
-    }
-    const double schedule_ms = ms_since(t_schedule);
-
-    // Exposed communication: what is left of the gradient all-reduce once backward is done.
-    const auto t_comm = Clock::now();
-    d.buckets.finish();
-    d.link.finish_sends();
-    const double comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
-    if (topo.dp > 1) timeline.span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), step);
-
-    double stage_sum_squares = 0;
-    std::vector<LayerRow> layer_rows = d.layer_rows(w.acts, loss_scale, stage_sum_squares);
-    std::uint64_t nonfinite = 0;
-    for (const LayerRow& r : layer_rows) nonfinite += r.nonfinite;
-    // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
-    // steps and holds the same scale.
-    double flags[2] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(stage_sum_squares)) ? 1.0 : 0.0,
-                       nonfinite > 0 ? 1.0 : 0.0};
-    world.all_reduce(flags, 2, parallel::ReduceOp::max);
-    const bool found_inf = flags[0] > 0;
-    // The global norm counts each parameter once: one replica per stage adds its stage's squares.
-    double sums[2] = {topo.dp_rank == 0 ? stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
-    world.all_reduce(sums, 2, parallel::ReduceOp::sum);
-    const double grad_norm = std::sqrt(sums[0]);
-    const double loss = sums[1];
-    if (found_inf && !amp) {
-      std::string where;
-      for (const LayerRow& r : layer_rows)
-        if (r.nonfinite) where += (where.empty() ? "" : ", ") + r.layer;
-      if (!where.empty()) throw Error("step " + std::to_string(step) + ": non-finite gradients in " + where);
-      if (flags[1] > 0 || !rank0) throw ErrorElsewhere();
-      throw Error("step " + std::to_string(step) + ": the gradient norm is not finite");
-    }
-    const bool applied = scaler.update(found_inf, step);
-    float lr = 0;
-    const auto t_opt = Clock::now();
-    if (applied) {
-      unscale_and_clip(d.be, d.params, grad_norm, loss_scale, c.optim.clip_norm);
-      lr = learning_rate(c.optim, schedule_step++, c.train.steps);
-      optimizer.step(lr);
-      d.params.refresh_working(d.be);
-    }
-    if (d.perturb_weights.first == topo.rank && d.perturb_weights.second == step) {
-      float first = 0;
-      d.be.download(&first, d.params.values().data(), sizeof first);
-      first += 1e-3f;
-      d.be.upload(d.params.values().data(), &first, sizeof first);
-    }
-    const std::uint64_t grad_bytes = d.groups.data->bytes_sent() - bytes_before;
-    d.end_step();
-    d.params.zero_grads();
-    timeline.span(applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), step);
-    const double train_ms = ms_since(t_step);
-
-    RankRow mine;
-    mine.step = step;
-    mine.rank = topo.rank;
-    mine.pp_rank = topo.pp_rank;
-    mine.dp_rank = topo.dp_rank;
-    if (topo.last_stage()) mine.local_loss = w.local_loss;
-    mine.loss_scale = loss_scale;
-    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? d.buckets.local_sum_squares() / (loss_scale * loss_scale)
-                                                 : stage_sum_squares);
-    mine.act_mb = double(w.act_bytes) / kMiB;
-    mine.step_ms = train_ms;
-    mine.schedule_ms = schedule_ms;
-    mine.idle_ms = w.idle_ms;
-    mine.comm_ms = comm_ms;
-    mine.data_wait_ms = w.data_wait_ms;
-    mine.grad_bytes = grad_bytes;
-    // An arena counts what the tensors really took; elsewhere the model's own tally is used.
-    mem_peak = tensor_memory().peak_bytes()
-                   ? double(tensor_memory().peak_bytes())
-                   : std::max(mem_peak, d.parameter_bytes() + double(w.act_bytes) + double(d.net.workspace().bytes()) +
-                                            d.flow_bytes());
-    RankReport report{mine, {}};
-    if (topo.dp_rank == 0) report.layers = std::move(layer_rows);  // one replica per stage reports its modules
-    const std::vector<std::string> reports = world.gather(encode_report(report), 0);
-
-    StepRow row;
-    row.step = step;
-    row.epoch = sampler.epoch_of(step);
-    row.loss = loss;
-    row.grad_norm = grad_norm;
-    row.loss_scale = loss_scale;
-    row.skipped = applied ? 0 : 1;
-    row.lr = lr;
-    row.bubble_theory = bubble_theory;
-    row.mem_peak_mb = mem_peak / kMiB;
-    std::vector<RankRow> rank_rows;
-    std::vector<LayerRow> all_layers;
-    if (rank0) merge_reports(reports, topo.pp, row, rank_rows, all_layers);
-    const bool last = step + 1 == c.train.steps;
-    if ((c.train.eval_interval > 0 && (step + 1) % c.train.eval_interval == 0) || last) {
-      const auto t_eval = Clock::now();
-      d.check_replicas_agree(step);
-      Impl::Evaluation e = d.evaluate(reader, sampler.validation());
-      timeline.span("evaluation", "eval", t_eval, Clock::now(), step);
-      if (!sampler.validation().empty()) {
-        row.val_loss = e.loss;
-        row.val_acc = e.acc;
-        summary.val_loss = e.loss;
-        summary.val_acc = e.acc;
-      }
-    }
-    if (rank0) row.samples_per_s = c.global_batch(topo.dp) / (row.step_ms / 1000.0);
-    step_times.push_back(train_ms);
-    if (traces) {
-      traces->write_step(row);
-      traces->write_layers(step, all_layers);
-      traces->write_ranks(rank_rows);
-    }
-    summary.steps = int(step + 1);
-    summary.final_loss = loss;
-    checkpoints.poll(log);
-    if (checkpoints.due(step, last))
-      checkpoints.save(d.be, d.params, optimizer, {step + 1, schedule_step, optimizer.updates(), scaler.state()},
-                       fingerprint, log);
-    if (rank0 && ((c.train.log_interval > 0 && (step + 1) % c.train.log_interval == 0) || last || row.val_acc)) {
-      log << "[rank 0] step " << std::setw(5) << step + 1 << "/" << c.train.steps << "  loss " << std::setprecision(4)
-          << loss << "  grad_norm " << std::setprecision(3) << grad_norm << "  lr " << std::scientific
-          << std::setprecision(2) << lr << std::fixed << "  " << std::setprecision(1) << row.step_ms << " ms";
-      if (topo.pp > 1) log << "  bubble " << std::setprecision(3) << row.bubble;
-      if (topo.dp > 1) log << "  comm " << std::setprecision(1) << row.comm_ms << " ms";
-      if (amp && scaler.kind() != LossScaler::Kind::none)
-        log << "  scale " << std::setprecision(0) << loss_scale << "  skipped " << scaler.skipped();
-      if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
-      log << std::endl;
-    }
-  }
-  checkpoints.finish(log);
-  const std::vector<std::string> events =
-      timeline.enabled() ? world.gather(timeline.events_json(), 0) : std::vector<std::string>();
-  if (rank0 && timeline.enabled()) {
-    std::vector<std::string> labels;
-    for (int r = 0; r < topo.world; ++r)
-      labels.push_back("rank " + std::to_string(r) + " (stage " + std::to_string(r / topo.dp) + ", replica " +
-                       std::to_string(r % topo.dp) + ")");
-    Timeline::write(c.parallel.timeline, events, labels);
-    log << "[rank 0] timeline: " << c.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
-  }
-  summary.step_ms = step_times;
-  summary.skipped = scaler.skipped();
-  if (!step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    summary.median_step_ms = step_times[step_times.size() / 2];
-  }
-  return summary;
+  return d.finish(run, log);
 }
 
-nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& manifest, std::ostream& log) {
+nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::ostream& log) {
   Impl& d = *impl_;
   const RunConfig& c = d.config;
   require(c.resume != "none", "--eval-only needs a checkpoint: --resume auto (the newest committed one) or a directory");
-  data::Sampler sampler(d.shards.info().total_samples, c.data.val_fraction, c.train.seed, c.global_batch(d.topo.dp));
+  const data::Sampler sampler = d.make_sampler();
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
-  const std::optional<checkpoint::Counters> loaded =
-      checkpoints.resume(d.be, d.params, nullptr, d.fingerprint(manifest), log);
+  const std::optional<checkpoint::Counters> loaded = d.load_checkpoint(checkpoints, nullptr, d.fingerprint(options), log);
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
-  d.params.refresh_working(d.be);
   require(!sampler.validation().empty(), "--eval-only: the validation split is empty (data.val_fraction)");
   data::Prefetcher reader(d.shards);
   const Impl::Evaluation e = d.evaluate(reader, sampler.validation());

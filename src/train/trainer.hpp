@@ -1,8 +1,9 @@
 #pragma once
 // The step loop of one rank: its pipeline stage of AVNet, its replica's share of each global batch,
-// the schedule's forwards and backwards with the transfers between stages, the bucketed gradient
-// all-reduce, the agreement on found_inf and the global grad norm, AdamW, evaluation, and the
-// traces (written by rank 0 from what every rank reports). It orchestrates only.
+// and each step as seven phases: feed (the micro-batches) -> schedule (forwards, backwards, the
+// transfers between stages, the bucketed gradient all-reduce) -> agree (found_inf, grad norm, loss)
+// -> update (AdamW) -> report (rows to rank 0, the traces) -> evaluate -> checkpoint. It
+// orchestrates only.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -34,13 +35,14 @@ class Trainer {
  public:
   Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, parallel::ProcessGroups& groups);
   ~Trainer();
-  // Trains config.train.steps steps; `manifest` goes to run.json (rank 0) with the model and layout
-  // facts added. Every rank returns the same summary of losses; `log` is written by rank 0.
-  TrainSummary run(nlohmann::json manifest, std::ostream& log);
+  // Trains (or, resumed, goes on training) to config.train.steps steps. `options`: the options as
+  // resolved ("model.width": 128, ...), for run.json and for what a checkpoint must match. Every
+  // rank returns the same summary of losses; `log` is written by rank 0.
+  TrainSummary run(const nlohmann::json& options, std::ostream& log);
   // --eval-only: loads the checkpoint --resume names and evaluates it on the validation split;
   // rank 0 prints the result and writes OUT/eval.json. Returns {"checkpoint", "step", "val_loss",
   // "val_acc", "val_samples", "val_indices"} on every rank.
-  nlohmann::json evaluate_checkpoint(const nlohmann::json& manifest, std::ostream& log);
+  nlohmann::json evaluate_checkpoint(const nlohmann::json& options, std::ostream& log);
 
  private:
   struct Impl;

@@ -1,0 +1,34 @@
+#include "train/batch_feed.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace avtrain {
+
+BatchFeed::BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config,
+                     const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step)
+    : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields), reader_(shards),
+      next_to_submit_(first_step) {}
+
+std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
+  const int M = config_.train.micro_batches, mb = config_.train.micro_batch;
+  const std::int64_t last = step + std::max(0, config_.data.prefetch_steps);
+  for (; next_to_submit_ <= last && next_to_submit_ < config_.train.steps; ++next_to_submit_) {
+    std::vector<std::future<data::MicroBatch>> parts;
+    if (reads_) {
+      const std::vector<std::int64_t> global = sampler_.batch(next_to_submit_);
+      for (int m = 0; m < M; ++m) {
+        const auto begin = global.begin() + (std::int64_t(topo_.dp_rank) * M + m) * mb;
+        parts.push_back(reader_.submit({begin, begin + mb}, fields_));
+      }
+    }
+    ahead_.push_back(std::move(parts));
+  }
+  require(!ahead_.empty(), "step " + std::to_string(step) + ": no micro-batches submitted (steps out of order?)");
+  auto parts = std::move(ahead_.front());
+  ahead_.pop_front();
+  return parts;
+}
+
+}  // namespace avtrain

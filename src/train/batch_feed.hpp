@@ -1,0 +1,40 @@
+#pragma once
+// The feed phase of a step: this replica's micro-batches, read ahead on the data reader's thread.
+// Micro-batch m of a step is samples [(dp_rank M + m) mb, +mb) of the step's global batch, so that a
+// micro-batch holds the same samples in every layout. A stage that reads nothing (a middle stage)
+// gets an empty list.
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <vector>
+
+#include "data/prefetcher.hpp"
+#include "data/sampler.hpp"
+#include "parallel/topology.hpp"
+#include "train/run_config.hpp"
+
+namespace avtrain {
+
+class BatchFeed {
+ public:
+  // fields: what this stage reads of a sample; reads false: nothing at all.
+  BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config, const parallel::Topology& topo,
+            bool reads, data::Fields fields, std::int64_t first_step);
+  // The micro-batches of `step` (steps are taken in order from first_step), with the reads of the
+  // next data.prefetch_steps steps submitted.
+  std::vector<std::future<data::MicroBatch>> next(std::int64_t step);
+  // The reader, for evaluation's reads between steps.
+  data::Prefetcher& reader() { return reader_; }
+
+ private:
+  data::Sampler& sampler_;
+  const RunConfig& config_;
+  const parallel::Topology& topo_;
+  bool reads_;
+  data::Fields fields_;
+  data::Prefetcher reader_;
+  std::deque<std::vector<std::future<data::MicroBatch>>> ahead_;
+  std::int64_t next_to_submit_;
+};
+
+}  // namespace avtrain

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""checkpoint.minutes: checkpoints by wall time. With --checkpoint.interval 0, a run whose minutes
+are shorter than any step (1e-6 min = 60 us) commits a checkpoint after every step; the same run
+with 60 minutes commits only the last step's. Both end with the same traces (a checkpoint changes
+no bit of the run).
+
+usage: check_checkpoint_minutes.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from same_run import trace_difference
+
+
+def fail(message):
+    print(f"check_checkpoint_minutes: {message}")
+    sys.exit(1)
+
+
+def committed(out):
+    return sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", "step-*"))
+                  if os.path.isfile(os.path.join(d, "committed")))
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") != 1:
+        sys.exit(__doc__)
+    work, command = argv[0], argv[2:]
+    shutil.rmtree(work, ignore_errors=True)
+    steps = 6
+    runs = {}
+    for name, minutes in (("often", "0.000001"), ("rarely", "60")):
+        out = os.path.join(work, name)
+        p = subprocess.run(command + ["--out", out, "--steps", str(steps), "--checkpoint.interval", "0",
+                                      "--checkpoint.minutes", minutes, "--checkpoint.keep", "100"],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode:
+            fail(f"the run with checkpoint.minutes {minutes} failed:\n{p.stdout}{p.stderr}")
+        runs[name] = committed(out)
+    want_often = [f"step-{s:07d}" for s in range(1, steps + 1)]
+    if runs["often"] != want_often:
+        fail(f"checkpoint.minutes 1e-6 committed {runs['often']}, expected one after every step {want_often}")
+    if runs["rarely"] != [f"step-{steps:07d}"]:
+        fail(f"checkpoint.minutes 60 committed {runs['rarely']}, expected only the last step's")
+    diff = trace_difference(os.path.join(work, "rarely"), os.path.join(work, "often"))
+    if diff:
+        fail(diff)
+    print(f"check_checkpoint_minutes: minutes 1e-6: {len(runs['often'])} checkpoints (every step); "
+          f"minutes 60: {runs['rarely']} (the last step's); the same traces; ok")
+
+
+if __name__ == "__main__":
+    main()
