@@ -133,11 +133,11 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
         return opened->counters();
       }
     }
-    if (!message.empty()) std::cerr << "avtrain: rank " << topo_.rank << ": " << message << std::endl;
     if (!automatic) {
       if (message.empty()) throw ErrorElsewhere();
-      throw Error(message);
+      throw Error(message);  // printed once, by main
     }
+    if (!message.empty()) std::cerr << "avtrain: rank " << topo_.rank << ": " << message << std::endl;
     if (topo_.rank == 0) log << "[rank 0] checkpoint " << ck << " is damaged; trying the previous committed one\n";
   }
   throw Error("no usable checkpoint under " + dir_ + ": every committed one is damaged (see above); "
