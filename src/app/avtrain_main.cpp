@@ -15,6 +15,7 @@
 #include "app/options.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
+#include "core/stop_signals.hpp"
 #include "data/shard_set.hpp"
 #include "parallel/process_groups.hpp"
 #include "train/run_description.hpp"
@@ -66,6 +67,16 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     if (!backend->host_accessible()) stop_on_error(e, topo.rank, topo.world);
     throw;
   }
+  if (!summary.stopped_early.empty()) {
+    // Every rank stops alike; "resume me" only with a checkpoint to resume from.
+    const int code = summary.checkpointed ? avtrain::kExitStoppedEarly : avtrain::kExitFailed;
+    if (topo.rank == 0)
+      std::cout << "[rank 0] stopped early after step " << summary.steps << " (" << summary.stopped_early << "): "
+                << (summary.checkpointed ? "checkpoint committed; the same command resumes (exit 75)"
+                                         : "no checkpoint written (no --out or checkpoint.dir)")
+                << std::endl;
+    return code;
+  }
   if (topo.rank != 0) return 0;
   if (summary.step_ms.empty()) {
     std::cout << "[rank 0] done: the run was complete already (" << summary.steps << " steps)" << std::endl;
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  avtrain::install_stop_signals();  // after MPI_Init, which may install handlers of its own
   avtrain::ParsedOptions options;
   std::optional<avtrain::parallel::ProcessGroups> groups;
   try {
@@ -115,16 +127,17 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 1;
   }
+  int code = avtrain::kExitDone;
   try {
     if (options.config.dry_run) {
       if (rank == 0) describe(options.config);
     } else {
-      train(options, *groups);
+      code = train(options, *groups);
     }
   } catch (const std::exception& e) {
     stop_on_error(e, rank, world);
   }
   groups.reset();
   MPI_Finalize();
-  return 0;
+  return code;
 }

@@ -190,6 +190,10 @@ void bind(OptionTable& t, RunConfig& c) {
         Range<int>{1, 1024, "in [1, 1024]"});
   t.add("[train] step loop", "train.out", &c.train.out,
         "trace directory (run.json, trace.csv, layers.csv, ranks.csv); short form --out");
+  t.add("[train] step loop", "train.max_minutes", &c.train.max_minutes,
+        "wall-time budget in minutes: stop with a checkpoint (exit 75) while the time left still covers a step, "
+        "an evaluation and a checkpoint; 0: none (a Slurm job's end time, SLURM_JOB_END_TIME, still counts); "
+        "short form --max-minutes", kNonNegative);
 
   const std::string L = "[parallel] pipeline x data parallelism";
   t.add(L, "parallel.pp", &c.parallel.pp, "pipeline stages; short form --pp", kAtLeast1);
@@ -235,6 +239,12 @@ void bind(OptionTable& t, RunConfig& c) {
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
   t.add("[debug] fault injection for tests", "debug.perturb_weights", &c.debug.perturb_weights,
         "RANK:STEP: move that rank's first weight after that step's update (its replicas must notice)");
+  t.add("[debug] fault injection for tests", "debug.stall_reader", &c.debug.stall_reader,
+        "RANK:STEP: that rank's data for that step never arrives (its watchdog must name the wait)");
+  t.add("[debug] fault injection for tests", "debug.watchdog_s", &c.debug.watchdog_s,
+        "seconds a rank may make no progress before it aborts the job with a line naming what it waits for "
+        "(exit 124); -1: the larger of 300 s and 20x the median step (3x the longest evaluation or checkpoint); "
+        "0: off", Range<double>{-1, 1e9, "-1, 0, or seconds"});
 }
 
 // Short forms a user types often, and the dotted key each stands for.
@@ -242,7 +252,7 @@ const std::pair<const char*, const char*> kShortForms[] = {
     {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
     {"threads", "train.threads"}, {"precision", "precision.mode"}, {"pp", "parallel.pp"},
     {"dp", "parallel.dp"}, {"timeline", "parallel.timeline"}, {"device", "device.backend"},
-    {"comm", "device.comm"}};
+    {"comm", "device.comm"}, {"max-minutes", "train.max_minutes"}};
 
 }  // namespace
 
@@ -256,6 +266,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   std::string short_data, short_out, short_precision, short_timeline, short_device, short_comm;
   bool short_detect_anomaly = false, short_allow_tf32 = false;
   int short_steps = 0, short_threads = 0, short_pp = 0, short_dp = 0;
+  double short_max_minutes = 0;
   std::uint64_t short_seed = 0;
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
                                                       "input deck (*.ini); also the first positional argument")(
@@ -277,6 +288,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
       "timeline", po::value<std::string>(&short_timeline), "= --parallel.timeline")(
       "device", po::value<std::string>(&short_device), "= --device.backend")(
       "comm", po::value<std::string>(&short_comm), "= --device.comm")(
+      "max-minutes", po::value<double>(&short_max_minutes), "= --train.max_minutes")(
       "allow-tf32", po::bool_switch(&short_allow_tf32), "= --device.allow_tf32 1")(
       "detect-anomaly", po::bool_switch(&short_detect_anomaly), "= --precision.detect_anomaly 1");
 
@@ -331,6 +343,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("timeline")) c.parallel.timeline = short_timeline;
   if (vm.count("device")) c.device.backend = short_device;
   if (vm.count("comm")) c.device.comm = short_comm;
+  if (vm.count("max-minutes")) c.train.max_minutes = short_max_minutes;
   if (short_allow_tf32) c.device.allow_tf32 = true;
   if (short_detect_anomaly) c.precision.detect_anomaly = true;
   table.check();

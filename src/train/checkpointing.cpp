@@ -148,6 +148,12 @@ void Checkpointing::reserve_memory(const ParamStore& params) {
   if (!dir_.empty() && topo_.dp_rank == 0) snapshot_->reserve(params);
 }
 
+double Checkpointing::expected_seconds(const ParamStore& params) const {
+  if (dir_.empty()) return 0;
+  if (longest_s_ > 0) return longest_s_;
+  return 1.0 + 3.0 * double(params.total_size()) * sizeof(float) / (100.0 * (1 << 20));
+}
+
 bool Checkpointing::due(std::int64_t step, bool last) {
   if (dir_.empty()) return false;
   bool due = last || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
@@ -249,6 +255,7 @@ void Checkpointing::commit(const InFlight& done, std::ostream& log) {
           !fs::exists(e.path() / "committed") && e.path().string() != ck)
         fs::remove_all(e.path(), ec);
   }));
+  longest_s_ = std::max(longest_s_, done.pause_s + done.write_s);
   if (topo_.rank == 0) {
     std::uintmax_t bytes = 0;
     std::error_code ec;

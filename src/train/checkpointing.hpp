@@ -49,6 +49,10 @@ class Checkpointing {
   // once now rather than beside the first checkpoint's steps.
   void reserve_memory(const ParamStore& params);
 
+  // How long a checkpoint of `params` is expected to take (the longest so far; before the first,
+  // an estimate at 100 MiB/s): what a time budget keeps in hand.
+  double expected_seconds(const ParamStore& params) const;
+
   // Whether to write a checkpoint after `step` (the same answer on every rank).
   bool due(std::int64_t step, bool last);
   // Starts the checkpoint taken after the step before counters.next_step: waits for the one in
@@ -86,6 +90,7 @@ class Checkpointing {
   std::string dir_, loaded_;
   std::chrono::steady_clock::time_point last_save_;
   std::optional<InFlight> in_flight_;
+  double longest_s_ = 0;  // the longest checkpoint so far: pause + write
   // This rank's stage state as the write in flight reads it; kept, so its memory is touched once.
   std::shared_ptr<checkpoint::StageSnapshot> snapshot_ = std::make_shared<checkpoint::StageSnapshot>();
 };

@@ -26,6 +26,7 @@ struct TrainConfig {
   int init_ulps = 0;          // every drawn initial weight moved this many ulps up: an FP32 run's twin for the noise band
   int threads = 2;            // BLAS / OpenMP threads per rank
   std::string out;            // trace directory; empty writes none
+  double max_minutes = 0;     // wall-time budget: stop with a checkpoint before it runs out; 0: none
 };
 
 // Checkpoints (docs/checkpoint.md): when to write them, where, how many to keep.
@@ -40,6 +41,8 @@ struct CheckpointConfig {
 struct DebugConfig {
   std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
   std::string perturb_weights;  // "RANK:STEP": that rank's first weight moved after that step's update
+  std::string stall_reader;     // "RANK:STEP": that rank's data for that step never arrives (the watchdog's test)
+  double watchdog_s = -1;       // seconds without progress before a rank aborts the job; -1: automatic; 0: off
 };
 
 // Which backend a rank runs on, and what its collectives go through.

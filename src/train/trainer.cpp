@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <cmath>
 #include <deque>
@@ -15,6 +16,7 @@
 
 #include "build_info.hpp"
 #include "core/error.hpp"
+#include "core/stop_signals.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sampler.hpp"
 #include "io/timeline.hpp"
@@ -443,6 +445,10 @@ struct Trainer::Impl {
     TrainSummary summary;
     std::vector<double> step_ms;
     double mem_peak = 0;
+    // The time budget (train.max_minutes, a Slurm job's end), in seconds since the process started.
+    double deadline_s = std::numeric_limits<double>::infinity();
+    std::string budget;  // what set the deadline, for the log
+    double longest_eval_s = 0;
   };
 
   // What every rank agrees on once the schedule is done.
@@ -451,6 +457,7 @@ struct Trainer::Impl {
     double grad_norm = 0, loss = 0;     // global, unscaled; the mean loss of the global batch
     double stage_sum_squares = 0;       // this stage's squared gradient norm, unscaled
     std::vector<LayerRow> layers;       // this stage's modules
+    std::string stop;                   // why every rank stops after this step ("" : it does not)
   };
 
   struct Update {
@@ -491,6 +498,7 @@ struct Trainer::Impl {
       run.scaler.restore(resumed->scaler);
     }
     run.checkpoints.reserve_memory(params);
+    set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
     double used_out = !resumed && rank0 && !config.train.out.empty() && !config.overwrite &&
                       std::filesystem::exists(config.train.out + "/trace.csv");
@@ -521,6 +529,43 @@ struct Trainer::Impl {
     if (run.first_step >= config.train.steps)
       log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
           << ": nothing left to train\n";
+  }
+
+  // The time budget: train.max_minutes from the process's start, and a Slurm job's end time where
+  // Slurm tells it (SLURM_JOB_END_TIME, seconds since the epoch), whichever comes first.
+  void set_deadline(Run& run) const {
+    if (config.train.max_minutes > 0) {
+      run.deadline_s = config.train.max_minutes * 60.0;
+      run.budget = "train.max_minutes " + format_minutes(config.train.max_minutes);
+    }
+    if (const char* end = std::getenv("SLURM_JOB_END_TIME"); end && std::atof(end) > 0) {
+      const double at = seconds_since_start() + (std::atof(end) - double(std::time(nullptr)));
+      if (at < run.deadline_s) {
+        run.deadline_s = at;
+        run.budget = "the Slurm job's end time";
+      }
+    }
+  }
+  static std::string format_minutes(double m) {
+    std::ostringstream s;
+    s << m;
+    return s.str();
+  }
+
+  // Rank 0's view: whether the time left no longer covers two steps, an evaluation, a checkpoint
+  // and 5 s, measured as the run goes (the median of the last steps, the longest evaluation, the
+  // longest checkpoint so far or an estimate before the first).
+  bool out_of_time(const Run& run) const {
+    if (!std::isfinite(run.deadline_s) || topo.rank != 0) return false;
+    std::vector<double> recent(run.step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(run.step_ms.size())),
+                               run.step_ms.end());
+    double step_s = 0;
+    if (!recent.empty()) {
+      std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
+      step_s = recent[recent.size() / 2] / 1000.0;
+    }
+    const double margin = 2 * step_s + run.longest_eval_s + run.checkpoints.expected_seconds(params) + 5.0;
+    return seconds_since_start() + margin >= run.deadline_s;
   }
 
   // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
@@ -627,17 +672,20 @@ struct Trainer::Impl {
 
   // Agree: found_inf, the global grad norm and the loss, the same on every rank (a non-finite
   // gradient in fp32 is an error naming its modules).
-  Agreement agree(const StepWork& w) {
+  Agreement agree(const Run& run, const StepWork& w) {
     Agreement a;
     a.layers = layer_rows(w.acts, w.loss_scale, a.stage_sum_squares);
     std::uint64_t nonfinite = 0;
     for (const LayerRow& r : a.layers) nonfinite += r.nonfinite;
     // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
     // steps and holds the same scale.
-    double flags[2] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
-                       nonfinite > 0 ? 1.0 : 0.0};
-    groups.world->all_reduce(flags, 2, parallel::ReduceOp::max);
+    // In the same reduction: a stop signal on any rank, and rank 0's view of the time budget.
+    double flags[4] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
+                       nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), out_of_time(run) ? 1.0 : 0.0};
+    groups.world->all_reduce(flags, 4, parallel::ReduceOp::max);
     a.found_inf = flags[0] > 0;
+    if (flags[2] > 0) a.stop = signal_name(int(flags[2]));
+    else if (flags[3] > 0) a.stop = run.budget;
     // The global norm counts each parameter once: one replica per stage adds its stage's squares.
     double sums[2] = {topo.dp_rank == 0 ? a.stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
     groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
@@ -738,6 +786,7 @@ struct Trainer::Impl {
     check_replicas_agree(step);
     const Evaluation e = evaluate(run.feed->reader(), run.sampler.validation());
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
+    run.longest_eval_s = std::max(run.longest_eval_s, std::chrono::duration<double>(Clock::now() - t_eval).count());
     if (run.sampler.validation().empty()) return;
     r.row.val_loss = run.summary.val_loss = e.loss;
     r.row.val_acc = run.summary.val_acc = e.acc;
@@ -769,13 +818,22 @@ struct Trainer::Impl {
   }
 
   // Checkpoint: the one in flight committed once written; a new one when due (written beside the
-  // next steps).
-  void checkpoint_if_due(Run& run, std::int64_t step, std::ostream& log) {
+  // next steps), or when every rank stops after this step.
+  void checkpoint_if_due(Run& run, std::int64_t step, const std::string& stop, std::ostream& log) {
     run.checkpoints.poll(log);
-    if (run.checkpoints.due(step, last_step(step)))
-      run.checkpoints.save(be, params, run.optimizer,
-                           {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state()},
-                           run.fingerprint, log);
+    if (!stop.empty()) {
+      run.summary.stopped_early = stop;
+      if (topo.rank == 0)
+        log << "[rank 0] stopping after step " << step + 1 << " (" << stop << ")"
+            << (run.checkpoints.dir().empty() ? ": no checkpoint (no --out or checkpoint.dir)" : ", with a checkpoint")
+            << std::endl;
+    }
+    const bool final = last_step(step) || !stop.empty();
+    if (!run.checkpoints.due(step, final)) return;
+    run.summary.checkpointed = final;
+    run.checkpoints.save(be, params, run.optimizer,
+                         {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state()},
+                         run.fingerprint, log);
   }
 
   // Finish: the last checkpoint committed, the timeline written, the summary.
@@ -818,12 +876,13 @@ TrainSummary Trainer::run(const nlohmann::json& options, std::ostream& log) {
     StepWork w(step);
     d.feed(run, w);                                        // this replica's micro-batches
     d.run_schedule(w);                                     // forwards, backwards, gradient all-reduce
-    Impl::Agreement agreed = d.agree(w);                   // found_inf, grad norm, loss
+    Impl::Agreement agreed = d.agree(run, w);              // found_inf, grad norm, loss, stop
     const Impl::Update update = d.update(run, w, agreed);  // AdamW or a skipped step
     Impl::StepReport report = d.report(run, w, agreed, update);  // every rank's rows to rank 0
     d.evaluate_if_due(run, report);                        // validation loss and accuracy
     d.record(run, report, log);                            // traces and the log line
-    d.checkpoint_if_due(run, step, log);                   // written beside the next steps
+    d.checkpoint_if_due(run, step, agreed.stop, log);      // written beside the next steps
+    if (!agreed.stop.empty()) break;                       // a signal or the time budget
   }
   return d.finish(run, log);
 }

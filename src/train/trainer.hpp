@@ -22,6 +22,8 @@ struct TrainSummary {
   double final_loss = 0, val_loss = 0, val_acc = 0;
   double median_step_ms = 0;
   std::vector<double> step_ms;  // training part of each step (evaluation excluded)
+  std::string stopped_early;    // why the run stopped before train.steps (a signal, the time budget), or ""
+  bool checkpointed = false;    // a checkpoint of the last step trained is committed
 };
 
 // Thrown by a rank that stops because another rank found the error and reports it: main exits

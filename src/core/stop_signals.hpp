@@ -1,0 +1,26 @@
+#pragma once
+// What ends a job on purpose, and the exit codes that say how it ended.
+//
+// SIGTERM, SIGUSR1 and SIGINT ask a run to stop early: the handler only records the signal (nothing
+// else is safe in a handler); the trainer reads it once a step, agrees on it over the world (MAX),
+// writes a checkpoint and exits with kExitStoppedEarly on every rank. A second SIGTERM or SIGINT
+// ends the process at once with 128 + the signal: the last committed checkpoint stands.
+#include <csignal>
+
+namespace avtrain {
+
+inline constexpr int kExitDone = 0;
+inline constexpr int kExitFailed = 1;          // an error: bad input, a failed write, another rank's error
+inline constexpr int kExitStoppedEarly = 75;   // a signal or the time budget: checkpoint committed, resume me
+inline constexpr int kExitNoProgress = 124;    // the watchdog: a rank made no progress; the job was aborted
+
+// Installs the handlers (SA_RESTART: system calls in flight go on).
+void install_stop_signals();
+// The first stop signal received, or 0.
+int stop_signal();
+// "SIGTERM", "SIGUSR1", "SIGINT" (or "signal N").
+const char* signal_name(int sig);
+// Seconds since this process started (its static initialisation): what a time budget counts.
+double seconds_since_start();
+
+}  // namespace avtrain

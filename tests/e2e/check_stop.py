@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""A run that ends on purpose before its last step: every rank exits 75 ("stopped early, checkpoint
+committed, resume me") with a checkpoint of the last step it trained, and the same command then
+finishes the run with the traces of a run that was never stopped.
+
+usage: check_stop.py WORK signal|budget -- MPIRUN... AVTRAIN DECK [OPTIONS...]
+
+signal: SIGUSR1 to mpirun (which forwards it) at a random step (AVTRAIN_STOP_SEED, default 1);
+        each rank runs under record_exit.py, so every rank's exit code is seen.
+budget: --max-minutes 0.25 on a run far longer than that: it must stop with its checkpoint before
+        the 15 s run out, after training at least one step.
+"""
+import glob
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from same_run import rows, trace_difference
+
+STOPPED = 75
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def fail(message):
+    print(f"check_stop: {message}")
+    sys.exit(1)
+
+
+def committed(out):
+    return sorted(d for d in glob.glob(os.path.join(out, "checkpoints", "step-*"))
+                  if os.path.isfile(os.path.join(d, "committed")))
+
+
+def trained_rows(out):
+    try:
+        with open(os.path.join(out, "trace.csv")) as f:
+            return max(0, sum(1 for _ in f) - 1)
+    except FileNotFoundError:
+        return 0
+
+
+def main():
+    argv = sys.argv[1:]
+    if len(argv) < 4 or argv[2] != "--" or argv[1] not in ("signal", "budget"):
+        sys.exit(__doc__)
+    work, mode, command = argv[0], argv[1], argv[3:]
+    binary = next((i for i, a in enumerate(command) if os.path.basename(a) == "avtrain"), None)
+    if binary is None:
+        sys.exit("check_stop: no avtrain in the command")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    straight, stopped = os.path.join(work, "straight"), os.path.join(work, "stopped")
+    exits = os.path.join(work, "exits")
+    os.makedirs(exits)
+
+    if mode == "signal":
+        p = subprocess.run(command + ["--out", straight], capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            fail(f"the straight run failed:\n{p.stdout}{p.stderr}")
+        steps = len(rows(os.path.join(straight, "trace.csv")))
+        at = random.Random(int(os.environ.get("AVTRAIN_STOP_SEED", "1"))).randrange(2, steps - 3)
+        wrapped = command[:binary] + [sys.executable, os.path.join(here, "record_exit.py"), exits, "--"] + command[binary:]
+        log = open(os.path.join(work, "stopped.log"), "w")
+        p = subprocess.Popen(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT)
+        while p.poll() is None and trained_rows(stopped) < at:
+            time.sleep(0.002)
+        if p.poll() is not None:
+            fail(f"the run ended before step {at} (exit {p.returncode}; log {work}/stopped.log)")
+        p.send_signal(signal.SIGUSR1)
+        code = p.wait(timeout=300)
+        what = f"SIGUSR1 after step {at}"
+    else:
+        steps = None
+        log = open(os.path.join(work, "stopped.log"), "w")
+        t0 = time.monotonic()
+        wrapped = command[:binary] + [sys.executable, os.path.join(here, "record_exit.py"), exits, "--"] + command[binary:]
+        p = subprocess.run(wrapped + ["--out", stopped, "--steps", "100000", "--max-minutes", "0.25"],
+                           stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        code, took = p.returncode, time.monotonic() - t0
+        if took > 15 + 3:
+            fail(f"--max-minutes 0.25 ran {took:.1f} s, past its 15 s (with 3 s for starting mpirun)")
+        what = f"--max-minutes 0.25 (ended after {took:.1f} s)"
+    log.close()
+    text = open(os.path.join(work, "stopped.log")).read()
+    if code != STOPPED:
+        fail(f"{what}: mpirun exited {code}, not {STOPPED} (log {work}/stopped.log)")
+    codes = {os.path.basename(f): open(f).read().strip() for f in glob.glob(os.path.join(exits, "exit.*"))}
+    if not codes or set(codes.values()) != {str(STOPPED)}:
+        fail(f"{what}: the ranks exited {codes}, not all {STOPPED}")
+    done = trained_rows(stopped)
+    if done < 1:
+        fail(f"{what}: stopped before training a step")
+    ck = committed(stopped)
+    if not ck or int(os.path.basename(ck[-1])[len("step-"):]) != done:
+        fail(f"{what}: the newest committed checkpoint is {ck[-1:] or 'none'}, not that of step {done}, "
+             f"the last in trace.csv")
+    print(f"check_stop: {what}: {len(codes)} ranks exited {STOPPED} after step {done} with "
+          f"{os.path.basename(ck[-1])} committed")
+
+    if mode == "signal":
+        p = subprocess.run(command + ["--out", stopped], capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            fail(f"resuming failed:\n{p.stdout}{p.stderr}")
+        if f"resuming from {ck[-1]} " not in p.stdout:
+            fail(f"the resumed run did not start from {ck[-1]}:\n{p.stdout}")
+        diff = trace_difference(straight, stopped)
+        if diff:
+            fail(diff)
+        print(f"check_stop: resumed from {os.path.basename(ck[-1])}, ended with the straight run's "
+              f"{steps} trace rows; ok")
+    else:
+        print("check_stop: ok")
+
+
+if __name__ == "__main__":
+    main()
