@@ -4,6 +4,8 @@
 // are host or device memory as the implementation expects; a caller keeps a buffer alive, and
 // does not touch it, until the Request of a non-blocking call has completed.
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,6 +74,14 @@ class Communicator {
   // Payload bytes this member has handed to all-reduces and sends so far (count x type size per
   // all-reduce): what gradient compression halves.
   virtual std::uint64_t bytes_sent() const = 0;
+
+  // Ends every process of the job now with `code`: the last word of a rank that cannot go on and
+  // cannot tell the others (a watchdog). Default: this process alone, which an MPI launcher takes
+  // as the end of the job.
+  [[noreturn]] virtual void abort_job(int code) {
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
 };
 
 // Throws Error unless 0 <= rank < size: `role` `rank` (e.g. "send peer 3") is not a member of

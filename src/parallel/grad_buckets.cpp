@@ -62,9 +62,11 @@ void GradBuckets::progress() {
   for (std::size_t i = 0; i < next_; ++i) buckets_[i].request.test();
 }
 
-void GradBuckets::finish() {
+void GradBuckets::finish(const std::function<void(std::size_t)>& waiting_for) {
   ready_from(0);
-  for (Bucket& b : buckets_) {
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    if (waiting_for) waiting_for(k);
     b.request.wait();
     if (wire_ == DType::f32 || group_.size() == 1) continue;
     be_.unpack(wire_, b.wire.data(), grads_ + b.begin, b.end - b.begin);

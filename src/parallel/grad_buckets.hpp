@@ -10,6 +10,7 @@
 // moves that memory (MPI host memory, NCCL device memory).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -32,7 +33,8 @@ class GradBuckets {
   // Lets launched all-reduces progress (MPI moves non-blocking collectives when called).
   void progress();
   // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer.
-  void finish();
+  // waiting_for(k), if given, is called before waiting for bucket k (what a watchdog reports).
+  void finish(const std::function<void(std::size_t)>& waiting_for = {});
   // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets;
   // 0 in a group of one, where nothing is reduced. Added up on the backend as the buckets launch
   // (nothing waits for it during backward), read back here.

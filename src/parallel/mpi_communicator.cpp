@@ -300,6 +300,12 @@ std::vector<std::string> MpiCommunicator::gather(const std::string& mine, int ro
 
 void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+void MpiCommunicator::abort_job(int code) {
+  std::fflush(nullptr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; if it did, this process ends anyway
+}
+
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
   MPI_Comm part = MPI_COMM_NULL;
   check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");

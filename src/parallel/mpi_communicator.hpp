@@ -48,6 +48,8 @@ class MpiCommunicator final : public Communicator {
   Request recv_async(void* data, std::size_t bytes, int peer, int tag) override;
   std::vector<std::string> gather(const std::string& mine, int root) override;
   void barrier() override;
+  // MPI_Abort on MPI_COMM_WORLD (from any thread: it is the one call a stuck job still needs).
+  [[noreturn]] void abort_job(int code) override;
 
   std::uint64_t bytes_sent() const override { return bytes_sent_; }
 

@@ -7,9 +7,10 @@
 namespace avtrain {
 
 BatchFeed::BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config,
-                     const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step)
+                     const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step,
+                     std::int64_t stall_at)
     : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields), reader_(shards),
-      next_to_submit_(first_step) {}
+      next_to_submit_(first_step), stall_at_(stall_at) {}
 
 std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
   const int M = config_.train.micro_batches, mb = config_.train.micro_batch;
@@ -22,6 +23,7 @@ std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
         const auto begin = global.begin() + (std::int64_t(topo_.dp_rank) * M + m) * mb;
         parts.push_back(reader_.submit({begin, begin + mb}, fields_));
       }
+      if (next_to_submit_ == stall_at_) parts[0] = never_.get_future();
     }
     ahead_.push_back(std::move(parts));
   }

@@ -17,9 +17,10 @@ namespace avtrain {
 
 class BatchFeed {
  public:
-  // fields: what this stage reads of a sample; reads false: nothing at all.
+  // fields: what this stage reads of a sample; reads false: nothing at all. stall_at >= 0: the
+  // first micro-batch of that step never arrives (debug.stall_reader, the watchdog's test).
   BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config, const parallel::Topology& topo,
-            bool reads, data::Fields fields, std::int64_t first_step);
+            bool reads, data::Fields fields, std::int64_t first_step, std::int64_t stall_at = -1);
   // The micro-batches of `step` (steps are taken in order from first_step), with the reads of the
   // next data.prefetch_steps steps submitted.
   std::vector<std::future<data::MicroBatch>> next(std::int64_t step);
@@ -35,6 +36,8 @@ class BatchFeed {
   data::Prefetcher reader_;
   std::deque<std::vector<std::future<data::MicroBatch>>> ahead_;
   std::int64_t next_to_submit_;
+  std::int64_t stall_at_;
+  std::promise<data::MicroBatch> never_;  // the stalled micro-batch's, never kept
 };
 
 }  // namespace avtrain

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "build_info.hpp"
 #include "core/error.hpp"
@@ -31,6 +33,7 @@
 #include "precision/precision_policy.hpp"
 #include "train/batch_feed.hpp"
 #include "train/checkpointing.hpp"
+#include "train/watchdog.hpp"
 #include "train/rank_report.hpp"
 #include "train/stage_link.hpp"
 #include "train/stage_plan.hpp"
@@ -42,6 +45,7 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kWatchdogFloor = 300.0;  // seconds: the automatic watchdog never fires sooner
 
 // Below this |g| a gradient value is not held at full precision by the compute type: its smallest
 // normal. An fp32 run reports against fp16's, what an fp16 run of it would lose.
@@ -137,6 +141,14 @@ struct Trainer::Impl {
   std::pair<int, std::int64_t> inject_overflow, perturb_weights;
   std::vector<parallel::PipeAction> actions;  // this stage's forwards and backwards, in order
   double bubble_theory = 0;
+  // The watchdog's last word: its line, then a few seconds in which the other ranks' watchdogs (their
+  // waits began within a step of this one's) print theirs, then the job ends.
+  Watchdog watchdog{[this](const std::string& line) {
+    std::fprintf(stderr, "avtrain: rank %d: %s; aborting the job (exit %d)\n", topo.rank, line.c_str(), kExitNoProgress);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(5.0, watchdog.timeout())));
+    groups.world->abort_job(kExitNoProgress);
+  }};
 
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
@@ -151,6 +163,31 @@ struct Trainer::Impl {
     modules = group_modules(params);
     actions = parallel::pipeline_actions(schedule, topo.pp, topo.pp_rank, c.train.micro_batches);
     bubble_theory = parallel::ideal_bubble(topo.pp, c.train.micro_batches);
+    watchdog.set_timeout(c.debug.watchdog_s >= 0 ? c.debug.watchdog_s : kWatchdogFloor);
+  }
+
+  // What this rank is doing, for the watchdog: "<what> of micro-batch m of step s".
+  void mark(const char* what, const StepWork& w, int m, int peer = -1) {
+    std::string phase = std::string(what) + " of micro-batch " + std::to_string(m) + " of step " + std::to_string(w.step);
+    if (peer >= 0) phase += (what[0] == 's' ? " to rank " : " from rank ") + std::to_string(peer);
+    watchdog.mark(std::move(phase));
+  }
+  std::string all_ranks() const {
+    return topo.world <= 8 ? "all ranks: 0.." + std::to_string(topo.world - 1) : "all " + std::to_string(topo.world) + " ranks";
+  }
+  std::string data_group() const {
+    std::string ranks;
+    for (int r = 0; r < topo.dp; ++r) ranks += (r ? ", " : "") + std::to_string(topo.rank_of(topo.pp_rank, r));
+    return "data-parallel group: ranks " + ranks;
+  }
+  // The automatic timeout (debug.watchdog_s -1): what a normal step, evaluation or checkpoint
+  // never reach.
+  void update_watchdog(const std::vector<double>& step_ms, double longest_eval_s, double longest_checkpoint_s) {
+    if (config.debug.watchdog_s >= 0 || step_ms.empty()) return;
+    std::vector<double> recent(step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(step_ms.size())), step_ms.end());
+    std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
+    watchdog.set_timeout(std::max({kWatchdogFloor, 20 * recent[recent.size() / 2] / 1000.0, 3 * longest_eval_s,
+                                   3 * longest_checkpoint_s}));
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
@@ -188,11 +225,13 @@ struct Trainer::Impl {
     Slot& slot = acquire();
     w.slot_of[m] = &slot;
     Flow& flow = slot.flow;
+    if (!topo.first_stage()) mark("recv activation", w, m, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
     wait_for_neighbour(w, m, "recv activation", [&] {
       if (!topo.first_stage()) link.recv_activation(flow);
       return !topo.first_stage();
     });
     if (reads()) {
+      mark("waiting for data", w, m);
       const auto t = Clock::now();
       slot.batch = w.parts[m].get();
       w.data_wait_ms += ms_since(t);
@@ -203,6 +242,7 @@ struct Trainer::Impl {
     flow.detect_anomaly = config.precision.detect_anomaly;
     flow.grad_scale = w.grad_scale;
     flow.act_stats = &w.acts;
+    mark("forward", w, m);
     const auto t = Clock::now();
     net.forward(flow, slot.states);
     w.timeline->span("forward", "forward", t, Clock::now(), w.step, m);
@@ -217,6 +257,7 @@ struct Trainer::Impl {
       }
       w.local_loss += flow.loss / config.train.micro_batches;
     } else {
+      mark("send activation", w, m, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
       const auto t_send = Clock::now();
       link.send_activation(flow);
       w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
@@ -227,6 +268,7 @@ struct Trainer::Impl {
   void backward(StepWork& w, int m, bool last_of_step) {
     Slot& slot = *w.slot_of[m];
     Flow& flow = slot.flow;
+    if (!topo.last_stage()) mark("recv gradient", w, m, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
     wait_for_neighbour(w, m, "recv gradient", [&] {
       if (!topo.last_stage()) link.recv_gradient(flow);
       return !topo.last_stage();
@@ -235,6 +277,7 @@ struct Trainer::Impl {
       const float inf = std::numeric_limits<float>::infinity();
       be.upload(params.grads().data(), &inf, sizeof inf);
     }
+    mark("backward", w, m);
     const auto t = Clock::now();
     if (last_of_step) {
       net.backward(flow, slot.states, [&](std::size_t i) {
@@ -247,6 +290,7 @@ struct Trainer::Impl {
     }
     w.timeline->span("backward", "backward", t, Clock::now(), w.step, m);
     if (!topo.first_stage()) {
+      mark("send gradient", w, m, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
       const auto t_send = Clock::now();
       link.send_gradient(flow);
       w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
@@ -515,7 +559,9 @@ struct Trainer::Impl {
     }
     groups.world->barrier();
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
-    run.feed.emplace(shards, run.sampler, config, topo, reads(), fields(), run.first_step);
+    const auto stall = parse_rank_step(config.debug.stall_reader, "debug.stall_reader");
+    run.feed.emplace(shards, run.sampler, config, topo, reads(), fields(), run.first_step,
+                     stall.first == topo.rank ? stall.second : -1);
     run.summary.steps = int(run.first_step);
     log << std::fixed;
     if (!rank0) return;
@@ -664,7 +710,11 @@ struct Trainer::Impl {
     w.schedule_ms = ms_since(t_schedule);
     // Exposed communication: what is left of the gradient all-reduce once backward is done.
     const auto t_comm = Clock::now();
-    buckets.finish();
+    buckets.finish([&](std::size_t k) {
+      watchdog.mark("all-reduce of gradient bucket " + std::to_string(k) + " of step " + std::to_string(w.step) + " (" +
+                    data_group() + ")");
+    });
+    watchdog.mark("completing the sends of step " + std::to_string(w.step) + " to the neighbour stages");
     link.finish_sends();
     w.comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
     if (topo.dp > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
@@ -673,6 +723,7 @@ struct Trainer::Impl {
   // Agree: found_inf, the global grad norm and the loss, the same on every rank (a non-finite
   // gradient in fp32 is an error naming its modules).
   Agreement agree(const Run& run, const StepWork& w) {
+    watchdog.mark("the agreement on found_inf, grad norm and loss of step " + std::to_string(w.step) + " (" + all_ranks() + ")");
     Agreement a;
     a.layers = layer_rows(w.acts, w.loss_scale, a.stage_sum_squares);
     std::uint64_t nonfinite = 0;
@@ -721,6 +772,7 @@ struct Trainer::Impl {
       be.upload(params.values().data(), &first, sizeof first);
     }
     w.grad_bytes = groups.data->bytes_sent() - w.bytes_before;
+    watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
     end_step();
     params.zero_grads();
     w.timeline->span(u.applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), w.step);
@@ -752,6 +804,7 @@ struct Trainer::Impl {
                        ? double(tensor_memory().peak_bytes())
                        : std::max(run.mem_peak, parameter_bytes() + double(w.act_bytes) +
                                                     double(net.workspace().bytes()) + flow_bytes());
+    watchdog.mark("the report of step " + std::to_string(w.step) + " to rank 0 (" + all_ranks() + ")");
     RankReport mine_report{mine, {}};
     if (topo.dp_rank == 0) mine_report.layers = std::move(a.layers);  // one replica per stage reports its modules
     const std::vector<std::string> reports = groups.world->gather(encode_report(mine_report), 0);
@@ -772,6 +825,7 @@ struct Trainer::Impl {
       row.samples_per_s = config.global_batch(topo.dp) / (row.step_ms / 1000.0);
     }
     run.step_ms.push_back(w.train_ms);
+    update_watchdog(run.step_ms, run.longest_eval_s, run.checkpoints.expected_seconds(params));
     return r;
   }
 
@@ -782,6 +836,7 @@ struct Trainer::Impl {
   void evaluate_if_due(Run& run, StepReport& r) {
     const std::int64_t step = r.row.step;
     if (!((config.train.eval_interval > 0 && (step + 1) % config.train.eval_interval == 0) || last_step(step))) return;
+    watchdog.mark("the evaluation after step " + std::to_string(step) + " (" + all_ranks() + ")");
     const auto t_eval = Clock::now();
     check_replicas_agree(step);
     const Evaluation e = evaluate(run.feed->reader(), run.sampler.validation());
@@ -820,6 +875,7 @@ struct Trainer::Impl {
   // Checkpoint: the one in flight committed once written; a new one when due (written beside the
   // next steps), or when every rank stops after this step.
   void checkpoint_if_due(Run& run, std::int64_t step, const std::string& stop, std::ostream& log) {
+    watchdog.mark("the checkpoint after step " + std::to_string(step) + " (" + all_ranks() + ")");
     run.checkpoints.poll(log);
     if (!stop.empty()) {
       run.summary.stopped_early = stop;
@@ -838,6 +894,7 @@ struct Trainer::Impl {
 
   // Finish: the last checkpoint committed, the timeline written, the summary.
   TrainSummary finish(Run& run, std::ostream& log) {
+    watchdog.mark("the last checkpoint's write and commit (" + all_ranks() + ")");
     run.checkpoints.finish(log);
     Timeline& timeline = *run.timeline;
     const std::vector<std::string> events =

@@ -66,12 +66,17 @@ def main():
         wrapped = command[:binary] + [sys.executable, os.path.join(here, "record_exit.py"), exits, "--"] + command[binary:]
         log = open(os.path.join(work, "stopped.log"), "w")
         p = subprocess.Popen(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT)
-        while p.poll() is None and trained_rows(stopped) < at:
-            time.sleep(0.002)
-        if p.poll() is not None:
-            fail(f"the run ended before step {at} (exit {p.returncode}; log {work}/stopped.log)")
-        p.send_signal(signal.SIGUSR1)
-        code = p.wait(timeout=300)
+        try:
+            while p.poll() is None and trained_rows(stopped) < at:
+                time.sleep(0.002)
+            if p.poll() is not None:
+                fail(f"the run ended before step {at} (exit {p.returncode}; log {work}/stopped.log)")
+            p.send_signal(signal.SIGUSR1)
+            code = p.wait(timeout=300)
+        finally:
+            if p.poll() is None:  # whatever went wrong, the run does not outlive the test
+                p.kill()
+                p.wait()
         what = f"SIGUSR1 after step {at}"
     else:
         steps = None

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""The watchdog ends a job that stops making progress, with a line naming what each rank waits for.
+
+usage: check_watchdog.py WORK stop|stall VICTIM WATCHDOG_S -- MPIRUN... AVTRAIN DECK [OPTIONS...]
+
+stop:  once the run has trained a few steps, rank VICTIM is stopped with SIGSTOP. Every other rank's
+       watchdog must print "avtrain: rank R: watchdog: no progress for ... in: PHASE", at least one
+       of them naming the silent rank (a peer "from/to rank V", or a group whose ranks include V: a
+       rank may wait on another that waits on the silent one), and the job must end with exit 124
+       within WATCHDOG_S + 15 s of the stop.
+stall: the run has --debug.stall_reader VICTIM:5: rank VICTIM's line must say it waits for data.
+Every process of the run is gone at the end (a stopped rank is killed by the launcher).
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+NO_PROGRESS = 124
+
+
+def fail(message):
+    print(f"check_watchdog: {message}")
+    sys.exit(1)
+
+
+def ranks_of(session):
+    """pid -> MPI rank of every avtrain process in the run's session."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getsid(pid) != session or open(f"/proc/{pid}/comm").read().strip() != "avtrain":
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        for var in env:
+            if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[pid] = int(var.split(b"=", 1)[1])
+    return out
+
+
+def names(line, victim):
+    """Whether a watchdog line names rank `victim`: a peer, or a group that includes it."""
+    if re.search(rf"\b(from|to) rank {victim}\b", line):
+        return True
+    for group in re.findall(r"ranks: ([0-9, .]+)\)", line):
+        if ".." in group:
+            lo, hi = (int(x) for x in group.split(".."))
+            if lo <= victim <= hi:
+                return True
+        elif victim in [int(x) for x in group.split(",")]:
+            return True
+    return False
+
+
+def session_members(session):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session:
+                    out.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return out
+
+
+def watch(p, mode, out, victim, watchdog_s, log_path):
+    """Stops the victim (stop) and waits for the job's end: (exit code or None, seconds since the stop)."""
+    t_stop = time.monotonic()
+    if mode == "stop":
+        trace = os.path.join(out, "trace.csv")
+        while p.poll() is None:
+            if os.path.exists(trace) and sum(1 for _ in open(trace)) > 4:
+                break
+            time.sleep(0.01)
+        pids = [pid for pid, rank in ranks_of(p.pid).items() if rank == victim]
+        if p.poll() is not None or not pids:
+            fail(f"the run ended (or rank {victim} was not found) before it could be stopped; log {log_path}")
+        os.kill(pids[0], signal.SIGSTOP)
+        t_stop = time.monotonic()
+    try:
+        code = p.wait(timeout=watchdog_s + 60)
+    except subprocess.TimeoutExpired:
+        code = None
+    return code, time.monotonic() - t_stop
+
+
+def main():
+    argv = sys.argv[1:]
+    if len(argv) < 6 or argv[4] != "--" or argv[1] not in ("stop", "stall"):
+        sys.exit(__doc__)
+    work, mode, victim, watchdog_s, command = argv[0], argv[1], int(argv[2]), float(argv[3]), argv[5:]
+    os.makedirs(work, exist_ok=True)
+    out = os.path.join(work, mode)
+    shutil.rmtree(out, ignore_errors=True)
+    log_path = os.path.join(work, f"{mode}.log")
+    extra = ["--out", out, "--overwrite", "--resume", "none", "--debug.watchdog_s", str(watchdog_s)]
+    if mode == "stall":
+        extra += ["--debug.stall_reader", f"{victim}:5"]
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(command + extra, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code, took = watch(p, mode, out, victim, watchdog_s, log_path)
+        finally:  # nothing of the run may be left, whatever happened
+            for pid in session_members(p.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    if code is None:
+        fail(f"the job still ran {watchdog_s + 60:.0f} s after the {mode}; log {log_path}")
+    text = open(log_path, errors="replace").read()
+    lines = re.findall(r"avtrain: rank (\d+): (watchdog: no progress .*)", text)
+    print("\n".join(f"  rank {r}: {l}" for r, l in lines))
+    if code != NO_PROGRESS:
+        fail(f"the job ended with {code}, not {NO_PROGRESS}; log {log_path}")
+    if mode == "stop":
+        if took > watchdog_s + 15:
+            fail(f"the job ended {took:.1f} s after the stop, past watchdog {watchdog_s:.0f} s + 15 s")
+        world = len(set(int(r) for r, _ in lines) | {victim})
+        waiting = {int(r): l for r, l in lines if int(r) != victim}
+        silent = [r for r in range(world) if r != victim and r not in waiting]
+        if not waiting or silent:
+            fail(f"ranks {silent or 'all'} printed no watchdog line")
+        # A rank may wait on another that waits on the silent one: at least one line names it.
+        naming = [r for r, l in waiting.items() if names(l, victim)]
+        if not naming:
+            fail(f"no rank's line names rank {victim}")
+        print(f"check_watchdog: rank {victim} stopped: {len(waiting)} other rank(s) named what they wait for, "
+              f"rank(s) {sorted(naming)} naming rank {victim}; the job ended with {code} {took:.1f} s later "
+              f"(watchdog {watchdog_s:.0f} s); ok")
+    else:
+        mine = [l for r, l in lines if int(r) == victim]
+        if not mine or "waiting for data" not in mine[0]:
+            fail(f"rank {victim}'s watchdog line does not say it waits for data: {mine}")
+        print(f"check_watchdog: rank {victim}'s reader stalled: its line says so, the job ended with {code}; ok")
+
+
+if __name__ == "__main__":
+    main()
