@@ -22,9 +22,12 @@ void host_copy(Backend& be, const Buffer& b, HostFloats& host) {
 
 void StageSnapshot::reserve(const ParamStore& store) {
   const std::size_t n = store.total_size();
-  for (HostFloats* h : {&values, &m, &v}) h->resize(n);  // value-initialised: touched
   const std::size_t file = 3 * n * sizeof(float) + (std::size_t(16) << 20);  // and HDF5's metadata
-  image.reserve(file);
+  allocating("host memory for checkpoints (the state copied out and the file built from it)",
+             double(3 * n * sizeof(float) + file), [&] {
+               for (HostFloats* h : {&values, &m, &v}) h->resize(n);  // value-initialised: touched
+               image.reserve(file);
+             });
   std::memset(image.data(), 0, image.capacity());
 }
 
@@ -48,6 +51,7 @@ void write_stage(const std::string& path, StageSnapshot& s) {
   const Counters& c = s.counters;
   w.scalar("state/next_step", c.next_step);
   w.scalar("state/applied_steps", c.applied_steps);
+  w.scalar("state/elapsed_s", c.elapsed_s);
   w.scalar("adamw/updates", std::int64_t(c.adamw_updates));
   w.scalar("scaler/scale", c.scaler.scale);
   w.scalar("scaler/growth_tracker", std::int64_t(c.scaler.growth_tracker));
@@ -71,6 +75,8 @@ Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {
             "checkpoint " + f.path() + ": its fingerprint differs from " + first.path() + "'s (files of two runs?)");
   counters_.next_step = first.int_scalar("state/next_step");
   counters_.applied_steps = first.int_scalar("state/applied_steps");
+  // Written since the watchdog issue; a checkpoint from before it counts from zero.
+  counters_.elapsed_s = first.has("state/elapsed_s") ? first.real_scalar("state/elapsed_s") : 0.0;
   counters_.adamw_updates = int(first.int_scalar("adamw/updates"));
   counters_.scaler.scale = first.real_scalar("scaler/scale");
   counters_.scaler.growth_tracker = int(first.int_scalar("scaler/growth_tracker"));

@@ -23,6 +23,7 @@ struct Counters {
   std::int64_t applied_steps = 0;  // updates applied so far: the LR schedule's position
   int adamw_updates = 0;
   LossScaler::State scaler;
+  double elapsed_s = 0;            // wall time the run has trained so far, over all its starts
 };
 
 // A stage's state copied out of the step (to the host): what its file will hold. Taking one is all

@@ -50,13 +50,17 @@ ParamId ParamStore::add(const std::string& module, const std::string& leaf, std:
 }
 
 void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
-  values_.resize(total_);
-  grads_.resize(total_);
+  std::vector<float> initial;
+  allocating("this stage's parameters: " + std::to_string(total_) + " fp32 values, their gradients, their working "
+             "copies and the initial values drawn on the host",
+             12.0 * double(total_) + double(working_total_) * 4.0, [&] {
+               values_.resize(total_);
+               grads_.resize(total_);
+               working_.resize(working_total_);
+               initial.assign(total_, 0.0f);  // drawn on the host, then uploaded to wherever the tensors live
+             });
   values_.zero();
   grads_.zero();
-  working_.resize(working_total_);
-  // Drawn on the host, then uploaded to wherever the tensors live.
-  std::vector<float> initial(total_, 0.0f);
   for (const ParamInfo& p : params_) {
     float* v = initial.data() + p.offset;
     switch (p.init) {

@@ -1,9 +1,17 @@
 #include "optim/adamw.hpp"
 
+#include "core/error.hpp"
+
 namespace avtrain {
 
 AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config)
-    : be_(be), params_(params), config_(config), m_(params.total_size()), v_(params.total_size()) {}
+    : be_(be), params_(params), config_(config) {
+  allocating("AdamW's moments of " + std::to_string(params.total_size()) + " parameters", 8.0 * double(params.total_size()),
+             [&] {
+               m_.resize(params.total_size());
+               v_.resize(params.total_size());
+             });
+}
 
 void AdamW::step(float lr) {
   ++t_;

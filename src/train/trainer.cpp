@@ -492,7 +492,11 @@ struct Trainer::Impl {
     // The time budget (train.max_minutes, a Slurm job's end), in seconds since the process started.
     double deadline_s = std::numeric_limits<double>::infinity();
     std::string budget;  // what set the deadline, for the log
-    double longest_eval_s = 0;
+    double longest_eval_s = 0, eval_s = 0;
+    int evaluations = 0;
+    double elapsed_before_s = 0;  // the run's training time before this start (from its checkpoint)
+    Clock::time_point started;
+    double elapsed_s() const { return elapsed_before_s + std::chrono::duration<double>(Clock::now() - started).count(); }
   };
 
   // What every rank agrees on once the schedule is done.
@@ -540,6 +544,7 @@ struct Trainer::Impl {
       run.first_step = resumed->next_step;
       run.applied_steps = int(resumed->applied_steps);
       run.scaler.restore(resumed->scaler);
+      run.elapsed_before_s = resumed->elapsed_s;
     }
     run.checkpoints.reserve_memory(params);
     set_deadline(run);
@@ -559,6 +564,7 @@ struct Trainer::Impl {
     }
     groups.world->barrier();
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
+    run.started = Clock::now();
     const auto stall = parse_rank_step(config.debug.stall_reader, "debug.stall_reader");
     run.feed.emplace(shards, run.sampler, config, topo, reads(), fields(), run.first_step,
                      stall.first == topo.rank ? stall.second : -1);
@@ -841,7 +847,10 @@ struct Trainer::Impl {
     check_replicas_agree(step);
     const Evaluation e = evaluate(run.feed->reader(), run.sampler.validation());
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
-    run.longest_eval_s = std::max(run.longest_eval_s, std::chrono::duration<double>(Clock::now() - t_eval).count());
+    const double eval_s = std::chrono::duration<double>(Clock::now() - t_eval).count();
+    run.longest_eval_s = std::max(run.longest_eval_s, eval_s);
+    run.eval_s += eval_s;
+    ++run.evaluations;
     if (run.sampler.validation().empty()) return;
     r.row.val_loss = run.summary.val_loss = e.loss;
     r.row.val_acc = run.summary.val_acc = e.acc;
@@ -869,7 +878,31 @@ struct Trainer::Impl {
     if (amp() && run.scaler.kind() != LossScaler::Kind::none)
       log << "  scale " << std::setprecision(0) << row.loss_scale << "  skipped " << run.scaler.skipped();
     if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
+    log << "  " << std::setprecision(0) << row.samples_per_s << " samples/s  elapsed " << clock_time(run.elapsed_s())
+        << "  eta " << clock_time(eta_s(run, row.step));
     log << std::endl;
+  }
+
+  // What is left of the run: the median step over the steps to go, and the mean evaluation over the
+  // evaluations to go (checkpoints are written beside training).
+  double eta_s(const Run& run, std::int64_t step) const {
+    const std::int64_t left = config.train.steps - (step + 1);
+    if (left <= 0 || run.step_ms.empty()) return 0;
+    std::vector<double> recent(run.step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(run.step_ms.size())),
+                               run.step_ms.end());
+    std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
+    const std::int64_t evals_left = config.train.eval_interval > 0
+                                        ? (config.train.steps / config.train.eval_interval) -
+                                              ((step + 1) / config.train.eval_interval)
+                                        : 1;
+    const double eval_s = run.evaluations ? run.eval_s / run.evaluations : 0.0;
+    return double(left) * recent[recent.size() / 2] / 1000.0 + double(std::max<std::int64_t>(evals_left, 1)) * eval_s;
+  }
+  static std::string clock_time(double seconds) {
+    const long s = std::lround(std::max(0.0, seconds));
+    std::ostringstream out;
+    out << s / 3600 << ":" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << ":" << std::setw(2) << s % 60;
+    return out.str();
   }
 
   // Checkpoint: the one in flight committed once written; a new one when due (written beside the
@@ -888,7 +921,7 @@ struct Trainer::Impl {
     if (!run.checkpoints.due(step, final)) return;
     run.summary.checkpointed = final;
     run.checkpoints.save(be, params, run.optimizer,
-                         {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state()},
+                         {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state(), run.elapsed_s()},
                          run.fingerprint, log);
   }
 
