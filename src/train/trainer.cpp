@@ -639,8 +639,11 @@ struct Trainer::Impl {
       } catch (const nlohmann::json::exception&) {
       }
     }
-    starts.push_back({{"time", std::time(nullptr)}, {"step", run.first_step}, {"ranks", topo.world},
-                      {"pp", topo.pp}, {"dp", topo.dp}});
+    nlohmann::json start = {{"time", std::time(nullptr)}, {"step", run.first_step}, {"ranks", topo.world},
+                            {"pp", topo.pp}, {"dp", topo.dp}};
+    for (const char* slurm : {"SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"})
+      if (const char* value = std::getenv(slurm)) start[slurm] = value;
+    starts.push_back(start);
     m["starts"] = starts;
     std::size_t parameters = 0;
     double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
