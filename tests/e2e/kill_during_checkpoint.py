@@ -27,26 +27,13 @@ import time
 
 import h5py
 
+from run_processes import session_members
 from same_run import datasets, trace_difference
 
 
 def fail(message):
     print(f"kill_during_checkpoint: {message}")
     sys.exit(1)
-
-
-def session_members(sid):
-    """Process ids whose session is `sid`: mpirun and every rank it started (a rank may sit in a
-    process group of its own, so killpg alone would leave it running)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == sid:
-                    out.append(int(entry))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return out
 
 
 def kill_session(p):

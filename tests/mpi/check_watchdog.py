@@ -19,6 +19,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from run_processes import session_members  # noqa: E402
+
 NO_PROGRESS = 124
 
 
@@ -58,18 +61,6 @@ def names(line, victim):
         elif victim in [int(x) for x in group.split(",")]:
             return True
     return False
-
-
-def session_members(session):
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == session:
-                    out.append(int(entry))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return out
 
 
 def watch(p, mode, out, victim, watchdog_s, log_path):
