@@ -9,6 +9,8 @@ signal: SIGUSR1 to mpirun (which forwards it) at a random step (AVTRAIN_STOP_SEE
         each rank runs under record_exit.py, so every rank's exit code is seen.
 budget: --max-minutes 0.25 on a run far longer than that: it must stop with its checkpoint before
         the 15 s run out, after training at least one step.
+twice:  SIGTERM twice to a single rank (started without mpirun): it must end at once with 143
+        (128 + SIGTERM), without waiting for its step or a checkpoint.
 """
 import glob
 import os
@@ -43,10 +45,34 @@ def trained_rows(out):
         return 0
 
 
+def twice(work, command):
+    shutil.rmtree(work, ignore_errors=True)
+    out = os.path.join(work, "twice")
+    p = subprocess.Popen(command + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while p.poll() is None and trained_rows(out) < 3:
+            time.sleep(0.005)
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.005)  # two pending SIGTERMs would be one: let the handler see the first
+        p.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    took = time.monotonic() - t0
+    if code != 128 + signal.SIGTERM:
+        fail(f"SIGTERM twice: exit {code}, not {128 + signal.SIGTERM}")
+    print(f"check_stop: SIGTERM twice: exit {code} after {took:.2f} s; ok")
+
+
 def main():
     argv = sys.argv[1:]
-    if len(argv) < 4 or argv[2] != "--" or argv[1] not in ("signal", "budget"):
+    if len(argv) < 4 or argv[2] != "--" or argv[1] not in ("signal", "budget", "twice"):
         sys.exit(__doc__)
+    if argv[1] == "twice":
+        return twice(argv[0], argv[3:])
     work, mode, command = argv[0], argv[1], argv[3:]
     binary = next((i for i, a in enumerate(command) if os.path.basename(a) == "avtrain"), None)
     if binary is None:
