@@ -45,6 +45,18 @@ def trained_rows(out):
         return 0
 
 
+def pending(pid):
+    """The signals pending for a process (its own and its threads' shared set), as a bit mask."""
+    mask = 0
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                mask |= int(line.split()[1], 16)
+    except FileNotFoundError:
+        pass
+    return mask
+
+
 def twice(work, command):
     shutil.rmtree(work, ignore_errors=True)
     out = os.path.join(work, "twice")
@@ -53,7 +65,9 @@ def twice(work, command):
         while p.poll() is None and trained_rows(out) < 3:
             time.sleep(0.005)
         p.send_signal(signal.SIGTERM)
-        time.sleep(0.005)  # two pending SIGTERMs would be one: let the handler see the first
+        # Two pending SIGTERMs would be one: send the second once the first has been delivered.
+        while p.poll() is None and pending(p.pid) & (1 << (signal.SIGTERM - 1)):
+            time.sleep(0.001)
         p.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
         code = p.wait(timeout=60)
