@@ -70,6 +70,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   if (!summary.stopped_early.empty()) {
     // Every rank stops alike; "resume me" only with a checkpoint to resume from.
     const int code = summary.checkpointed ? avtrain::kExitStoppedEarly : avtrain::kExitFailed;
+    avtrain::exit_on_stop_signal(code);  // the launcher may end this rank when another exits first
     if (topo.rank == 0)
       std::cout << "[rank 0] stopped early after step " << summary.steps << " (" << summary.stopped_early << "): "
                 << (summary.checkpointed ? "checkpoint committed; the same command resumes (exit 75)"

@@ -8,9 +8,11 @@ namespace avtrain {
 namespace {
 
 volatile std::sig_atomic_t received = 0;
+volatile std::sig_atomic_t exit_code = -1;  // >= 0: TERM and INT exit with it
 const auto process_start = std::chrono::steady_clock::now();
 
 extern "C" void on_stop_signal(int sig) {
+  if (exit_code >= 0 && (sig == SIGTERM || sig == SIGINT)) _exit(exit_code);  // the run is over
   if (received != 0 && (sig == SIGTERM || sig == SIGINT)) _exit(128 + sig);  // asked twice: now
   if (received == 0) received = sig;
 }
@@ -26,6 +28,8 @@ void install_stop_signals() {
 }
 
 int stop_signal() { return received; }
+
+void exit_on_stop_signal(int code) { exit_code = code; }
 
 const char* signal_name(int sig) {
   switch (sig) {

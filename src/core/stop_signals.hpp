@@ -18,6 +18,10 @@ inline constexpr int kExitNoProgress = 124;    // the watchdog: a rank made no p
 void install_stop_signals();
 // The first stop signal received, or 0.
 int stop_signal();
+// From now on SIGTERM and SIGINT end the process at once with `code`: for a rank whose run has
+// stopped with its checkpoint committed, which a launcher may terminate as the first rank to exit
+// (mpirun ends the others when one exits non-zero) before it has exited by itself.
+void exit_on_stop_signal(int code);
 // "SIGTERM", "SIGUSR1", "SIGINT" (or "signal N").
 const char* signal_name(int sig);
 // Seconds since this process started (its static initialisation): what a time budget counts.
