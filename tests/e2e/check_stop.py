@@ -105,7 +105,11 @@ def main():
         at = random.Random(int(os.environ.get("AVTRAIN_STOP_SEED", "1"))).randrange(2, steps - 3)
         wrapped = command[:binary] + [sys.executable, os.path.join(here, "record_exit.py"), exits, "--"] + command[binary:]
         log = open(os.path.join(work, "stopped.log"), "w")
-        p = subprocess.Popen(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT)
+        # mpirun ends the other ranks once one exits non-zero: SIGTERM (on which a stopped rank exits
+        # 75 at once), then SIGKILL a second later, which could catch a wrapper under load before it
+        # writes the code down: here SIGKILL waits 10 s.
+        p = subprocess.Popen(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout="10"))
         try:
             while p.poll() is None and trained_rows(stopped) < at:
                 time.sleep(0.002)
@@ -124,7 +128,8 @@ def main():
         t0 = time.monotonic()
         wrapped = command[:binary] + [sys.executable, os.path.join(here, "record_exit.py"), exits, "--"] + command[binary:]
         p = subprocess.run(wrapped + ["--out", stopped, "--steps", "100000", "--max-minutes", "0.25"],
-                           stdout=log, stderr=subprocess.STDOUT, timeout=300)
+                           stdout=log, stderr=subprocess.STDOUT, timeout=300,
+                           env=dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout="10"))  # as above
         code, took = p.returncode, time.monotonic() - t0
         if took > 15 + 3:
             fail(f"--max-minutes 0.25 ran {took:.1f} s, past its 15 s (with 3 s for starting mpirun)")
@@ -134,8 +139,9 @@ def main():
     if code != STOPPED:
         fail(f"{what}: mpirun exited {code}, not {STOPPED} (log {work}/stopped.log)")
     codes = {os.path.basename(f): open(f).read().strip() for f in glob.glob(os.path.join(exits, "exit.*"))}
-    if not codes or set(codes.values()) != {str(STOPPED)}:
-        fail(f"{what}: the ranks exited {codes}, not all {STOPPED}")
+    ranks = len(rows(os.path.join(stopped, "ranks.csv"))) // max(1, trained_rows(stopped))
+    if len(codes) != ranks or set(codes.values()) != {str(STOPPED)}:
+        fail(f"{what}: the ranks exited {codes}, not all {ranks} with {STOPPED}")
     done = trained_rows(stopped)
     if done < 1:
         fail(f"{what}: stopped before training a step")
