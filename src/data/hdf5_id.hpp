@@ -7,10 +7,10 @@
 
 namespace avtrain::data {
 
-// The HDF5 library Debian builds (the OpenMPI one included) is not thread-safe: every call, the
-// closing of an identifier included, is made holding this lock. Two threads use HDF5 at once in a
-// run (the data reader and the background checkpoint writer); each takes the lock per dataset, so
-// neither waits for the other's whole file.
+// The HDF5 library Debian builds (the OpenMPI one included) is not thread-safe. Two threads use it
+// at once in a run, the data reader (shard reads) and the background checkpoint writer: their calls,
+// and the closing of any identifier, hold this lock, per dataset, so neither waits for the other's
+// whole file. (Opening the shard set happens before either thread starts.)
 inline std::recursive_mutex& hdf5_mutex() {
   static std::recursive_mutex m;
   return m;

@@ -51,6 +51,15 @@ constexpr double kWatchdogFloor = 300.0;  // seconds: the automatic watchdog nev
 // normal. An fp32 run reports against fp16's, what an fp16 run of it would lose.
 float underflow_threshold(DType compute) { return compute == DType::bf16 ? 0x1p-126f : 0x1p-14f; }
 
+// The median of the last 21 step times (ms), in seconds; 0 before the first step. What the time
+// budget, the watchdog's automatic timeout and the ETA take a step to cost.
+double recent_step_s(const std::vector<double>& step_ms) {
+  if (step_ms.empty()) return 0;
+  std::vector<double> recent(step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(step_ms.size())), step_ms.end());
+  std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
+  return recent[recent.size() / 2] / 1000.0;
+}
+
 // Parameters grouped by module, in registration order: the rows of layers.csv.
 struct ModuleGroup {
   std::string name;
@@ -166,10 +175,11 @@ struct Trainer::Impl {
     watchdog.set_timeout(c.debug.watchdog_s >= 0 ? c.debug.watchdog_s : kWatchdogFloor);
   }
 
-  // What this rank is doing, for the watchdog: "<what> of micro-batch m of step s".
-  void mark(const char* what, const StepWork& w, int m, int peer = -1) {
+  // What this rank is doing, for the watchdog: "<what> of micro-batch m of step s[ to/from rank r]".
+  enum class Peer { none, to, from };
+  void mark(const char* what, const StepWork& w, int m, Peer direction = Peer::none, int peer = -1) {
     std::string phase = std::string(what) + " of micro-batch " + std::to_string(m) + " of step " + std::to_string(w.step);
-    if (peer >= 0) phase += (what[0] == 's' ? " to rank " : " from rank ") + std::to_string(peer);
+    if (direction != Peer::none) phase += (direction == Peer::to ? " to rank " : " from rank ") + std::to_string(peer);
     watchdog.mark(std::move(phase));
   }
   std::string all_ranks() const {
@@ -183,11 +193,9 @@ struct Trainer::Impl {
   // The automatic timeout (debug.watchdog_s -1): what a normal step, evaluation or checkpoint
   // never reach.
   void update_watchdog(const std::vector<double>& step_ms, double longest_eval_s, double longest_checkpoint_s) {
-    if (config.debug.watchdog_s >= 0 || step_ms.empty()) return;
-    std::vector<double> recent(step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(step_ms.size())), step_ms.end());
-    std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
-    watchdog.set_timeout(std::max({kWatchdogFloor, 20 * recent[recent.size() / 2] / 1000.0, 3 * longest_eval_s,
-                                   3 * longest_checkpoint_s}));
+    if (config.debug.watchdog_s >= 0) return;
+    watchdog.set_timeout(
+        std::max({kWatchdogFloor, 20 * recent_step_s(step_ms), 3 * longest_eval_s, 3 * longest_checkpoint_s}));
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
@@ -225,7 +233,7 @@ struct Trainer::Impl {
     Slot& slot = acquire();
     w.slot_of[m] = &slot;
     Flow& flow = slot.flow;
-    if (!topo.first_stage()) mark("recv activation", w, m, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
+    if (!topo.first_stage()) mark("recv activation", w, m, Peer::from, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
     wait_for_neighbour(w, m, "recv activation", [&] {
       if (!topo.first_stage()) link.recv_activation(flow);
       return !topo.first_stage();
@@ -257,7 +265,7 @@ struct Trainer::Impl {
       }
       w.local_loss += flow.loss / config.train.micro_batches;
     } else {
-      mark("send activation", w, m, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
+      mark("send activation", w, m, Peer::to, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
       const auto t_send = Clock::now();
       link.send_activation(flow);
       w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
@@ -268,7 +276,7 @@ struct Trainer::Impl {
   void backward(StepWork& w, int m, bool last_of_step) {
     Slot& slot = *w.slot_of[m];
     Flow& flow = slot.flow;
-    if (!topo.last_stage()) mark("recv gradient", w, m, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
+    if (!topo.last_stage()) mark("recv gradient", w, m, Peer::from, topo.rank_of(topo.pp_rank + 1, topo.dp_rank));
     wait_for_neighbour(w, m, "recv gradient", [&] {
       if (!topo.last_stage()) link.recv_gradient(flow);
       return !topo.last_stage();
@@ -290,7 +298,7 @@ struct Trainer::Impl {
     }
     w.timeline->span("backward", "backward", t, Clock::now(), w.step, m);
     if (!topo.first_stage()) {
-      mark("send gradient", w, m, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
+      mark("send gradient", w, m, Peer::to, topo.rank_of(topo.pp_rank - 1, topo.dp_rank));
       const auto t_send = Clock::now();
       link.send_gradient(flow);
       w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
@@ -609,14 +617,7 @@ struct Trainer::Impl {
   // longest checkpoint so far or an estimate before the first).
   bool out_of_time(const Run& run) const {
     if (!std::isfinite(run.deadline_s) || topo.rank != 0) return false;
-    std::vector<double> recent(run.step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(run.step_ms.size())),
-                               run.step_ms.end());
-    double step_s = 0;
-    if (!recent.empty()) {
-      std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
-      step_s = recent[recent.size() / 2] / 1000.0;
-    }
-    const double margin = 2 * step_s + run.longest_eval_s + run.checkpoints.expected_seconds(params) + 5.0;
+    const double margin = 2 * recent_step_s(run.step_ms) + run.longest_eval_s + run.checkpoints.expected_seconds(params) + 5.0;
     return seconds_since_start() + margin >= run.deadline_s;
   }
 
@@ -890,16 +891,13 @@ struct Trainer::Impl {
   // evaluations to go (checkpoints are written beside training).
   double eta_s(const Run& run, std::int64_t step) const {
     const std::int64_t left = config.train.steps - (step + 1);
-    if (left <= 0 || run.step_ms.empty()) return 0;
-    std::vector<double> recent(run.step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(run.step_ms.size())),
-                               run.step_ms.end());
-    std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
+    if (left <= 0) return 0;
     const std::int64_t evals_left = config.train.eval_interval > 0
                                         ? (config.train.steps / config.train.eval_interval) -
                                               ((step + 1) / config.train.eval_interval)
                                         : 1;
     const double eval_s = run.evaluations ? run.eval_s / run.evaluations : 0.0;
-    return double(left) * recent[recent.size() / 2] / 1000.0 + double(std::max<std::int64_t>(evals_left, 1)) * eval_s;
+    return double(left) * recent_step_s(run.step_ms) + double(std::max<std::int64_t>(evals_left, 1)) * eval_s;
   }
   static std::string clock_time(double seconds) {
     const long s = std::lround(std::max(0.0, seconds));
