@@ -8,12 +8,15 @@ set -euo pipefail
 # debian-archive-keyring (a recommendation, which --no-install-recommends skips), bubblewrap: its
 # minimal-root test. slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
+# libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
+# make their media with it.
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
           libgtest-dev python3 python3-numpy python3-h5py
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap
-          slurmctld slurmd slurm-client munge)
+          slurmctld slurmd slurm-client munge
+          libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-matplotlib)
 fi

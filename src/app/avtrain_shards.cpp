@@ -1,8 +1,12 @@
 // avtrain-shards: writes synthetic shard sets and inspects/validates shard files (docs/shard-format.md).
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -23,14 +27,27 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: avtrain-shards synth --out DIR [--shards K --samples N --seed S ...]\n"
+    "       avtrain-shards pack --manifest FILE.csv | --tree DIR  --out DIR [options]\n"
     "       avtrain-shards inspect FILE_OR_DIR...\n"
     "\n"
     "  synth    write a synthetic shard set whose label needs both modalities:\n"
     "           label = tone_class * motions + motion_class\n"
+    "  pack     decode audio and video files with FFmpeg into a shard set (under mpirun: over the ranks)\n"
     "  inspect  print attributes, datasets, sample counts and class histograms of shard files,\n"
     "           check every rule of the format; exit 1 when a file is refused\n"
     "\n"
     "'avtrain-shards COMMAND --help' lists the options of a command.\n";
+
+// `pack` is its own program beside this one (it links FFmpeg and MPI; synth and inspect need neither).
+int pack(char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path program = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "avtrain-shards-pack";
+  argv[1] = const_cast<char*>("avtrain-shards pack");
+  execv(program.c_str(), argv + 1);
+  std::cerr << "avtrain-shards: cannot run " << program.string() << " for the pack command: " << std::strerror(errno) << '\n';
+  return 1;
+}
 
 int synth(const std::vector<std::string>& args) {
   SynthOptions o;
@@ -104,6 +121,12 @@ std::optional<ShardHeader> inspect_file(const std::string& path, const std::opti
     std::cout << "  attributes avtrain_format = \"av-shard\", version = " << h.version
               << ", sample_rate = " << h.sample_rate << ", fps = " << h.fps << ", num_classes = " << h.num_classes
               << '\n';
+    if (!h.class_names.empty()) {
+      std::cout << "  class_names";
+      for (std::size_t c = 0; c < h.class_names.size(); ++c) std::cout << (c ? ", " : " ") << c << ":" << h.class_names[c];
+      std::cout << '\n';
+    }
+    if (!h.packed_with.empty()) std::cout << "  packed_with " << h.packed_with << '\n';
     print_layouts(shard);
     std::cout << "  samples   " << h.samples << '\n';
     const std::vector<std::int64_t> histogram = shard.check_values();
@@ -170,12 +193,13 @@ int main(int argc, char** argv) {
   try {
     if (command == "synth") return synth(args);
     if (command == "inspect") return inspect(args);
+    if (command == "pack") return pack(argv);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;
     }
     std::cerr << "avtrain-shards: " << (command.empty() ? "no command given" : "unknown command '" + command + "'")
-              << " (expected synth or inspect; see avtrain-shards --help)\n";
+              << " (expected synth, pack or inspect; see avtrain-shards --help)\n";
     return 1;
   } catch (const po::error& e) {
     std::cerr << "avtrain-shards: " << e.what() << " (see avtrain-shards " << command << " --help)\n";

@@ -38,6 +38,10 @@ void require_same_set(const ShardHeader& first, const ShardHeader& other) {
     throw Error(other.path + ": /audio is " + audio_type(other) + " but it is " + audio_type(first) + " in " +
                 first.path);
   }
+  if (first.class_names != other.class_names) {
+    throw Error(other.path + ": attribute class_names " + (other.class_names.empty() ? "is missing but is present" : "differs from the one") +
+                " in " + first.path);
+  }
   for (const bool video : {false, true}) {
     const std::string first_shape = sample_shape(first, video);
     const std::string other_shape = sample_shape(other, video);

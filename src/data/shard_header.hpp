@@ -2,6 +2,7 @@
 // What one shard file declares: its attributes and the shapes of its datasets.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace avtrain::data {
 
@@ -15,10 +16,12 @@ struct ShardHeader {
   std::int64_t audio_samples = 0;  // A
   int frames = 0, height = 0, width = 0, channels = 0;  // F, H, W, C
   bool audio_int16 = false;        // else float32
+  std::vector<std::string> class_names;  // optional attribute class_names: one name per class, or empty
+  std::string packed_with;               // optional attribute packed_with: the pack's options as JSON, or ""
 };
 
 // Throws Error naming other.path when other cannot belong to the same set as first
-// (a differing attribute, sample shape or audio type).
+// (a differing attribute, sample shape, audio type or class names).
 void require_same_set(const ShardHeader& first, const ShardHeader& other);
 
 }  // namespace avtrain::data

@@ -65,6 +65,37 @@ std::string read_string_attribute(hid_t file, const std::string& path, const cha
   return value;
 }
 
+// A one-dimensional array of strings (variable or fixed length), e.g. class_names.
+std::vector<std::string> read_string_list_attribute(hid_t file, const std::string& path, const char* name) {
+  H5Id attribute(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
+  if (!attribute.valid()) throw Error(path + ": attribute " + name + " cannot be read");
+  const H5Id type = type_of_attribute(attribute);
+  const H5Id space(H5Aget_space(attribute.get()), H5Sclose);
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_STRING || count < 0 || H5Sget_simple_extent_ndims(space.get()) > 1) {
+    throw Error(path + ": attribute " + name + " must be a one-dimensional array of strings");
+  }
+  std::vector<std::string> values;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    std::vector<char*> texts(static_cast<std::size_t>(count), nullptr);
+    if (H5Aread(attribute.get(), type.get(), texts.data()) < 0) throw Error(path + ": attribute " + name + " cannot be read");
+    for (char* text : texts) {
+      values.emplace_back(text != nullptr ? text : "");
+      H5free_memory(text);
+    }
+    return values;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  std::vector<char> buffer(size * static_cast<std::size_t>(count) + 1, '\0');
+  if (H5Aread(attribute.get(), type.get(), buffer.data()) < 0) throw Error(path + ": attribute " + name + " cannot be read");
+  for (hssize_t i = 0; i < count; ++i) {
+    std::string value(buffer.data() + std::size_t(i) * size, size);
+    value.resize(std::strlen(value.c_str()));
+    values.push_back(value);
+  }
+  return values;
+}
+
 long long read_integer_attribute(hid_t file, const std::string& path, const char* name) {
   const H5Id attribute = open_attribute(file, path, name);
   const H5Id type = type_of_attribute(attribute);
@@ -220,6 +251,21 @@ ShardReader::ShardReader(std::string path) {
     message << p << ": attribute fps = " << header_.fps << " must be a positive number";
     throw Error(message.str());
   }
+
+  if (H5Aexists(file, "class_names") > 0) {
+    header_.class_names = read_string_list_attribute(file, p, "class_names");
+    if (static_cast<int>(header_.class_names.size()) != header_.num_classes) {
+      throw Error(p + ": attribute class_names holds " + std::to_string(header_.class_names.size()) +
+                  " names, num_classes = " + std::to_string(header_.num_classes));
+    }
+    std::vector<std::string> sorted = header_.class_names;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      if (sorted[i].empty()) throw Error(p + ": attribute class_names holds an empty name");
+      if (i > 0 && sorted[i] == sorted[i - 1]) throw Error(p + ": attribute class_names holds \"" + sorted[i] + "\" twice");
+    }
+  }
+  if (H5Aexists(file, "packed_with") > 0) header_.packed_with = read_string_attribute(file, p, "packed_with");
 
   audio_ = open_dataset(file, p, "/audio");
   audio_len_ = open_dataset(file, p, "/audio_len");

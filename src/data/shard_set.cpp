@@ -36,6 +36,7 @@ class Hdf5ShardSet final : public ShardSet {
     info_.width = h.width;
     info_.channels = h.channels;
     info_.audio_int16 = h.audio_int16;
+    info_.class_names = h.class_names;
   }
 
   const SetInfo& info() const override { return info_; }

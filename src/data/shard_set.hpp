@@ -22,6 +22,7 @@ struct SetInfo {
   std::int64_t audio_samples = 0;  // A
   int frames = 0, height = 0, width = 0, channels = 0;  // F, H, W, C
   bool audio_int16 = false;  // else float32 in [-1, 1]
+  std::vector<std::string> class_names;  // from the optional attribute; empty when the set has none
   std::int64_t total_samples = 0;
   std::vector<ShardFile> shards;  // sorted by file name; global sample index runs through them in this order
 };

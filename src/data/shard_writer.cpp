@@ -26,17 +26,44 @@ void write_string_attribute(hid_t file, const std::string& path, const char* nam
   write_attribute(file, path, name, type.get(), type.get(), value.data());
 }
 
+void write_string_list_attribute(hid_t file, const std::string& path, const char* name,
+                                 const std::vector<std::string>& values) {
+  const hsize_t count = values.size();
+  const H5Id space(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  const H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  std::vector<const char*> texts;
+  for (const std::string& value : values) texts.push_back(value.c_str());
+  const H5Id attribute(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), texts.data()) < 0) {
+    throw Error(path + ": cannot write attribute " + name);
+  }
+}
+
+H5Id variable_string_type() {
+  H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
 H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t file_type,
-                    const std::vector<hsize_t>& dims, bool gzip) {
-  const H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+                    const std::vector<hsize_t>& dims, const ShardLayout& layout) {
+  std::vector<hsize_t> max_dims(dims);
+  if (layout.growable) max_dims[0] = H5S_UNLIMITED;
+  const H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()), H5Sclose);
   const H5Id plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_obj_track_times(plist.get(), 0);  // no timestamps: the same seed gives the same bytes
-  if (gzip) {
+  if (layout.gzip || layout.growable) {
     std::vector<hsize_t> chunk(dims);
-    chunk[0] = dims.size() == 1 ? std::min<hsize_t>(dims[0], 65536) : 1;  // one sample per chunk
+    // One sample per chunk; 1-D datasets in chunks of up to 65536 (4096 when growing).
+    chunk[0] = dims.size() == 1 ? (layout.growable ? 4096 : std::max<hsize_t>(1, std::min<hsize_t>(dims[0], 65536))) : 1;
     H5Pset_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data());
-    H5Pset_shuffle(plist.get());
-    H5Pset_deflate(plist.get(), 4);
+    if (layout.gzip) {
+      H5Pset_shuffle(plist.get());
+      H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
+    }
   }
   H5Id dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Dclose);
   if (!dataset.valid()) throw Error(path + ": cannot create dataset " + std::string(name));
@@ -60,8 +87,10 @@ void write_rows(const H5Id& dataset, const std::string& path, const char* name, 
 
 }  // namespace
 
-ShardWriter::ShardWriter(const ShardHeader& header, bool gzip)
-    : header_(header), temporary_path_(header.path + ".tmp") {
+ShardWriter::ShardWriter(const ShardHeader& header, bool gzip) : ShardWriter(header, ShardLayout{gzip}) {}
+
+ShardWriter::ShardWriter(const ShardHeader& header, const ShardLayout& layout)
+    : header_(header), layout_(layout), temporary_path_(header.path + ".tmp") {
   silence_hdf5_error_printing();
   const std::string& p = temporary_path_;
   file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -73,17 +102,21 @@ ShardWriter::ShardWriter(const ShardHeader& header, bool gzip)
   write_attribute(file, p, "sample_rate", H5T_STD_I32LE, H5T_NATIVE_INT, &header_.sample_rate);
   write_attribute(file, p, "fps", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &header_.fps);
   write_attribute(file, p, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, &header_.num_classes);
+  if (!header_.class_names.empty()) write_string_list_attribute(file, p, "class_names", header_.class_names);
+  if (!header_.packed_with.empty()) write_string_attribute(file, p, "packed_with", header_.packed_with);
 
-  const auto n = static_cast<hsize_t>(header_.samples);
+  const auto n = static_cast<hsize_t>(layout_.growable ? 0 : header_.samples);
+  const ShardLayout& g = layout_;
   const hid_t audio_type = header_.audio_int16 ? H5T_STD_I16LE : H5T_IEEE_F32LE;
-  audio_ = create_dataset(file, p, "/audio", audio_type, {n, static_cast<hsize_t>(header_.audio_samples)}, gzip);
-  audio_len_ = create_dataset(file, p, "/audio_len", H5T_STD_I32LE, {n}, gzip);
+  audio_ = create_dataset(file, p, "/audio", audio_type, {n, static_cast<hsize_t>(header_.audio_samples)}, g);
+  audio_len_ = create_dataset(file, p, "/audio_len", H5T_STD_I32LE, {n}, g);
   video_ = create_dataset(file, p, "/video", H5T_STD_U8LE,
                           {n, static_cast<hsize_t>(header_.frames), static_cast<hsize_t>(header_.height),
                            static_cast<hsize_t>(header_.width), static_cast<hsize_t>(header_.channels)},
-                          gzip);
-  video_len_ = create_dataset(file, p, "/video_len", H5T_STD_I32LE, {n}, gzip);
-  label_ = create_dataset(file, p, "/label", H5T_STD_I32LE, {n}, gzip);
+                          g);
+  video_len_ = create_dataset(file, p, "/video_len", H5T_STD_I32LE, {n}, g);
+  label_ = create_dataset(file, p, "/label", H5T_STD_I32LE, {n}, g);
+  if (layout_.sources) source_ = create_dataset(file, p, "/source", variable_string_type().get(), {n}, g);
 }
 
 ShardWriter::~ShardWriter() {
@@ -105,10 +138,31 @@ void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
   write_rows(video_, p, "/video", H5T_NATIVE_UINT8, first_row, rows, block.video.data());
   write_rows(video_len_, p, "/video_len", H5T_NATIVE_INT32, first_row, rows, block.video_len.data());
   write_rows(label_, p, "/label", H5T_NATIVE_INT32, first_row, rows, block.label.data());
+  if (source_.valid()) {
+    std::vector<const char*> texts;
+    for (const std::string& text : block.source) texts.push_back(text.c_str());
+    texts.resize(static_cast<std::size_t>(rows), "");
+    write_rows(source_, p, "/source", variable_string_type().get(), first_row, rows, texts.data());
+  }
+}
+
+void ShardWriter::append(const SampleBlock& block) {
+  require(layout_.growable, temporary_path_ + ": append() on a shard of fixed size");
+  const auto grown = static_cast<hsize_t>(rows_ + block.count);
+  for (H5Id* dataset : {&audio_, &audio_len_, &video_, &video_len_, &label_, &source_}) {
+    if (!dataset->valid()) continue;
+    const H5Id space(H5Dget_space(dataset->get()), H5Sclose);
+    std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    dims[0] = grown;
+    if (H5Dset_extent(dataset->get(), dims.data()) < 0) throw Error(temporary_path_ + ": cannot grow the datasets (disk full?)");
+  }
+  write(rows_, block);
+  rows_ += block.count;
 }
 
 void ShardWriter::close() {
-  for (H5Id* id : {&audio_, &audio_len_, &video_, &video_len_, &label_}) id->reset();
+  for (H5Id* id : {&audio_, &audio_len_, &video_, &video_len_, &label_, &source_}) id->reset();
   file_.reset();
 }
 

@@ -18,6 +18,14 @@ struct SampleBlock {
   std::vector<std::uint8_t> video;       // [count, F, H, W, C]
   std::vector<std::int32_t> video_len;   // [count]
   std::vector<std::int32_t> label;       // [count]
+  std::vector<std::string> source;       // [count], written when the layout has sources
+};
+
+struct ShardLayout {
+  bool gzip = true;       // chunks of one sample with shuffle + deflate; otherwise no filter
+  int gzip_level = 4;     // 1..9
+  bool growable = false;  // datasets start with 0 rows and grow with append() (chunked even without gzip)
+  bool sources = false;   // a /source dataset: one string per sample naming where it came from
 };
 
 class ShardWriter {
@@ -25,21 +33,27 @@ class ShardWriter {
   // header.path is the final name; header.samples datasets of the header's shapes are created.
   // gzip: chunks of one sample with shuffle + deflate; otherwise contiguous datasets.
   ShardWriter(const ShardHeader& header, bool gzip);
+  // As above with the layout's choices; growable: header.samples is ignored, append() adds rows.
+  ShardWriter(const ShardHeader& header, const ShardLayout& layout);
   ~ShardWriter();  // removes PATH.tmp unless committed
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   void write(std::int64_t first_row, const SampleBlock& block);
+  void append(const SampleBlock& block);  // growable only: the block becomes rows rows()..
+  std::int64_t rows() const { return rows_; }
   void commit();  // closes the file and renames PATH.tmp to PATH
 
  private:
   void close();
 
   ShardHeader header_;
+  ShardLayout layout_;
+  std::int64_t rows_ = 0;
   std::string temporary_path_;
   bool committed_ = false;
   H5Id file_;
-  H5Id audio_, audio_len_, video_, video_len_, label_;
+  H5Id audio_, audio_len_, video_, video_len_, label_, source_;
 };
 
 }  // namespace avtrain::data

@@ -1,0 +1,125 @@
+#include "media/audio_track.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "media/media_stream.hpp"
+
+extern "C" {
+#include <libavutil/channel_layout.h>
+#include <libavutil/opt.h>
+}
+
+namespace avtrain::media {
+
+namespace {
+
+// Mono at the pack's rate, in the shard's sample type.
+class MonoResampler {
+ public:
+  MonoResampler(const AVFrame& first, const ClipShape& shape) : rate_(shape.sample_rate), int16_(shape.audio_int16) {
+    AVChannelLayout in_layout{};
+    if (first.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC || av_channel_layout_check(&first.ch_layout) == 0) {
+      av_channel_layout_default(&in_layout, first.ch_layout.nb_channels);
+    } else {
+      av_channel_layout_copy(&in_layout, &first.ch_layout);
+    }
+    AVChannelLayout mono = AV_CHANNEL_LAYOUT_MONO;
+    SwrContext* swr = nullptr;
+    const int code = swr_alloc_set_opts2(&swr, &mono, int16_ ? AV_SAMPLE_FMT_S16 : AV_SAMPLE_FMT_FLT, rate_,
+                                         &in_layout, AVSampleFormat(first.format), first.sample_rate, 0, nullptr);
+    av_channel_layout_uninit(&in_layout);
+    if (code < 0 || swr == nullptr) throw MediaError("cannot set up the resampler: " + av_error_text(code));
+    swr_.reset(swr);
+    const int init = swr_init(swr);
+    if (init < 0) throw MediaError("cannot set up the resampler: " + av_error_text(init));
+    in_rate_ = first.sample_rate;
+    in_format_ = first.format;
+    in_channels_ = first.ch_layout.nb_channels;
+  }
+
+  bool accepts(const AVFrame& frame) const {
+    return frame.sample_rate == in_rate_ && frame.format == in_format_ && frame.ch_layout.nb_channels == in_channels_;
+  }
+
+  // Converts `frame` (nullptr: what the filter still holds) into out_ (replaced each call).
+  int convert(const AVFrame* frame) {
+    const int in_samples = frame ? frame->nb_samples : 0;
+    const int room = swr_get_out_samples(swr_.get(), in_samples) + 32;
+    out_.resize(std::size_t(room) * (int16_ ? 2 : 4));
+    std::uint8_t* out[] = {out_.data()};
+    const int made = swr_convert(swr_.get(), out, room, frame ? const_cast<const std::uint8_t**>(frame->extended_data) : nullptr,
+                                 in_samples);
+    if (made < 0) throw MediaError("cannot resample the audio: " + av_error_text(made));
+    return made;
+  }
+  const std::uint8_t* samples() const { return out_.data(); }
+
+ private:
+  int rate_;
+  bool int16_;
+  int in_rate_ = 0, in_format_ = 0, in_channels_ = 0;
+  ResamplerHandle swr_;
+  std::vector<std::uint8_t> out_;
+};
+
+std::string seconds_text(double s) {
+  std::ostringstream text;
+  text.precision(3);
+  text << s << " s";
+  return text.str();
+}
+
+}  // namespace
+
+void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip) {
+  MediaStream stream(path, AVMEDIA_TYPE_AUDIO);
+  stream.seek(start);
+  const std::int64_t want = std::min<std::int64_t>(shape.audio_samples, std::llround(seconds * shape.sample_rate));
+  const std::size_t bytes = shape.audio_int16 ? 2 : 4;
+  std::uint8_t* out = shape.audio_int16 ? reinterpret_cast<std::uint8_t*>(clip.audio_pcm.data())
+                                        : reinterpret_cast<std::uint8_t*>(clip.audio_float.data());
+  std::int64_t filled = 0;
+  std::int64_t to_skip = 0;  // resampled samples before `start`
+  std::unique_ptr<MonoResampler> resampler;
+  double end_seen = 0;
+
+  auto take = [&](int made) {
+    std::int64_t from = std::min<std::int64_t>(made, to_skip);
+    to_skip -= from;
+    const std::int64_t n = std::min<std::int64_t>(made - from, want - filled);
+    if (n > 0) std::copy_n(resampler->samples() + from * bytes, n * bytes, out + filled * bytes);
+    filled += std::max<std::int64_t>(n, 0);
+  };
+
+  while (filled < want) {
+    const AVFrame* frame = stream.next_frame();
+    if (frame == nullptr) break;
+    if (frame->nb_samples <= 0) continue;
+    double t = stream.seconds(frame);
+    if (!resampler) {
+      resampler = std::make_unique<MonoResampler>(*frame, shape);
+      if (!std::isfinite(t)) t = 0;
+      const std::int64_t offset = std::llround((start - t) * shape.sample_rate);
+      if (offset >= 0) {
+        to_skip = offset;
+      } else {
+        filled = std::min<std::int64_t>(-offset, want);  // the audio starts late: silence before it
+      }
+    } else if (!resampler->accepts(*frame)) {
+      throw MediaError("the audio changes its sample rate, format or channels mid-stream");
+    }
+    if (std::isfinite(t)) end_seen = std::max(end_seen, t + stream.duration(frame));
+    take(resampler->convert(frame));
+  }
+  if (resampler && filled < want) take(resampler->convert(nullptr));
+  if (!resampler) throw MediaError("no audio decoded");
+  if (filled <= 0) {
+    throw MediaError("start " + seconds_text(start) + " is past the end of the audio (" + seconds_text(end_seen) + ")");
+  }
+  clip.audio_len = static_cast<std::int32_t>(filled);
+}
+
+}  // namespace avtrain::media

@@ -1,0 +1,150 @@
+#include "media/media_stream.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "media/clip.hpp"
+
+extern "C" {
+#include <libavutil/log.h>
+}
+
+namespace avtrain::media {
+
+namespace {
+
+std::string at_seconds(double seconds) {
+  std::ostringstream text;
+  text.precision(3);
+  text << std::fixed << seconds << " s";
+  return text.str();
+}
+
+}  // namespace
+
+void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
+
+MediaStream::MediaStream(const std::string& path, AVMediaType type) : type_(type) {
+  std::error_code ec;
+  const bool pattern = path.find('%') != std::string::npos;  // an image sequence, img-%04d.png
+  if (!pattern && !std::filesystem::exists(path, ec)) throw MediaError("file not found");
+  if (!pattern && std::filesystem::is_directory(path, ec)) throw MediaError("is a directory, not a media file");
+
+  AVFormatContext* format = nullptr;
+  int code = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
+  if (code < 0) throw MediaError("cannot open: " + av_error_text(code));
+  format_.reset(format);
+  code = avformat_find_stream_info(format, nullptr);
+  if (code < 0) throw MediaError("cannot read the stream information: " + av_error_text(code));
+
+  const AVCodec* codec = nullptr;
+  const int index = av_find_best_stream(format, type, -1, -1, &codec, 0);
+  if (index == AVERROR_STREAM_NOT_FOUND) throw MediaError(std::string("no ") + kind() + " stream");
+  if (index < 0 || codec == nullptr) {
+    const AVStream* any = nullptr;
+    for (unsigned i = 0; i < format->nb_streams; ++i)
+      if (format->streams[i]->codecpar->codec_type == type) any = format->streams[i];
+    const char* name = any ? avcodec_get_name(any->codecpar->codec_id) : "?";
+    throw MediaError(std::string("no decoder for the ") + kind() + " codec " + name);
+  }
+  stream_ = format->streams[index];
+  for (unsigned i = 0; i < format->nb_streams; ++i)
+    if (int(i) != index) format->streams[i]->discard = AVDISCARD_ALL;  // demux only the stream decoded
+
+  decoder_.reset(avcodec_alloc_context3(codec));
+  if (!decoder_) throw MediaError("out of memory opening the decoder");
+  code = avcodec_parameters_to_context(decoder_.get(), stream_->codecpar);
+  if (code < 0) throw MediaError(std::string("cannot set up the ") + kind() + " decoder: " + av_error_text(code));
+  decoder_->pkt_timebase = stream_->time_base;
+  decoder_->thread_count = 1;  // clips run in parallel instead; the bytes never depend on threading
+  code = avcodec_open2(decoder_.get(), codec, nullptr);
+  if (code < 0) throw MediaError(std::string("cannot open the ") + codec->name + " decoder: " + av_error_text(code));
+
+  origin_ = format->start_time != AV_NOPTS_VALUE ? double(format->start_time) / AV_TIME_BASE : 0.0;
+  packet_.reset(av_packet_alloc());
+  frame_.reset(av_frame_alloc());
+  if (!packet_ || !frame_) throw MediaError("out of memory opening the decoder");
+}
+
+void MediaStream::seek(double seconds) {
+  if (seconds <= 0) return;
+  const AVRational tb = stream_->time_base;
+  const auto target = static_cast<std::int64_t>(std::floor((origin_ + seconds) * tb.den / tb.num));
+  if (av_seek_frame(format_.get(), stream_->index, target, AVSEEK_FLAG_BACKWARD) >= 0) {
+    avcodec_flush_buffers(decoder_.get());
+  }
+}
+
+bool MediaStream::send_next_packet() {
+  while (true) {
+    const int code = av_read_frame(format_.get(), packet_.get());
+    if (code == AVERROR_EOF) {
+      avcodec_send_packet(decoder_.get(), nullptr);  // drain
+      flushed_ = true;
+      return false;
+    }
+    if (code < 0) {
+      throw MediaError("cannot read the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+                       av_error_text(code) + " (truncated or damaged file?)");
+    }
+    if (packet_->stream_index != stream_->index) {
+      av_packet_unref(packet_.get());
+      continue;
+    }
+    const int sent = avcodec_send_packet(decoder_.get(), packet_.get());
+    av_packet_unref(packet_.get());
+    if (sent < 0 && sent != AVERROR(EAGAIN)) {
+      throw MediaError("cannot decode the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+                       av_error_text(sent));
+    }
+    return true;
+  }
+}
+
+AVFrame* MediaStream::next_frame() {
+  while (true) {
+    const int code = avcodec_receive_frame(decoder_.get(), frame_.get());
+    if (code == 0) {
+      const double t = seconds(frame_.get());
+      if (std::isfinite(t)) last_seconds_ = t;
+      return frame_.get();
+    }
+    if (code == AVERROR_EOF) return nullptr;
+    if (code != AVERROR(EAGAIN)) {
+      throw MediaError("cannot decode the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+                       av_error_text(code));
+    }
+    if (flushed_) return nullptr;
+    send_next_packet();
+  }
+}
+
+double MediaStream::seconds(const AVFrame* frame) const {
+  std::int64_t pts = frame->best_effort_timestamp;
+  if (pts == AV_NOPTS_VALUE) pts = frame->pts;
+  if (pts == AV_NOPTS_VALUE) return std::numeric_limits<double>::quiet_NaN();
+  return double(pts) * av_q2d(stream_->time_base) - origin_;
+}
+
+double MediaStream::duration(const AVFrame* frame) const {
+  if (type_ == AVMEDIA_TYPE_AUDIO) return frame->sample_rate > 0 ? double(frame->nb_samples) / frame->sample_rate : 0.0;
+#if LIBAVUTIL_VERSION_INT >= AV_VERSION_INT(57, 30, 100)
+  const std::int64_t ticks = frame->duration;
+#else
+  const std::int64_t ticks = frame->pkt_duration;
+#endif
+  if (ticks > 0) return double(ticks) * av_q2d(stream_->time_base);
+  const AVRational rate = av_guess_frame_rate(format_.get(), stream_, nullptr);
+  return rate.num > 0 && rate.den > 0 ? av_q2d(av_inv_q(rate)) : 0.0;
+}
+
+double MediaStream::declared_seconds() const {
+  if (stream_->duration != AV_NOPTS_VALUE && stream_->duration > 0)
+    return double(stream_->duration) * av_q2d(stream_->time_base);
+  if (format_->duration != AV_NOPTS_VALUE && format_->duration > 0) return double(format_->duration) / AV_TIME_BASE;
+  return 0;
+}
+
+}  // namespace avtrain::media

@@ -1,0 +1,114 @@
+#include "pack/pack_plan.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace avtrain::pack {
+
+namespace {
+
+// FNV-1a, 64 bits: a digest of the clip list that is the same on every machine.
+std::uint64_t fnv1a(const std::string& text, std::uint64_t hash = 1469598103934665603ull) {
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text.precision(17);
+  text << value;
+  return text.str();
+}
+
+void check_options(const PackOptions& o) {
+  require(o.manifest.empty() != o.tree.empty(), "pack needs exactly one of --manifest FILE.csv and --tree DIR");
+  require(!o.out.empty(), "pack needs --out DIR");
+  const media::ClipShape& s = o.shape;
+  require(std::isfinite(s.seconds) && s.seconds > 0, "--duration must be a positive number of seconds");
+  require(s.sample_rate >= 1000 && s.sample_rate <= 384000, "--sample-rate must be in 1000..384000 Hz");
+  require(std::isfinite(s.fps) && s.fps > 0 && s.fps <= 240, "--fps must be in (0, 240]");
+  require(s.height >= 1 && s.width >= 1 && s.height <= 4096 && s.width <= 4096, "--size must be WxH with sides in 1..4096");
+  require(s.channels == 1 || s.channels == 3, "--pixels must be gray or rgb");
+  require(o.shard_size >= 1, "--shard-size must be at least 1");
+  require(o.gzip_level >= 1 && o.gzip_level <= 9, "--gzip-level must be in 1..9");
+}
+
+}  // namespace
+
+int PackPlan::shards() const {
+  return static_cast<int>((static_cast<std::int64_t>(list.clips.size()) + options.shard_size - 1) / options.shard_size);
+}
+
+std::int64_t PackPlan::first_clip(int shard) const { return std::int64_t(shard) * options.shard_size; }
+
+std::int64_t PackPlan::end_clip(int shard) const {
+  return std::min<std::int64_t>(first_clip(shard) + options.shard_size, static_cast<std::int64_t>(list.clips.size()));
+}
+
+std::string PackPlan::shard_path(int shard) const {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard-%05d.h5", shard);
+  return (std::filesystem::path(options.out) / name).string();
+}
+
+nlohmann::json PackPlan::description() const {
+  std::uint64_t digest = fnv1a("");
+  for (const ClipEntry& c : list.clips) {
+    digest = fnv1a(std::to_string(c.line) + '\x1f' + c.path + '\x1f' + c.audio_path + '\x1f' + c.label + '\x1f' +
+                       number_text(c.start) + '\x1f' + number_text(c.duration) + '\x1e',
+                   digest);
+  }
+  char digest_text[17];
+  std::snprintf(digest_text, sizeof digest_text, "%016llx", static_cast<unsigned long long>(digest));
+  const media::ClipShape& s = options.shape;
+  return {{"format", "avtrain-shards pack 1"},
+          {"input", options.manifest.empty() ? nlohmann::json{{"tree", options.tree}} : nlohmann::json{{"manifest", options.manifest}}},
+          {"clips", list.clips.size()},
+          {"clips_digest", digest_text},
+          {"classes", list.class_names},
+          {"duration_s", s.seconds},
+          {"sample_rate", s.sample_rate},
+          {"audio", s.audio_int16 ? "int16" : "float32"},
+          {"fps", s.fps},
+          {"frames", s.frames},
+          {"size", std::to_string(s.width) + "x" + std::to_string(s.height)},
+          {"pixels", s.channels == 1 ? "gray" : "rgb"},
+          {"shard_size", options.shard_size},
+          {"compression", options.gzip ? "gzip" : "none"},
+          {"gzip_level", options.gzip ? options.gzip_level : 0},
+          {"on_error", options.fail_on_error ? "fail" : "skip"}};
+}
+
+PackPlan make_plan(const PackOptions& options) {
+  PackOptions o = options;
+  o.shape.audio_samples = std::max<std::int64_t>(1, std::llround(o.shape.seconds * o.shape.sample_rate));
+  o.shape.frames = std::max(1, int(std::lround(o.shape.seconds * o.shape.fps)));
+  check_options(o);
+  const std::vector<std::string> classes = o.classes_file.empty() ? std::vector<std::string>{} : read_class_file(o.classes_file);
+  PackPlan plan;
+  plan.options = o;
+  plan.list = o.manifest.empty() ? read_tree(o.tree, classes) : read_manifest(o.manifest, classes);
+  for (const ClipEntry& clip : plan.list.clips) {
+    const auto& names = plan.list.class_names;
+    const auto at = std::find(names.begin(), names.end(), clip.label);
+    plan.class_index.push_back(at == names.end() ? -1 : static_cast<int>(at - names.begin()));
+  }
+  return plan;
+}
+
+std::string source_text(const ClipEntry& clip) {
+  std::ostringstream text;
+  text << clip.path;
+  if (clip.start > 0 || clip.duration > 0) {
+    text << "#t=" << number_text(clip.start);
+    if (clip.duration > 0) text << ',' << number_text(clip.start + clip.duration);
+  }
+  if (!clip.audio_path.empty()) text << " audio=" << clip.audio_path;
+  return text.str();
+}
+
+}  // namespace avtrain::pack

@@ -1,0 +1,49 @@
+#pragma once
+// What a pack will write: its options, its clips and classes, and which clips go into which shard.
+// Shard k holds the clips k*shard_size .. (k+1)*shard_size-1 of the list that decode (in list order),
+// so the set depends on the inputs and options alone — not on ranks, threads or interruptions.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "media/clip.hpp"
+#include "pack/clip_list.hpp"
+
+namespace avtrain::pack {
+
+struct PackOptions {
+  std::string manifest;      // a CSV manifest, or
+  std::string tree;          // a DIR/<class>/<file> tree
+  std::string out;           // the shard set's folder
+  std::string classes_file;  // the class list (one name per line); empty: from the input
+  media::ClipShape shape;    // seconds, sample rate, fps, frames, height, width, channels, audio type
+  std::int64_t shard_size = 1024;  // clips of the list per shard
+  bool gzip = true;
+  int gzip_level = 4;
+  bool fail_on_error = false;  // --on-error fail: the first bad clip stops the pack
+  int debug_delay_ms = 0;      // a pause after each clip, for tests that interrupt a pack (not part of the set)
+};
+
+struct PackPlan {
+  PackOptions options;
+  ClipList list;
+  std::vector<int> class_index;  // per clip: its label's place in list.class_names, or -1
+
+  int shards() const;
+  std::int64_t first_clip(int shard) const;
+  std::int64_t end_clip(int shard) const;
+  std::string shard_path(int shard) const;  // OUT/shard-NNNNN.h5
+  // Everything the set depends on (the options and a digest of the clip list), for OUT/.pack/plan.json
+  // and the shards' packed_with attribute.
+  nlohmann::json description() const;
+};
+
+// Reads the input and the class list. Throws Error for a bad option or input (naming it).
+PackPlan make_plan(const PackOptions& options);
+
+// The shard's samples' /source text: the file, "#t=START" when the clip starts later, and the audio file.
+std::string source_text(const ClipEntry& clip);
+
+}  // namespace avtrain::pack

@@ -1,0 +1,145 @@
+#include "pack/pack_state.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace avtrain::pack {
+
+namespace {
+
+fs::path state_dir(const PackPlan& plan) { return fs::path(plan.options.out) / ".pack"; }
+
+fs::path record_path(const PackPlan& plan, int shard) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard-%05d.json", shard);
+  return state_dir(plan) / name;
+}
+
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw Error(temporary.string() + ": cannot write (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  if (ec) throw Error(path.string() + ": cannot rename " + temporary.string() + " into place: " + ec.message());
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path.string() + ": cannot read");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+std::string first_difference(const nlohmann::json& was, const nlohmann::json& now) {
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!was.contains(it.key())) return it.key() + " (not recorded)";
+    if (was[it.key()] != *it) {
+      if (it.key() == "classes" || it.key() == "clips_digest") return it.key();
+      return it.key() + " (" + was[it.key()].dump() + " before, " + it->dump() + " now)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void prepare_output(const PackPlan& plan, bool overwrite) {
+  const fs::path out = plan.options.out;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw Error(out.string() + ": cannot create the output folder: " + ec.message());
+  const fs::path plan_file = state_dir(plan) / "plan.json";
+  if (overwrite) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(out, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool shard = name.starts_with("shard-") && (name.ends_with(".h5") || name.ends_with(".h5.tmp"));
+      if (shard || name == "pack-report.csv") fs::remove(entry.path(), ec);
+    }
+    fs::remove_all(state_dir(plan), ec);
+  }
+  const nlohmann::json description = plan.description();
+  if (fs::exists(plan_file)) {
+    const std::string differs = first_difference(read_json(plan_file), description);
+    if (!differs.empty()) {
+      throw Error(out.string() + " holds a pack made with another " + differs +
+                  "; use another --out, or --overwrite to start it again");
+    }
+  } else {
+    for (const fs::directory_entry& entry : fs::directory_iterator(out, ec)) {
+      if (entry.path().extension() == ".h5") {
+        throw Error(out.string() + " holds shard files (" + entry.path().filename().string() +
+                    ") that no pack started; use another --out, or --overwrite to replace them");
+      }
+    }
+    fs::create_directories(state_dir(plan), ec);
+    if (ec) throw Error(state_dir(plan).string() + ": cannot create: " + ec.message());
+    write_atomically(plan_file, description.dump(2) + "\n");
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".h5.tmp")) fs::remove(entry.path(), ec);
+  }
+}
+
+bool shard_finished(const PackPlan& plan, int shard) {
+  const fs::path record = record_path(plan, shard);
+  std::error_code ec;
+  if (!fs::exists(record, ec)) return false;
+  const nlohmann::json j = read_json(record);
+  return j.value("samples", std::int64_t(0)) == 0 || fs::exists(plan.shard_path(shard), ec);
+}
+
+void record_shard(const PackPlan& plan, const ShardOutcome& outcome) {
+  nlohmann::json failures = nlohmann::json::array();
+  for (const ClipFailure& f : outcome.failures)
+    failures.push_back({{"line", f.line}, {"path", f.path}, {"start", f.start}, {"reason", f.reason}});
+  const nlohmann::json j = {{"shard", outcome.shard}, {"samples", outcome.samples}, {"failures", failures}};
+  write_atomically(record_path(plan, outcome.shard), j.dump(1) + "\n");
+}
+
+std::vector<ShardOutcome> read_outcomes(const PackPlan& plan) {
+  std::vector<ShardOutcome> outcomes;
+  for (int shard = 0; shard < plan.shards(); ++shard) {
+    if (!shard_finished(plan, shard)) continue;
+    const nlohmann::json j = read_json(record_path(plan, shard));
+    ShardOutcome o;
+    o.shard = shard;
+    o.samples = j.value("samples", std::int64_t(0));
+    for (const auto& f : j.at("failures"))
+      o.failures.push_back({f.at("line").get<std::int64_t>(), f.at("path").get<std::string>(), f.at("start").get<double>(),
+                            f.at("reason").get<std::string>()});
+    outcomes.push_back(std::move(o));
+  }
+  return outcomes;
+}
+
+std::string write_report(const PackPlan& plan, const std::vector<ShardOutcome>& outcomes) {
+  std::ostringstream csv;
+  csv << "line,path,start,reason\n";
+  for (const ShardOutcome& o : outcomes) {
+    for (const ClipFailure& f : o.failures) {
+      std::ostringstream start;
+      start << f.start;
+      csv << f.line << ',' << csv_field(f.path) << ',' << start.str() << ',' << csv_field(f.reason) << '\n';
+    }
+  }
+  const fs::path report = fs::path(plan.options.out) / "pack-report.csv";
+  write_atomically(report, csv.str());
+  return report.string();
+}
+
+}  // namespace avtrain::pack

@@ -1,0 +1,146 @@
+#include "pack/shard_packer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <new>
+#include <thread>
+
+#include "core/error.hpp"
+#include "data/shard_writer.hpp"
+
+namespace avtrain::pack {
+
+namespace {
+
+constexpr std::size_t kBlockBytes = std::size_t{256} << 20;  // decoded clips held at once, at most
+
+struct ClipResult {
+  std::optional<media::DecodedClip> clip;
+  std::string reason;  // when !clip
+};
+
+data::ShardHeader shard_header(const PackPlan& plan, int shard) {
+  const media::ClipShape& s = plan.options.shape;
+  data::ShardHeader h;
+  h.path = plan.shard_path(shard);
+  h.version = 1;
+  h.sample_rate = s.sample_rate;
+  h.fps = s.fps;
+  h.num_classes = static_cast<int>(plan.list.class_names.size());
+  h.audio_samples = s.audio_samples;
+  h.frames = s.frames;
+  h.height = s.height;
+  h.width = s.width;
+  h.channels = s.channels;
+  h.audio_int16 = s.audio_int16;
+  h.class_names = plan.list.class_names;
+  h.packed_with = plan.description().dump();
+  return h;
+}
+
+ClipResult decode_one(const PackPlan& plan, std::int64_t index) {
+  const ClipEntry& entry = plan.list.clips[std::size_t(index)];
+  ClipResult result;
+  if (plan.class_index[std::size_t(index)] < 0) {
+    result.reason = "label \"" + entry.label + "\" is not in the class list";
+    return result;
+  }
+  try {
+    result.clip = media::decode_clip({entry.path, entry.audio_path, entry.start, entry.duration}, plan.options.shape);
+  } catch (const media::MediaError& e) {
+    result.reason = e.what();
+  } catch (const std::bad_alloc&) {
+    result.reason = "out of memory decoding the clip";
+  } catch (const std::exception& e) {
+    result.reason = e.what();
+  }
+  return result;
+}
+
+}  // namespace
+
+ShardPacker::ShardPacker(const PackPlan& plan, int threads) : plan_(plan), threads_(std::max(1, threads)) {
+  const media::ClipShape& s = plan.options.shape;
+  const std::size_t clip_bytes = std::size_t(s.audio_samples) * (s.audio_int16 ? 2 : 4) +
+                                 std::size_t(s.frames) * s.height * s.width * s.channels;
+  const auto fits = static_cast<int>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(1, clip_bytes)));
+  block_ = std::max(1, std::min(4 * threads_, fits));
+}
+
+std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<bool(const BlockDone&)>& after_block,
+                                              const std::function<bool()>& interrupted) const {
+  const data::ShardHeader header = shard_header(plan_, shard);
+  data::ShardLayout layout;
+  layout.gzip = plan_.options.gzip;
+  layout.gzip_level = plan_.options.gzip_level;
+  layout.growable = true;
+  layout.sources = true;
+  std::unique_ptr<data::ShardWriter> writer;  // opened at the first clip that decodes
+  ShardOutcome outcome;
+  outcome.shard = shard;
+  const media::ClipShape& s = plan_.options.shape;
+  const std::size_t video_row = std::size_t(s.frames) * s.height * s.width * s.channels;
+  const auto audio_row = static_cast<std::size_t>(s.audio_samples);
+
+  for (std::int64_t first = plan_.first_clip(shard); first < plan_.end_clip(shard); first += block_) {
+    const std::int64_t count = std::min<std::int64_t>(block_, plan_.end_clip(shard) - first);
+    std::vector<ClipResult> results(static_cast<std::size_t>(count));
+    std::atomic<std::int64_t> next{0};
+    std::atomic<bool> stopped{false};
+    auto work = [&] {
+      for (std::int64_t i; (i = next.fetch_add(1)) < count;) {
+        if (interrupted()) {
+          stopped = true;
+          return;
+        }
+        results[std::size_t(i)] = decode_one(plan_, first + i);
+        if (plan_.options.debug_delay_ms > 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(plan_.options.debug_delay_ms));
+      }
+    };
+    {
+      std::vector<std::jthread> workers;
+      for (int t = 1; t < std::min<std::int64_t>(threads_, count); ++t) workers.emplace_back(work);
+      work();
+    }
+
+    data::SampleBlock block;
+    BlockDone done;
+    const std::size_t failures_before = outcome.failures.size();
+    for (std::int64_t i = 0; i < count && !stopped; ++i) {
+      ClipResult& r = results[std::size_t(i)];
+      const ClipEntry& entry = plan_.list.clips[std::size_t(first + i)];
+      if (!r.clip) {
+        outcome.failures.push_back({entry.line, entry.path, entry.start, r.reason});
+        ++done.skipped;
+        continue;
+      }
+      const media::DecodedClip& c = *r.clip;
+      if (s.audio_int16) block.audio_pcm.insert(block.audio_pcm.end(), c.audio_pcm.begin(), c.audio_pcm.begin() + audio_row);
+      else block.audio_float.insert(block.audio_float.end(), c.audio_float.begin(), c.audio_float.begin() + audio_row);
+      block.audio_len.push_back(c.audio_len);
+      block.video.insert(block.video.end(), c.video.begin(), c.video.begin() + video_row);
+      block.video_len.push_back(c.video_len);
+      block.label.push_back(plan_.class_index[std::size_t(first + i)]);
+      block.source.push_back(source_text(entry));
+      r.clip.reset();
+      ++block.count;
+    }
+    done.packed = static_cast<int>(block.count);
+    if (done.skipped > 0) done.first_failure = &outcome.failures[failures_before];
+    if (!stopped && block.count > 0) {
+      if (!writer) writer = std::make_unique<data::ShardWriter>(header, layout);
+      writer->append(block);
+    }
+    if (!after_block(done) || stopped) return std::nullopt;  // the writer's destructor removes the temporary file
+  }
+  if (writer) {
+    outcome.samples = writer->rows();
+    writer->commit();
+  }
+  return outcome;
+}
+
+}  // namespace avtrain::pack
