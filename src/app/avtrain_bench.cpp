@@ -64,7 +64,7 @@ int run(int argc, char** argv) {
   backend->set_threads(threads);
   std::ostringstream quiet;
   avtrain::parallel::ProcessGroups groups = avtrain::parallel::make_mpi_process_groups(1, 1);
-  avtrain::Trainer trainer(config, *backend, *shards, groups);
+  avtrain::Trainer trainer(config, *backend, *shards, nullptr, groups);
   config.train.steps = warmup;
   trainer.run({}, quiet);
 

@@ -52,7 +52,12 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   avtrain::TensorMemoryScope tensors_on_the_backend(*backend);
   avtrain::use_device_collectives(config, groups, *backend);
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
-  avtrain::Trainer trainer(config, *backend, *shards, groups);
+  std::unique_ptr<avtrain::data::ShardSet> val_shards;
+  if (!config.data.val_dir.empty()) {
+    val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {topo.rank, topo.world});
+    avtrain::data::require_same_samples(shards->info(), config.data.dir, val_shards->info(), config.data.val_dir);
+  }
+  avtrain::Trainer trainer(config, *backend, *shards, val_shards.get(), groups);
   std::ostringstream quiet;
   if (config.eval_only) {
     trainer.evaluate_checkpoint(options.resolved, topo.rank == 0 ? std::cout : quiet);

@@ -100,6 +100,8 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1); short form --data");
   t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation",
         kUnitInterval);
+  t.add("[data] shard set", "data.val_dir", &c.data.val_dir,
+        "a shard set of its own for validation (held-out speakers, sources...); all of data.dir then trains");
   t.add("[data] shard set", "data.prefetch_steps", &c.data.prefetch_steps, "steps read ahead by the reader thread",
         kAtLeast0);
 

@@ -111,6 +111,28 @@ class Hdf5ShardSet final : public ShardSet {
 
 }  // namespace
 
+void require_same_samples(const SetInfo& train, const std::string& train_dir, const SetInfo& val,
+                          const std::string& val_dir) {
+  const auto differ = [&](const std::string& what, const std::string& v, const std::string& t) {
+    if (v != t) throw Error(val_dir + " (data.val_dir): " + what + " " + v + " differs from " + t + " in " + train_dir);
+  };
+  const auto shape = [](const SetInfo& s) {
+    return "audio [" + std::to_string(s.audio_samples) + "] " + (s.audio_int16 ? "int16" : "float32") + ", video [" +
+           std::to_string(s.frames) + ", " + std::to_string(s.height) + ", " + std::to_string(s.width) + ", " +
+           std::to_string(s.channels) + "]";
+  };
+  const auto join = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
+    return "[" + text + "]";
+  };
+  differ("samples", shape(val), shape(train));
+  differ("sample_rate", std::to_string(val.sample_rate), std::to_string(train.sample_rate));
+  differ("fps", std::to_string(val.fps), std::to_string(train.fps));
+  differ("num_classes", std::to_string(val.num_classes), std::to_string(train.num_classes));
+  differ("class_names", join(val.class_names), join(train.class_names));
+}
+
 std::unique_ptr<ShardSet> ShardSet::open(const std::string& directory, CheckShare share) {
   return std::make_unique<Hdf5ShardSet>(directory, share);
 }

@@ -49,6 +49,11 @@ struct CheckShare {
   int part = 0, parts = 1;
 };
 
+// Throws Error naming val_dir when its samples differ in shape, type, rates or classes from the
+// training set's (data.val_dir against data.dir).
+void require_same_samples(const SetInfo& train, const std::string& train_dir, const SetInfo& val,
+                          const std::string& val_dir);
+
 // Opens and validates a shard set (every file, every rule of the format) and reads samples by
 // global index with hyperslab reads. Not thread-safe: one thread reads at a time.
 class ShardSet {

@@ -1,5 +1,7 @@
 #include "model/av_head.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "model/saved_tensor.hpp"
 
@@ -62,6 +64,7 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   labels_.upload(flow.batch->label.data(), flow.batch->label.size());
   flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
                                    classes_, flow.grad_scale * ce_weight_, &flow.correct);
+  if (!training && flow.class_hits) count_class_hits(logits, flow);
   flow.nce_loss = 0;
   st.dpa.resize(std::size_t(B) * D);
   st.dpv.resize(std::size_t(B) * D);
@@ -71,6 +74,22 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
     flow.nce_loss = be_.info_nce(pa.data(), pv.data(), st.dpa.data(), st.dpv.data(), B, D, tau_,
                                  flow.grad_scale * nce_weight_);
   flow.loss = double(ce_weight_) * flow.ce_loss + double(nce_weight_) * flow.nce_loss;
+}
+
+// The arg-max of each row (the first of equal maxima, as the cross entropy counts `correct`), tallied
+// by label. Evaluation only: the logits are copied to the host.
+void AVHead::count_class_hits(const Buffer& logits, Flow& flow) const {
+  std::vector<float> host(logits.size());
+  logits.download(host.data());
+  std::vector<std::int64_t>& hits = *flow.class_hits;
+  hits.resize(std::size_t(2 * classes_), 0);
+  for (int r = 0; r < flow.B; ++r) {
+    const float* row = host.data() + std::size_t(r) * classes_;
+    const int best = int(std::max_element(row, row + classes_) - row);
+    const int label = flow.batch->label[std::size_t(r)];
+    hits[std::size_t(2 * label)] += 1;
+    hits[std::size_t(2 * label + 1)] += best == label;
+  }
 }
 
 void AVHead::backward(Flow& flow, LayerState& state_base) {

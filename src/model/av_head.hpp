@@ -24,6 +24,7 @@ class AVHead final : public Layer {
   void backward(Flow& flow, LayerState& state) override;
 
  private:
+  void count_class_hits(const Buffer& logits, Flow& flow) const;
   Backend& be_;
   Workspace& ws_;
   int D_, classes_;

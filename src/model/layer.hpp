@@ -34,6 +34,8 @@ struct Flow {
   float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
   double loss = 0, ce_loss = 0, nce_loss = 0;
   int correct = 0;
+  // Evaluation only, when set: per class, [2c] += samples with label c, [2c+1] += those predicted right.
+  std::vector<std::int64_t>* class_hits = nullptr;
   ActivationStats* act_stats = nullptr;
 };
 

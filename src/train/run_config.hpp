@@ -13,6 +13,7 @@ namespace avtrain {
 struct DataConfig {
   std::string dir;            // shard set directory
   double val_fraction = 0.1;  // held out by a seed-keyed split
+  std::string val_dir;        // a shard set of its own for validation (then all of dir trains), or empty
   int prefetch_steps = 2;     // steps read ahead by the reader thread
 };
 

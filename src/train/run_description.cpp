@@ -89,7 +89,13 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const TokenGeometry& g = net.geometry();
   out << "AVNet on " << s.shards.size() << " shard(s), " << s.total_samples << " samples: audio " << s.audio_samples
       << " samples @ " << s.sample_rate << " Hz, video " << s.frames << "x" << s.height << "x" << s.width << "x"
-      << s.channels << ", " << s.num_classes << " classes\n";
+      << s.channels << ", " << s.num_classes << " classes";
+  if (!s.class_names.empty()) {
+    out << " (";
+    for (std::size_t c = 0; c < s.class_names.size(); ++c) out << (c ? ", " : "") << s.class_names[c];
+    out << ")";
+  }
+  out << "\n";
   out << "tokens per sample: " << g.audio_tokens << " audio (from " << g.frames << " frames) + " << g.video_tokens
       << " video = " << g.tokens << "\n\n";
   out << std::left << std::setw(28) << "layer" << std::setw(28) << "module" << std::right << std::setw(12)

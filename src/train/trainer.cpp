@@ -12,6 +12,7 @@
 #include <future>
 #include <iomanip>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -135,6 +136,7 @@ struct Trainer::Impl {
   const RunConfig& config;
   Backend& be;
   data::ShardSet& shards;
+  data::ShardSet* val_shards;  // data.val_dir, or null: the validation split is part of `shards`
   parallel::ProcessGroups& groups;
   const parallel::Topology& topo;
   PrecisionPolicy policy;
@@ -159,8 +161,8 @@ struct Trainer::Impl {
     groups.world->abort_job(kExitNoProgress);
   }};
 
-  Impl(const RunConfig& c, Backend& b, data::ShardSet& s, parallel::ProcessGroups& g)
-      : config(c), be(b), shards(s), groups(g), topo(g.topology), policy(c.precision),
+  Impl(const RunConfig& c, Backend& b, data::ShardSet& s, data::ShardSet* v, parallel::ProcessGroups& g)
+      : config(c), be(b), shards(s), val_shards(v), groups(g), topo(g.topology), policy(c.precision),
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last}),
         link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
@@ -420,12 +422,42 @@ struct Trainer::Impl {
     for (auto it = options.begin(); it != options.end(); ++it)
       if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
     f["data"] = data_fingerprint(shards.info());
+    if (val_shards) f["val_data"] = data_fingerprint(val_shards->info());
     return f;
   }
 
   struct Evaluation {
     double loss = 0, acc = 0;
+    std::vector<std::int64_t> class_hits;  // per class: samples, right
   };
+
+  // The validation samples: all of data.val_dir's set, or the split the sampler held out of data.dir.
+  std::vector<std::int64_t> validation(const data::Sampler& sampler) const {
+    if (!val_shards) return sampler.validation();
+    std::vector<std::int64_t> all(std::size_t(val_shards->info().total_samples));
+    std::iota(all.begin(), all.end(), std::int64_t{0});
+    return all;
+  }
+
+  // "dog 0.950 (40), cat 0.900 (40), ...": accuracy and samples per class, by name where the set has them.
+  nlohmann::json per_class(const Evaluation& e) const {
+    const std::vector<std::string>& names = shards.info().class_names;
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t c = 0; 2 * c + 1 < e.class_hits.size(); ++c) {
+      const std::int64_t n = e.class_hits[2 * c], right = e.class_hits[2 * c + 1];
+      rows.push_back({{"class", c < names.size() ? names[c] : std::to_string(c)}, {"samples", n},
+                      {"acc", n > 0 ? double(right) / double(n) : 0.0}});
+    }
+    return rows;
+  }
+  static std::string per_class_text(const nlohmann::json& rows) {
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(3);
+    for (const auto& r : rows)
+      text << (text.tellp() > 0 ? ", " : "") << r["class"].get<std::string>() << " " << r["acc"].get<double>() << " ("
+           << r["samples"].get<std::int64_t>() << ")";
+    return text.str();
+  }
 
   // Forward only, through the pipeline: replica r takes the validation micro-batches j with
   // j % dp == r; the last stages' sums are added over the world.
@@ -446,6 +478,7 @@ struct Trainer::Impl {
       for (; next < mine.size() && pending.size() < ahead; ++next) pending.push_back(reader.submit(mine[next], fields()));
     };
     double sums[2] = {0, 0};  // loss x samples, correct
+    std::vector<std::int64_t> hits(std::size_t(2 * shards.info().num_classes), 0);
     Slot& slot = acquire();
     Flow& flow = slot.flow;
     for (std::size_t j = 0; j < mine.size(); ++j) {
@@ -458,7 +491,9 @@ struct Trainer::Impl {
       }
       flow.mode = Mode::eval;
       flow.act_stats = nullptr;
+      flow.class_hits = &hits;
       net.forward(flow, slot.states);
+      flow.class_hits = nullptr;
       if (topo.last_stage()) {
         sums[0] += flow.ce_loss * flow.B;
         sums[1] += flow.correct;
@@ -469,6 +504,9 @@ struct Trainer::Impl {
     slot.busy = false;
     link.finish_sends();
     groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
+    std::vector<double> counts(hits.begin(), hits.end());  // exact below 2^53
+    groups.world->all_reduce(counts.data(), counts.size(), parallel::ReduceOp::sum);
+    e.class_hits.assign(counts.begin(), counts.end());
     e.loss = sums[0] / double(val.size());
     e.acc = sums[1] / double(val.size());
     return e;
@@ -481,10 +519,13 @@ struct Trainer::Impl {
   // timeline, checkpoints) and what it has measured. A checkpoint saves what a resume needs of it.
   struct Run {
     Run(Impl& d, const nlohmann::json& options)
-        : sampler(d.make_sampler()), optimizer(d.be, d.params, d.config.optim),
+        : sampler(d.make_sampler()), validation(d.validation(sampler)), optimizer(d.be, d.params, d.config.optim),
           scaler(d.config.precision, d.policy.compute()), checkpoints(d.config, d.topo, *d.groups.world),
           fingerprint(d.fingerprint(options)) {}
     data::Sampler sampler;
+    std::vector<std::int64_t> validation;  // sample indices of the validation set (Impl::validation)
+    std::unique_ptr<data::Prefetcher> val_reader;  // data.val_dir's reader, or null: the feed's reads them
+    nlohmann::json per_class;  // the last evaluation's accuracy per class
     AdamW optimizer;
     LossScaler scaler;
     Checkpointing checkpoints;
@@ -529,7 +570,7 @@ struct Trainer::Impl {
   };
 
   data::Sampler make_sampler() const {
-    return data::Sampler(shards.info().total_samples, config.data.val_fraction, config.train.seed,
+    return data::Sampler(shards.info().total_samples, val_shards ? 0.0 : config.data.val_fraction, config.train.seed,
                          config.global_batch(topo.dp));
   }
 
@@ -576,6 +617,7 @@ struct Trainer::Impl {
     const auto stall = parse_rank_step(config.debug.stall_reader, "debug.stall_reader");
     run.feed.emplace(shards, run.sampler, config, topo, reads(), fields(), run.first_step,
                      stall.first == topo.rank ? stall.second : -1);
+    if (val_shards) run.val_reader = std::make_unique<data::Prefetcher>(*val_shards);
     run.summary.steps = int(run.first_step);
     log << std::fixed;
     if (!rank0) return;
@@ -658,7 +700,9 @@ struct Trainer::Impl {
     m["data"] = data_fingerprint(shards.info());
     m["data"]["dir"] = config.data.dir;
     m["data"]["train_samples"] = run.sampler.train_size();
-    m["data"]["val_samples"] = run.sampler.validation().size();
+    m["data"]["val_samples"] = run.validation.size();
+    if (val_shards) m["data"]["val_dir"] = config.data.val_dir;
+    if (!shards.info().class_names.empty()) m["data"]["class_names"] = shards.info().class_names;
     m["data"]["steps_per_epoch"] = run.sampler.steps_per_epoch();
     nlohmann::json stages = nlohmann::json::array();
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
@@ -849,15 +893,16 @@ struct Trainer::Impl {
     watchdog.mark("the evaluation after step " + std::to_string(step) + " (" + all_ranks() + ")");
     const auto t_eval = Clock::now();
     check_replicas_agree(step);
-    const Evaluation e = evaluate(run.feed->reader(), run.sampler.validation());
+    const Evaluation e = evaluate(run.val_reader ? *run.val_reader : run.feed->reader(), run.validation);
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
     const double eval_s = std::chrono::duration<double>(Clock::now() - t_eval).count();
     run.longest_eval_s = std::max(run.longest_eval_s, eval_s);
     run.eval_s += eval_s;
     ++run.evaluations;
-    if (run.sampler.validation().empty()) return;
+    if (run.validation.empty()) return;
     r.row.val_loss = run.summary.val_loss = e.loss;
     r.row.val_acc = run.summary.val_acc = e.acc;
+    run.per_class = per_class(e);
   }
 
   // Record: the step's rows into the traces, its line into the log.
@@ -941,6 +986,8 @@ struct Trainer::Impl {
       Timeline::write(config.parallel.timeline, events, labels);
       log << "[rank 0] timeline: " << config.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
     }
+    if (topo.rank == 0 && !run.per_class.empty())
+      log << "[rank 0] val_acc by class: " << per_class_text(run.per_class) << std::endl;
     TrainSummary summary = run.summary;
     summary.step_ms = run.step_ms;
     summary.skipped = run.scaler.skipped();
@@ -953,8 +1000,9 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, parallel::ProcessGroups& groups)
-    : impl_(std::make_unique<Impl>(config, backend, shards, groups)) {}
+Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, data::ShardSet* val_shards,
+                 parallel::ProcessGroups& groups)
+    : impl_(std::make_unique<Impl>(config, backend, shards, val_shards, groups)) {}
 
 Trainer::~Trainer() = default;
 
@@ -983,21 +1031,26 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   const RunConfig& c = d.config;
   require(c.resume != "none", "--eval-only needs a checkpoint: --resume auto (the newest committed one) or a directory");
   const data::Sampler sampler = d.make_sampler();
+  const std::vector<std::int64_t> validation = d.validation(sampler);
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
   const std::optional<checkpoint::Counters> loaded = d.load_checkpoint(checkpoints, nullptr, d.fingerprint(options), log);
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
-  require(!sampler.validation().empty(), "--eval-only: the validation split is empty (data.val_fraction)");
-  data::Prefetcher reader(d.shards);
-  const Impl::Evaluation e = d.evaluate(reader, sampler.validation());
+  require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");
+  data::Prefetcher reader(d.val_shards ? *d.val_shards : d.shards);
+  const Impl::Evaluation e = d.evaluate(reader, validation);
   const std::string& which = checkpoints.loaded();
+  const nlohmann::json per_class = d.per_class(e);
   nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"val_loss", e.loss},
-                           {"val_acc", e.acc}, {"val_samples", sampler.validation().size()},
-                           {"val_indices", sampler.validation()}};  // global sample indices, for other tools
+                           {"val_acc", e.acc}, {"val_samples", validation.size()},
+                           {"val_set", c.data.val_dir.empty() ? c.data.dir : c.data.val_dir},
+                           {"val_indices", validation},  // sample indices in val_set, for other tools
+                           {"per_class", per_class}};
   if (d.topo.rank == 0) {
     log << "[rank 0] eval-only: " << which << " (after step " << loaded->next_step << "): val_loss "
-        << std::setprecision(6) << e.loss << "  val_acc " << e.acc << " over " << sampler.validation().size()
+        << std::setprecision(6) << e.loss << "  val_acc " << e.acc << " over " << validation.size()
         << " samples" << std::endl;
+    log << "[rank 0] val_acc by class: " << Impl::per_class_text(per_class) << std::endl;
     if (!c.train.out.empty()) write_file_atomically(c.train.out + "/eval.json", result.dump(2) + "\n");
   }
   return result;

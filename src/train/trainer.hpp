@@ -35,7 +35,9 @@ class ErrorElsewhere : public std::runtime_error {
 
 class Trainer {
  public:
-  Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, parallel::ProcessGroups& groups);
+  // val_shards: the validation set of data.val_dir, or null (a split of `shards`, data.val_fraction).
+  Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shards, data::ShardSet* val_shards,
+          parallel::ProcessGroups& groups);
   ~Trainer();
   // Trains (or, resumed, goes on training) to config.train.steps steps. `options`: the options as
   // resolved ("model.width": 128, ...), for run.json and for what a checkpoint must match. Every
@@ -43,7 +45,7 @@ class Trainer {
   TrainSummary run(const nlohmann::json& options, std::ostream& log);
   // --eval-only: loads the checkpoint --resume names and evaluates it on the validation split;
   // rank 0 prints the result and writes OUT/eval.json. Returns {"checkpoint", "step", "val_loss",
-  // "val_acc", "val_samples", "val_indices"} on every rank.
+  // "val_acc", "val_samples", "val_set", "val_indices", "per_class"} on every rank.
   nlohmann::json evaluate_checkpoint(const nlohmann::json& options, std::ostream& log);
 
  private:
