@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages avtrain needs; skips what is already present.
 #   jobscripts/install-deps.sh            build, run and test
 #   jobscripts/install-deps.sh --reference  also PyTorch (CPU) for the benchmark and reference checks
+#   jobscripts/install-deps.sh --demo       also espeak-ng and fonts: the media of jobscripts/media-demo.sh
 set -euo pipefail
 
 # patchelf, xz-utils, binutils (objdump, strip): validation/gpu-bundle.sh; debootstrap with
@@ -17,9 +18,13 @@ packages=(cmake g++ make git pkg-config
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap
           slurmctld slurmd slurm-client munge
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
-if [[ "${1:-}" == "--reference" ]]; then
-  packages+=(python3-torch python3-matplotlib)
-fi
+for flag in "$@"; do
+  case "$flag" in
+    --reference) packages+=(python3-torch python3-matplotlib) ;;
+    --demo) packages+=(espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf) ;;
+    *) echo "install-deps.sh: unknown option $flag (--reference, --demo)" >&2; exit 1 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
