@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <new>
 #include <thread>
@@ -66,7 +67,7 @@ ShardPacker::ShardPacker(const PackPlan& plan, int threads) : plan_(plan), threa
   const std::size_t clip_bytes = std::size_t(s.audio_samples) * (s.audio_int16 ? 2 : 4) +
                                  std::size_t(s.frames) * s.height * s.width * s.channels;
   const auto fits = static_cast<int>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(1, clip_bytes)));
-  block_ = std::max(1, std::min(4 * threads_, fits));
+  block_ = std::max(1, std::min(8 * threads_, fits));
 }
 
 std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<bool(const BlockDone&)>& after_block,
@@ -78,6 +79,12 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
   layout.growable = true;
   layout.sources = true;
   std::unique_ptr<data::ShardWriter> writer;  // opened at the first clip that decodes
+  // A block is written (HDF5: shuffle and deflate) on a thread of its own while the next one decodes;
+  // it is the only thread calling HDF5 until it is waited for.
+  std::future<void> writing;
+  const auto wait_for_write = [&] {
+    if (writing.valid()) writing.get();
+  };
   ShardOutcome outcome;
   outcome.shard = shard;
   const media::ClipShape& s = plan_.options.shape;
@@ -131,11 +138,16 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
     done.packed = static_cast<int>(block.count);
     if (done.skipped > 0) done.first_failure = &outcome.failures[failures_before];
     if (!stopped && block.count > 0) {
+      wait_for_write();
       if (!writer) writer = std::make_unique<data::ShardWriter>(header, layout);
-      writer->append(block);
+      writing = std::async(std::launch::async, [&w = *writer, b = std::move(block)] { w.append(b); });
     }
-    if (!after_block(done) || stopped) return std::nullopt;  // the writer's destructor removes the temporary file
+    if (!after_block(done) || stopped) {
+      wait_for_write();
+      return std::nullopt;  // the writer's destructor removes the temporary file
+    }
   }
+  wait_for_write();
   if (writer) {
     outcome.samples = writer->rows();
     writer->commit();
