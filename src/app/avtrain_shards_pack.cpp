@@ -189,6 +189,10 @@ int run(int argc, char** argv) {
               << " x " << threads << " thread" << (threads > 1 ? "s" : "");
     if (clips_before > 0) std::cerr << "; " << plan.shards() - count << " shards done before, continuing";
     std::cerr << '\n';
+    if (count > 0 && count < size) {
+      std::cerr << "avtrain-shards pack: only " << count << " shard" << (count > 1 ? "s" : "") << " to write for " << size
+                << " ranks: " << size - count << " will wait (a smaller --shard-size shares the work out)\n";
+    }
   }
 
   const ShardPacker packer(plan, threads);
@@ -199,11 +203,6 @@ int run(int argc, char** argv) {
   std::int64_t sums[kCounters] = {};
   const Clock::time_point started = Clock::now();
   Clock::time_point last_line = started;
-  const std::int64_t shards_mine = [&] {
-    std::int64_t n = 0;
-    for (std::size_t p = std::size_t(rank); p < left.size(); p += std::size_t(size)) ++n;
-    return n;
-  }();
 
   auto tick = [&](bool done) {
     const std::vector<std::int64_t> values = {packed, skipped, fatal.empty() ? 0 : 1, stop_signal() != 0 ? 1 : 0, done ? 1 : 0};
@@ -229,7 +228,6 @@ int run(int argc, char** argv) {
     }
   };
 
-  std::int64_t shards_packed = 0;
   for (std::size_t p = std::size_t(rank); p < left.size() && !stop && fatal.empty() && stop_signal() == 0; p += std::size_t(size)) {
     const int shard = left[p];
     try {
@@ -247,16 +245,12 @@ int run(int argc, char** argv) {
             return !stop && fatal.empty();
           },
           [&] { return stop || stop_signal() != 0; });
-      if (outcome) {
-        record_shard(plan, *outcome);
-        ++shards_packed;
-      }
+      if (outcome) record_shard(plan, *outcome);
     } catch (const std::exception& e) {
       fatal = plan.shard_path(shard) + ": " + e.what();
       std::cerr << "avtrain-shards pack: " << (rank > 0 ? "[rank " + std::to_string(rank) + "] " : "") << fatal << '\n';
     }
   }
-  (void)shards_mine;
   while (!stop) tick(true);  // idle ticks (paced by the others) until every rank has learned the end
   totals.finish();
   MPI_Barrier(world);

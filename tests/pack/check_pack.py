@@ -152,6 +152,11 @@ def report(directory, media_dir):
     print(f"check_pack: report ok: {len(rows)} bad clips reported with their reasons, the good one packed")
 
 
+def kill_session(session, sig):
+    """Signals every process of the session: mpirun puts each rank in a process group of its own."""
+    subprocess.run(["pkill", f"-{sig.name[3:]}", "-s", str(session)], check=False)
+
+
 def run_to_end(command, env=None, timeout=300):
     p = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode, p.stdout, p.stderr
@@ -189,19 +194,21 @@ def resume(pack, media_dir, out, launch):
             p = subprocess.Popen(launch + base + slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  start_new_session=True)
             try:
+                # A different moment each round: after 1, 2 or 3 shards are finished.
+                wanted = 1 + (2 * round_ + (sig == signal.SIGUSR1)) % 3
                 deadline = time.time() + 60
-                while time.time() < deadline and not glob.glob(os.path.join(out, ".pack", "shard-*.json")):
-                    time.sleep(0.01)
-                if not glob.glob(os.path.join(out, ".pack", "shard-*.json")):
-                    fail("no shard finished within 60 s")
+                while time.time() < deadline and len(glob.glob(os.path.join(out, ".pack", "shard-*.json"))) < wanted:
+                    time.sleep(0.005)
+                if len(glob.glob(os.path.join(out, ".pack", "shard-*.json"))) < wanted:
+                    fail(f"{wanted} shard(s) did not finish within 60 s")
                 if sig == signal.SIGKILL:
-                    os.killpg(p.pid, signal.SIGKILL)  # every rank and the launcher, at once
+                    kill_session(p.pid, signal.SIGKILL)  # every rank and the launcher, at once
                 else:
                     os.kill(p.pid, sig)  # mpirun passes SIGUSR1 on to the ranks (as Slurm's --signal does)
                 stdout, stderr = p.communicate(timeout=60)
             finally:
+                kill_session(p.pid, signal.SIGKILL)  # nothing of the run outlives this round
                 if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
             finished = len(glob.glob(os.path.join(out, ".pack", "shard-*.json")))
             if expected_code is not None and p.returncode != expected_code:
