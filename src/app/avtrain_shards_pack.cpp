@@ -282,9 +282,13 @@ int run(int argc, char** argv) {
         std::cout << "avtrain-shards pack: " << samples << " clips packed into " << files << " shards in "
                   << plan.options.out << ", " << failures << " skipped";
         if (failures > 0) std::cout << " (" << report << ")";
-        std::cout << "; " << clips_left << " clips decoded in " << seconds << " s, " << rate << " clips/s on " << size
-                  << " rank" << (size > 1 ? "s" : "") << " x " << threads << " thread" << (threads > 1 ? "s" : "")
-                  << '\n';
+        if (clips_left == 0) {
+          std::cout << "; the pack was complete already\n";
+        } else {
+          std::cout << "; " << clips_left << " clips decoded in " << seconds << " s, " << rate << " clips/s on " << size
+                    << " rank" << (size > 1 ? "s" : "") << " x " << threads << " thread" << (threads > 1 ? "s" : "")
+                    << '\n';
+        }
         if (samples == 0) {
           code = kExitFailed;
           std::cerr << "avtrain-shards pack: no clip could be packed (" << report << " says why)\n";

@@ -25,7 +25,8 @@ std::string number_text(double value) {
 }
 
 void check_options(const PackOptions& o) {
-  require(o.manifest.empty() != o.tree.empty(), "pack needs exactly one of --manifest FILE.csv and --tree DIR");
+  require(!o.manifest.empty() || !o.tree.empty(), "pack needs --manifest FILE.csv or --tree DIR (see --help)");
+  require(o.manifest.empty() || o.tree.empty(), "pack takes one of --manifest and --tree, not both");
   require(!o.out.empty(), "pack needs --out DIR");
   const media::ClipShape& s = o.shape;
   require(std::isfinite(s.seconds) && s.seconds > 0, "--duration must be a positive number of seconds");
