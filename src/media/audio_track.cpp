@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 #include "media/media_stream.hpp"
@@ -65,13 +64,6 @@ class MonoResampler {
   std::vector<std::uint8_t> out_;
 };
 
-std::string seconds_text(double s) {
-  std::ostringstream text;
-  text.precision(3);
-  text << s << " s";
-  return text.str();
-}
-
 }  // namespace
 
 void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip) {
@@ -117,7 +109,7 @@ void decode_audio(const std::string& path, double start, double seconds, const C
   if (resampler && filled < want) take(resampler->convert(nullptr));
   if (!resampler) throw MediaError("no audio decoded");
   if (filled <= 0) {
-    throw MediaError("start " + seconds_text(start) + " is past the end of the audio (" + seconds_text(end_seen) + ")");
+    throw start_past_the_end(stream, start, end_seen);
   }
   clip.audio_len = static_cast<std::int32_t>(filled);
 }

@@ -13,16 +13,17 @@ extern "C" {
 
 namespace avtrain::media {
 
-namespace {
-
-std::string at_seconds(double seconds) {
+std::string seconds_text(double seconds) {
   std::ostringstream text;
   text.precision(3);
-  text << std::fixed << seconds << " s";
+  text << seconds << " s";
   return text.str();
 }
 
-}  // namespace
+MediaError start_past_the_end(const MediaStream& stream, double start, double end) {
+  return MediaError("start " + seconds_text(start) + " is past the end of the " + stream.kind() + " (" +
+                    seconds_text(end) + ")");
+}
 
 void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
 
@@ -86,7 +87,7 @@ bool MediaStream::send_next_packet() {
       return false;
     }
     if (code < 0) {
-      throw MediaError("cannot read the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+      throw MediaError("cannot read the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
                        av_error_text(code) + " (truncated or damaged file?)");
     }
     if (packet_->stream_index != stream_->index) {
@@ -96,7 +97,7 @@ bool MediaStream::send_next_packet() {
     const int sent = avcodec_send_packet(decoder_.get(), packet_.get());
     av_packet_unref(packet_.get());
     if (sent < 0 && sent != AVERROR(EAGAIN)) {
-      throw MediaError("cannot decode the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+      throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
                        av_error_text(sent));
     }
     return true;
@@ -113,7 +114,7 @@ AVFrame* MediaStream::next_frame() {
     }
     if (code == AVERROR_EOF) return nullptr;
     if (code != AVERROR(EAGAIN)) {
-      throw MediaError("cannot decode the " + std::string(kind()) + " after " + at_seconds(last_seconds_) + ": " +
+      throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
                        av_error_text(code));
     }
     if (flushed_) return nullptr;

@@ -2,9 +2,17 @@
 // One audio or video stream of a media file, demuxed and decoded frame by frame with FFmpeg.
 #include <string>
 
+#include "media/clip.hpp"
 #include "media/ffmpeg_handles.hpp"
 
 namespace avtrain::media {
+
+class MediaStream;
+
+// "1.52 s", for messages.
+std::string seconds_text(double seconds);
+// "start 9 s is past the end of the video (1.52 s)".
+MediaError start_past_the_end(const MediaStream& stream, double start, double end);
 
 class MediaStream {
  public:

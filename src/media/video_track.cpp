@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 #include "media/media_stream.hpp"
@@ -80,13 +79,6 @@ class FrameConverter {
   bool full_ = false;
 };
 
-std::string seconds_text(double s) {
-  std::ostringstream text;
-  text.precision(3);
-  text << s << " s";
-  return text.str();
-}
-
 }  // namespace
 
 void decode_video(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip) {
@@ -124,7 +116,7 @@ void decode_video(const std::string& path, double start, double seconds, const C
   while (have_held && k < count && target(k) < held_end - kSameInstant) emit(*held);
   if (!have_held) throw MediaError("no video frame decoded");
   if (k == 0) {
-    throw MediaError("start " + seconds_text(start) + " is past the end of the video (" + seconds_text(held_end) + ")");
+    throw start_past_the_end(stream, start, held_end);
   }
   clip.video_len = k;
 }
