@@ -118,6 +118,9 @@ def main():
     ffmpeg(*sine(700, 22050, 1.5, 2), "-c:a", "flac", m("tone_22k_stereo.flac"))
     ffmpeg(*sine(1100, 44100, 1.5, 2), "-c:a", "libmp3lame", m("tone_44k_stereo.mp3"))
     ffmpeg(*sine(1300, 48000, 1.5, 6), "-c:a", "libopus", "-mapping_family", "1", m("tone_48k_51.ogg"))
+    # An image sequence (PNG, read at FFmpeg's image2 rate of 25 fps) beside a WAV.
+    os.makedirs(m("frames"), exist_ok=True)
+    ffmpeg(*counter_video("48x36", 25, 1.2), "-pix_fmt", "gray", m("frames/f-%03d.png"))
 
     # Bad files.
     with open(m("not_media.mp4"), "w") as f:
@@ -147,6 +150,7 @@ def main():
         ("video_only.mp4", "tone_22k_stereo.flac", 0, 0, 700),
         ("video_only.mp4", "tone_44k_stereo.mp3", 0, 0, 1100),
         ("video_only.mp4", "tone_48k_51.ogg", 0, 0, 1300),
+        ("frames/f-%03d.png", "tone_8k_mono.wav", 0, 0, 500),
     ]
     expect = {"shape": SHAPE, "pack_options": PACK_OPTIONS, "classes": classes, "clips": []}
     with open(os.path.join(root, "good.csv"), "w") as f:
