@@ -87,7 +87,11 @@ def content(directory, media_dir):
         if abs(alen - clip["audio_len"]) > 0.002 * clip["audio_len"] + 2:
             fail(f"{where}: audio_len {alen}, expected {clip['audio_len']}")
         audio = data["audio"][i].astype(np.float64) / 32768
-        tone = tone_of(audio[:alen], shape["sample_rate"])
+        window = audio[:alen]
+        if clip["tone_window"]:  # the tone steps: the one after start tells where the audio starts
+            a, b = (round(x * shape["sample_rate"]) for x in clip["tone_window"])
+            window = audio[a:b]
+        tone = tone_of(window, shape["sample_rate"])
         if abs(tone - clip["tone"]) > 0.01 * clip["tone"]:
             fail(f"{where}: tone {tone:.1f} Hz, expected {clip['tone']} Hz")
         if np.any(audio[alen:] != 0):

@@ -110,8 +110,9 @@ def main():
     # Shorter than a clip (padded), and a long file cut into clips by start/duration.
     ffmpeg(*counter_video("64x48", 25, 0.5), *sine(330, 44100, 0.5), "-c:v", "libx264", "-c:a", "aac",
            "-shortest", m("short.mp4"))
-    ffmpeg(*counter_video("64x48", 10, 3), *sine(1200, 48000, 3), "-c:v", "libx264", "-c:a", "aac", "-shortest",
-           m("long.mp4"))
+    # Its tone steps each second (400, 800, 1200 Hz): where a clip's audio starts shows in its tone.
+    ffmpeg(*counter_video("64x48", 10, 3), "-f", "lavfi", "-i", "aevalsrc=0.5*sin(2*PI*(400+400*floor(t))*t):s=48000:d=3",
+           "-c:v", "libx264", "-c:a", "aac", "-shortest", m("long.mp4"))
     # Video without audio, and audio files beside it (audio_path).
     ffmpeg(*counter_video("64x48", 25, 1.5), "-c:v", "libx264", m("video_only.mp4"))
     ffmpeg(*sine(500, 8000, 1.5), "-c:a", "pcm_s16le", m("tone_8k_mono.wav"))
@@ -142,10 +143,10 @@ def main():
         ("vfr.mkv", "", 0, 0, 550),
         ("colour.mp4", "", 0, 0, 770),
         ("short.mp4", "", 0, 0, 330),
-        ("long.mp4", "", 0, 0, 1200),
-        ("long.mp4", "", 1.2, 0, 1200),
-        ("long.mp4", "", 2.5, 0, 1200),
-        ("long.mp4", "", 0.4, 0.6, 1200),
+        ("long.mp4", "", 0, 0, 400),      # 0.05 .. 0.95 s: 400 Hz
+        ("long.mp4", "", 1.2, 0, 800),    # 1.25 .. 1.95 s: 800 Hz
+        ("long.mp4", "", 2.5, 0, 1200),   # 2.55 .. 2.95 s: 1200 Hz
+        ("long.mp4", "", 0.4, 0.6, 400),  # 0.45 .. 0.95 s: 400 Hz
         ("video_only.mp4", "tone_8k_mono.wav", 0, 0, 500),
         ("video_only.mp4", "tone_22k_stereo.flac", 0, 0, 700),
         ("video_only.mp4", "tone_44k_stereo.mp3", 0, 0, 1100),
@@ -164,6 +165,8 @@ def main():
             expect["clips"].append({
                 "path": path, "audio_path": audio, "start": start, "label": i % 3, "tone": tone,
                 "audio_len": round(min(seconds, audio_seconds(m(audio or path)) - start) * SHAPE["sample_rate"]),
+                # long.mp4: the tone of the clip's audio within the second its start is in.
+                "tone_window": [0.05, min(seconds, 1 - start % 1 - 0.05)] if path == "long.mp4" else None,
                 "frames": picks, "frame_times": times, "colour": [48, 112, 192] if path == "colour.mp4" else None})
 
     bad = [  # path, label, audio_path, start, reason (a part of it)
