@@ -7,7 +7,8 @@ others (held-out voices and fonts), so validation accuracy measures what was not
     make_word_clips.py DIR [--train-per-word N] [--val-per-word M] [--jobs J] [--seed S]
 
 writes DIR/train/*.{wav,mp4}, DIR/val/*.{wav,mp4} and the manifests DIR/train.csv, DIR/val.csv
-(path,label,audio_path).
+(path,label,audio_path). The same seed makes the same files (x264 runs on one thread: with more, its
+output can differ from run to run).
 """
 import argparse
 import concurrent.futures
@@ -62,7 +63,7 @@ def make_clip(job):
             f"x={x0}+({x1}-{x0})*t/{SECONDS}-text_w/2:y={y}-text_h/2")
     subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "lavfi", "-i",
                     f"color=c=0x{grey:02x}{grey:02x}{grey:02x}:s={w}x{h}:r=25:d={SECONDS}",
-                    "-vf", f"{text},noise=alls={noise}:allf=t", "-c:v", "libx264", "-preset", "veryfast",
+                    "-vf", f"{text},noise=alls={noise}:allf=t", "-c:v", "libx264", "-preset", "veryfast", "-threads", "1",
                     "-pix_fmt", "yuv420p", mp4], check=True)
 
 

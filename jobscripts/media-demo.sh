@@ -38,11 +38,19 @@ done
 pack_s=$(took "$t")
 "$bin/avtrain-shards" inspect "$out/shards/val" | tail -1
 
+echo "media-demo: training on 2 ranks (log: $out/train.log)"
 t=$(seconds)
+status=0
 "$here/mpirun-local.sh" 2 "$bin/avtrain" "$root/inputs/media-demo.ini" --data "$out/shards/train" \
-  --data.val_dir "$out/shards/val" --dp 2 --out "$out/run" --overwrite | tee "$out/train.log" |
-  grep -E "val_acc|done" || true
+  --data.val_dir "$out/shards/val" --dp 2 --out "$out/run" --resume none --overwrite > "$out/train.log" 2>&1 ||
+  status=$?
 train_s=$(took "$t")
+grep -E "val_acc|done" "$out/train.log" || true
+if [ "$status" -ne 0 ]; then
+  tail -5 "$out/train.log"
+  echo "media-demo: FAIL: training ended with exit $status (log: $out/train.log)"
+  exit 1
+fi
 
 acc=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "val_acc") c = i } NR > 1 && $c != "" { v = $c } END { print v }' \
       "$out/run/trace.csv")

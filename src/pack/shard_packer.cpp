@@ -16,6 +16,7 @@ namespace avtrain::pack {
 namespace {
 
 constexpr std::size_t kBlockBytes = std::size_t{256} << 20;  // decoded clips held at once, at most
+constexpr std::size_t kWriteBytes = std::size_t{64} << 20;   // clips written to the shard at once, at most
 
 struct ClipResult {
   std::optional<media::DecodedClip> clip;
@@ -68,6 +69,7 @@ ShardPacker::ShardPacker(const PackPlan& plan, int threads) : plan_(plan), threa
                                  std::size_t(s.frames) * s.height * s.width * s.channels;
   const auto fits = static_cast<int>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(1, clip_bytes)));
   block_ = std::max(1, std::min(8 * threads_, fits));
+  write_clips_ = static_cast<std::int64_t>(std::clamp<std::size_t>(kWriteBytes / std::max<std::size_t>(1, clip_bytes), 1, 64));
 }
 
 std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<bool(const BlockDone&)>& after_block,
@@ -79,11 +81,19 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
   layout.growable = true;
   layout.sources = true;
   std::unique_ptr<data::ShardWriter> writer;  // opened at the first clip that decodes
-  // A block is written (HDF5: shuffle and deflate) on a thread of its own while the next one decodes;
-  // it is the only thread calling HDF5 until it is waited for.
+  // The clips that decode are written in groups of write_clips_ (whatever the threads, so the file's
+  // bytes are the same), each on a thread of its own (HDF5: shuffle and deflate) while the next
+  // clips decode; it is the only thread calling HDF5 until it is waited for.
   std::future<void> writing;
   const auto wait_for_write = [&] {
     if (writing.valid()) writing.get();
+  };
+  data::SampleBlock group;
+  const auto write_group = [&] {
+    wait_for_write();
+    if (!writer) writer = std::make_unique<data::ShardWriter>(header, layout);
+    writing = std::async(std::launch::async, [&w = *writer, b = std::move(group)] { w.append(b); });
+    group = data::SampleBlock{};
   };
   ShardOutcome outcome;
   outcome.shard = shard;
@@ -113,7 +123,6 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
       work();
     }
 
-    data::SampleBlock block;
     BlockDone done;
     const std::size_t failures_before = outcome.failures.size();
     for (std::int64_t i = 0; i < count && !stopped; ++i) {
@@ -125,28 +134,25 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
         continue;
       }
       const media::DecodedClip& c = *r.clip;
-      if (s.audio_int16) block.audio_pcm.insert(block.audio_pcm.end(), c.audio_pcm.begin(), c.audio_pcm.begin() + audio_row);
-      else block.audio_float.insert(block.audio_float.end(), c.audio_float.begin(), c.audio_float.begin() + audio_row);
-      block.audio_len.push_back(c.audio_len);
-      block.video.insert(block.video.end(), c.video.begin(), c.video.begin() + video_row);
-      block.video_len.push_back(c.video_len);
-      block.label.push_back(plan_.class_index[std::size_t(first + i)]);
-      block.source.push_back(source_text(entry));
+      if (s.audio_int16) group.audio_pcm.insert(group.audio_pcm.end(), c.audio_pcm.begin(), c.audio_pcm.begin() + audio_row);
+      else group.audio_float.insert(group.audio_float.end(), c.audio_float.begin(), c.audio_float.begin() + audio_row);
+      group.audio_len.push_back(c.audio_len);
+      group.video.insert(group.video.end(), c.video.begin(), c.video.begin() + video_row);
+      group.video_len.push_back(c.video_len);
+      group.label.push_back(plan_.class_index[std::size_t(first + i)]);
+      group.source.push_back(source_text(entry));
       r.clip.reset();
-      ++block.count;
+      ++group.count;
+      ++done.packed;
+      if (group.count == write_clips_) write_group();
     }
-    done.packed = static_cast<int>(block.count);
     if (done.skipped > 0) done.first_failure = &outcome.failures[failures_before];
-    if (!stopped && block.count > 0) {
-      wait_for_write();
-      if (!writer) writer = std::make_unique<data::ShardWriter>(header, layout);
-      writing = std::async(std::launch::async, [&w = *writer, b = std::move(block)] { w.append(b); });
-    }
     if (!after_block(done) || stopped) {
       wait_for_write();
       return std::nullopt;  // the writer's destructor removes the temporary file
     }
   }
+  if (group.count > 0) write_group();
   wait_for_write();
   if (writer) {
     outcome.samples = writer->rows();

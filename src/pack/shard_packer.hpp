@@ -31,7 +31,8 @@ class ShardPacker {
  private:
   const PackPlan& plan_;
   int threads_;
-  int block_;
+  int block_;                 // clips decoded at a time (by the threads)
+  std::int64_t write_clips_;  // clips written at a time: fixed by the clip's size alone
 };
 
 }  // namespace avtrain::pack

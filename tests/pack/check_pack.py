@@ -12,6 +12,7 @@
 PACK is the avtrain-shards program; LAUNCH the mpirun command line for the ranks.
 """
 import csv
+import filecmp
 import glob
 import json
 import os
@@ -138,7 +139,10 @@ def same(a, b):
         with h5py.File(os.path.join(a, fa)) as x, h5py.File(os.path.join(b, fa)) as y:
             if len(x["label"]) != len(y["label"]):
                 fail(f"{fa} holds {len(x['label'])} samples in {a}, {len(y['label'])} in {b}")
-    print(f"check_pack: same: {len(files_a)} shards, {len(da['label'])} samples, every value equal in {a} and {b}")
+        # Byte for byte too: a run's fingerprint holds each shard's size, and the same set must pass it.
+        if not filecmp.cmp(os.path.join(a, fa), os.path.join(b, fa), shallow=False):
+            fail(f"{fa} differs in its bytes between {a} and {b} (its values are the same)")
+    print(f"check_pack: same: {len(files_a)} shards, {len(da['label'])} samples, every value and byte equal in {a} and {b}")
 
 
 def report(directory, media_dir):
