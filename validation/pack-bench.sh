@@ -5,7 +5,8 @@
 #   vggsound:   10 s MP4 (H.264 640x360 25 fps + AAC 44.1 kHz stereo) -> 10 s of 16 kHz, 80 frames 112x112 RGB
 # The floor is the faster of: CORES ffmpeg processes at once with one decoding thread each, and one
 # ffmpeg at a time with its own threads. Each timing is the best of REPEATS runs.
-#   validation/pack-bench.sh [OUT]     (AVTRAIN_BENCH_CLIPS_{QUICKSTART,VGGSOUND}, AVTRAIN_BENCH_REPEATS)
+#   validation/pack-bench.sh [OUT]     (AVTRAIN_BENCH_SHAPES, AVTRAIN_BENCH_CLIPS_{QUICKSTART,VGGSOUND},
+#                                       AVTRAIN_BENCH_REPEATS)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -50,14 +51,14 @@ pack() {  # DIR RANKS THREADS OUT OPTIONS...
 
 declare -A options=(
   [quickstart]="--duration 1 --sample-rate 8000 --fps 8 --size 32x32 --pixels gray --shard-size 100"
-  [vggsound]="--duration 10 --sample-rate 16000 --fps 8 --size 112x112 --pixels rgb --shard-size 24"
+  [vggsound]="--duration 10 --sample-rate 16000 --fps 8 --size 112x112 --pixels rgb --shard-size 48"
 )
 make_files quickstart "${AVTRAIN_BENCH_CLIPS_QUICKSTART:-400}" 1 320x240
 make_files vggsound "${AVTRAIN_BENCH_CLIPS_VGGSOUND:-96}" 10 640x360
 
 printf "| shape | clips | ffmpeg -f null floor, clips/s (per core) | pack %d ranks x 1 thread | pack 1 rank x %d threads | pack, no compression | best / floor |\n" "$cores" "$cores"
 printf "|---|---|---|---|---|---|---|\n"
-for shape in quickstart vggsound; do
+for shape in ${AVTRAIN_BENCH_SHAPES:-quickstart vggsound}; do
   dir="$out/$shape"
   n=$(($(wc -l < "$dir/manifest.csv") - 1))
   read -r -a o <<< "${options[$shape]}"
