@@ -133,6 +133,11 @@ bool every_rank(MPI_Comm world, int rank, int size, Phase phase) {
   return false;
 }
 
+// "1 clip", "3 clips", "2 classes".
+std::string count_of(std::int64_t n, const std::string& one, const std::string& many = "") {
+  return std::to_string(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+}
+
 std::string duration_text(double s) {
   if (!std::isfinite(s)) return "?";
   const auto t = static_cast<long long>(std::llround(s));
@@ -184,10 +189,11 @@ int run(int argc, char** argv) {
   const int threads = command->threads > 0 ? command->threads : default_threads(world);
   const std::int64_t clips_total = static_cast<std::int64_t>(plan.list.clips.size());
   if (rank == 0) {
-    std::cerr << "avtrain-shards pack: " << clips_total << " clips, " << plan.list.class_names.size() << " classes, "
-              << plan.shards() << " shards into " << plan.options.out << " on " << size << " rank" << (size > 1 ? "s" : "")
-              << " x " << threads << " thread" << (threads > 1 ? "s" : "");
-    if (clips_before > 0) std::cerr << "; " << plan.shards() - count << " shards done before, continuing";
+    std::cerr << "avtrain-shards pack: " << count_of(clips_total, "clip") << ", "
+              << count_of(std::int64_t(plan.list.class_names.size()), "class", "classes") << ", "
+              << count_of(plan.shards(), "shard") << " into " << plan.options.out << " on "
+              << count_of(size, "rank") << " x " << count_of(threads, "thread");
+    if (clips_before > 0) std::cerr << "; " << count_of(plan.shards() - count, "shard") << " done before, continuing";
     std::cerr << '\n';
     if (count > 0 && count < size) {
       std::cerr << "avtrain-shards pack: only " << count << " shard" << (count > 1 ? "s" : "") << " to write for " << size
@@ -279,14 +285,14 @@ int run(int argc, char** argv) {
         const std::string report = write_report(plan, outcomes);
         const double rate = seconds > 0 ? double(clips_left) / seconds : 0.0;
         std::cout.precision(3);
-        std::cout << "avtrain-shards pack: " << samples << " clips packed into " << files << " shards in "
+        std::cout << "avtrain-shards pack: " << count_of(samples, "clip") << " packed into " << count_of(files, "shard") << " in "
                   << plan.options.out << ", " << failures << " skipped";
         if (failures > 0) std::cout << " (" << report << ")";
         if (clips_left == 0) {
           std::cout << "; the pack was complete already\n";
         } else {
-          std::cout << "; " << clips_left << " clips decoded in " << seconds << " s, " << rate << " clips/s on " << size
-                    << " rank" << (size > 1 ? "s" : "") << " x " << threads << " thread" << (threads > 1 ? "s" : "")
+          std::cout << "; " << count_of(clips_left, "clip") << " decoded in " << seconds << " s, " << rate << " clips/s on "
+                    << count_of(size, "rank") << " x " << count_of(threads, "thread")
                     << '\n';
         }
         if (samples == 0) {
