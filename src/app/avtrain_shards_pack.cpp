@@ -206,7 +206,8 @@ int run(int argc, char** argv) {
   std::int64_t packed = 0, skipped = 0;  // since the last tick
   std::string fatal;                     // this rank's error
   bool stop = false;                     // learned from a tick: every rank stops after the same one
-  std::int64_t sums[kCounters] = {};
+  bool failed = false, signalled = false;  // why, as the tick said
+  std::int64_t packed_all = 0, skipped_all = 0;  // over the ranks, as far as the ticks have told
   const Clock::time_point started = Clock::now();
   Clock::time_point last_line = started;
 
@@ -215,19 +216,20 @@ int run(int argc, char** argv) {
     packed = skipped = 0;
     const std::vector<std::int64_t> sum = totals.add(values);
     if (sum.empty()) return;
-    for (int i = 0; i < kCounters; ++i) sums[i] += i == kRankDone || i == kFailed || i == kSignal ? 0 : sum[std::size_t(i)];
-    if (sum[kFailed] > 0 || sum[kSignal] > 0 || sum[kRankDone] == size) stop = true;
-    sums[kFailed] = std::max(sums[kFailed], sum[kFailed]);
-    sums[kSignal] = std::max(sums[kSignal], sum[kSignal]);
+    packed_all += sum[kPacked];
+    skipped_all += sum[kSkipped];
+    failed = sum[kFailed] > 0;
+    signalled = sum[kSignal] > 0;
+    stop = failed || signalled || sum[kRankDone] == size;
     const Clock::time_point now = Clock::now();
     if (rank == 0 && command->progress_s > 0 &&
         std::chrono::duration<double>(now - last_line).count() >= command->progress_s) {
       last_line = now;
       const double seconds = std::chrono::duration<double>(now - started).count();
-      const std::int64_t done_now = sums[kPacked] + sums[kSkipped];
+      const std::int64_t done_now = packed_all + skipped_all;
       const double rate = seconds > 0 ? double(done_now) / seconds : 0.0;
       std::cerr << "avtrain-shards pack: " << clips_before + done_now << "/" << clips_total << " clips";
-      if (sums[kSkipped] > 0) std::cerr << " (" << sums[kSkipped] << " skipped)";
+      if (skipped_all > 0) std::cerr << " (" << skipped_all << " skipped)";
       std::cerr.precision(3);
       std::cerr << ", " << rate << " clips/s, ETA "
                 << duration_text(rate > 0 ? double(clips_left - done_now) / rate : INFINITY) << '\n';
@@ -262,8 +264,8 @@ int run(int argc, char** argv) {
   MPI_Barrier(world);
 
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  if (sums[kFailed] > 0) return kExitFailed;
-  if (sums[kSignal] > 0) {
+  if (failed) return kExitFailed;
+  if (signalled) {
     if (rank == 0) {
       std::cerr << "avtrain-shards pack: stopped by a signal; the complete shards are kept: run the same command again "
                    "to continue\n";

@@ -111,26 +111,31 @@ class Hdf5ShardSet final : public ShardSet {
 
 }  // namespace
 
+namespace {
+
+// What every shard of a set declares, as one shard's header named `path`.
+ShardHeader set_header(const SetInfo& s, const std::string& path) {
+  ShardHeader h;
+  h.path = path;
+  h.version = 1;
+  h.sample_rate = s.sample_rate;
+  h.fps = s.fps;
+  h.num_classes = s.num_classes;
+  h.audio_samples = s.audio_samples;
+  h.frames = s.frames;
+  h.height = s.height;
+  h.width = s.width;
+  h.channels = s.channels;
+  h.audio_int16 = s.audio_int16;
+  h.class_names = s.class_names;
+  return h;
+}
+
+}  // namespace
+
 void require_same_samples(const SetInfo& train, const std::string& train_dir, const SetInfo& val,
                           const std::string& val_dir) {
-  const auto differ = [&](const std::string& what, const std::string& v, const std::string& t) {
-    if (v != t) throw Error(val_dir + " (data.val_dir): " + what + " " + v + " differs from " + t + " in " + train_dir);
-  };
-  const auto shape = [](const SetInfo& s) {
-    return "audio [" + std::to_string(s.audio_samples) + "] " + (s.audio_int16 ? "int16" : "float32") + ", video [" +
-           std::to_string(s.frames) + ", " + std::to_string(s.height) + ", " + std::to_string(s.width) + ", " +
-           std::to_string(s.channels) + "]";
-  };
-  const auto join = [](const std::vector<std::string>& names) {
-    std::string text;
-    for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
-    return "[" + text + "]";
-  };
-  differ("samples", shape(val), shape(train));
-  differ("sample_rate", std::to_string(val.sample_rate), std::to_string(train.sample_rate));
-  differ("fps", std::to_string(val.fps), std::to_string(train.fps));
-  differ("num_classes", std::to_string(val.num_classes), std::to_string(train.num_classes));
-  differ("class_names", join(val.class_names), join(train.class_names));
+  require_same_set(set_header(train, train_dir), set_header(val, val_dir + " (data.val_dir)"));
 }
 
 std::unique_ptr<ShardSet> ShardSet::open(const std::string& directory, CheckShare share) {

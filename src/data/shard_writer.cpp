@@ -26,26 +26,24 @@ void write_string_attribute(hid_t file, const std::string& path, const char* nam
   write_attribute(file, path, name, type.get(), type.get(), value.data());
 }
 
+H5Id variable_string_type() {
+  H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
 void write_string_list_attribute(hid_t file, const std::string& path, const char* name,
                                  const std::vector<std::string>& values) {
   const hsize_t count = values.size();
   const H5Id space(H5Screate_simple(1, &count, nullptr), H5Sclose);
-  const H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  const H5Id type = variable_string_type();
   std::vector<const char*> texts;
   for (const std::string& value : values) texts.push_back(value.c_str());
   const H5Id attribute(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), texts.data()) < 0) {
     throw Error(path + ": cannot write attribute " + name);
   }
-}
-
-H5Id variable_string_type() {
-  H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  return type;
 }
 
 H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t file_type,

@@ -78,13 +78,13 @@ void MediaStream::seek(double seconds) {
   }
 }
 
-bool MediaStream::send_next_packet() {
+void MediaStream::send_next_packet() {
   while (true) {
     const int code = av_read_frame(format_.get(), packet_.get());
     if (code == AVERROR_EOF) {
       avcodec_send_packet(decoder_.get(), nullptr);  // drain
       flushed_ = true;
-      return false;
+      return;
     }
     if (code < 0) {
       throw MediaError("cannot read the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
@@ -100,7 +100,7 @@ bool MediaStream::send_next_packet() {
       throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
                        av_error_text(sent));
     }
-    return true;
+    return;
   }
 }
 
@@ -139,13 +139,6 @@ double MediaStream::duration(const AVFrame* frame) const {
   if (ticks > 0) return double(ticks) * av_q2d(stream_->time_base);
   const AVRational rate = av_guess_frame_rate(format_.get(), stream_, nullptr);
   return rate.num > 0 && rate.den > 0 ? av_q2d(av_inv_q(rate)) : 0.0;
-}
-
-double MediaStream::declared_seconds() const {
-  if (stream_->duration != AV_NOPTS_VALUE && stream_->duration > 0)
-    return double(stream_->duration) * av_q2d(stream_->time_base);
-  if (format_->duration != AV_NOPTS_VALUE && format_->duration > 0) return double(format_->duration) / AV_TIME_BASE;
-  return 0;
 }
 
 }  // namespace avtrain::media

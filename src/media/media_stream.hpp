@@ -30,14 +30,12 @@ class MediaStream {
   double seconds(const AVFrame* frame) const;
   // How long the frame is shown or lasts, in seconds (from the frame, else the stream's rate).
   double duration(const AVFrame* frame) const;
-  // The duration of the file as the container declares it, in seconds (0 when unknown).
-  double declared_seconds() const;
   const AVCodecContext& decoder() const { return *decoder_; }
   const AVStream& stream() const { return *stream_; }
   const char* kind() const { return type_ == AVMEDIA_TYPE_AUDIO ? "audio" : "video"; }
 
  private:
-  bool send_next_packet();  // false at the end of the file (the decoder has been flushed)
+  void send_next_packet();  // at the end of the file the decoder is sent its flush (flushed_)
 
   AVMediaType type_;
   FormatHandle format_;

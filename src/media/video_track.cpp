@@ -34,8 +34,10 @@ class FrameConverter {
     SwsContext* cached = sws_getCachedContext(scaler_.release(), frame.width, frame.height, AVPixelFormat(frame.format),
                                               sw, sh, target, SWS_AREA | SWS_ACCURATE_RND, nullptr, nullptr, nullptr);
     scaler_.reset(cached);
-    if (!cached) throw MediaError("cannot convert frames of pixel format " +
-                                  std::string(av_get_pix_fmt_name(AVPixelFormat(frame.format)) ? av_get_pix_fmt_name(AVPixelFormat(frame.format)) : "?"));
+    if (!cached) {
+      const char* format = av_get_pix_fmt_name(AVPixelFormat(frame.format));
+      throw MediaError(std::string("cannot convert frames of pixel format ") + (format ? format : "?"));
+    }
     set_colours(frame);
     const int row = sw * shape_.channels;
     scaled_.resize(std::size_t(row) * sh);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -55,6 +56,16 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
   return "";
 }
 
+// The shard's record when the shard is finished (its record exists and, if it has samples, its file).
+std::optional<nlohmann::json> finished_record(const PackPlan& plan, int shard) {
+  const fs::path record = record_path(plan, shard);
+  std::error_code ec;
+  if (!fs::exists(record, ec)) return std::nullopt;
+  nlohmann::json j = read_json(record);
+  if (j.value("samples", std::int64_t(0)) > 0 && !fs::exists(plan.shard_path(shard), ec)) return std::nullopt;
+  return j;
+}
+
 }  // namespace
 
 void prepare_output(const PackPlan& plan, bool overwrite) {
@@ -95,13 +106,8 @@ void prepare_output(const PackPlan& plan, bool overwrite) {
   }
 }
 
-bool shard_finished(const PackPlan& plan, int shard) {
-  const fs::path record = record_path(plan, shard);
-  std::error_code ec;
-  if (!fs::exists(record, ec)) return false;
-  const nlohmann::json j = read_json(record);
-  return j.value("samples", std::int64_t(0)) == 0 || fs::exists(plan.shard_path(shard), ec);
-}
+
+bool shard_finished(const PackPlan& plan, int shard) { return finished_record(plan, shard).has_value(); }
 
 void record_shard(const PackPlan& plan, const ShardOutcome& outcome) {
   nlohmann::json failures = nlohmann::json::array();
@@ -114,8 +120,9 @@ void record_shard(const PackPlan& plan, const ShardOutcome& outcome) {
 std::vector<ShardOutcome> read_outcomes(const PackPlan& plan) {
   std::vector<ShardOutcome> outcomes;
   for (int shard = 0; shard < plan.shards(); ++shard) {
-    if (!shard_finished(plan, shard)) continue;
-    const nlohmann::json j = read_json(record_path(plan, shard));
+    const std::optional<nlohmann::json> record = finished_record(plan, shard);
+    if (!record) continue;
+    const nlohmann::json& j = *record;
     ShardOutcome o;
     o.shard = shard;
     o.samples = j.value("samples", std::int64_t(0));

@@ -23,10 +23,10 @@ struct ClipResult {
   std::string reason;  // when !clip
 };
 
-data::ShardHeader shard_header(const PackPlan& plan, int shard) {
+// Every shard's header but its path.
+data::ShardHeader shard_header(const PackPlan& plan) {
   const media::ClipShape& s = plan.options.shape;
   data::ShardHeader h;
-  h.path = plan.shard_path(shard);
   h.version = 1;
   h.sample_rate = s.sample_rate;
   h.fps = s.fps;
@@ -63,7 +63,8 @@ ClipResult decode_one(const PackPlan& plan, std::int64_t index) {
 
 }  // namespace
 
-ShardPacker::ShardPacker(const PackPlan& plan, int threads) : plan_(plan), threads_(std::max(1, threads)) {
+ShardPacker::ShardPacker(const PackPlan& plan, int threads)
+    : plan_(plan), header_(shard_header(plan)), threads_(std::max(1, threads)) {
   const media::ClipShape& s = plan.options.shape;
   const std::size_t clip_bytes = std::size_t(s.audio_samples) * (s.audio_int16 ? 2 : 4) +
                                  std::size_t(s.frames) * s.height * s.width * s.channels;
@@ -74,7 +75,8 @@ ShardPacker::ShardPacker(const PackPlan& plan, int threads) : plan_(plan), threa
 
 std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<bool(const BlockDone&)>& after_block,
                                               const std::function<bool()>& interrupted) const {
-  const data::ShardHeader header = shard_header(plan_, shard);
+  data::ShardHeader header = header_;
+  header.path = plan_.shard_path(shard);
   data::ShardLayout layout;
   layout.gzip = plan_.options.gzip;
   layout.gzip_level = plan_.options.gzip_level;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 
+#include "data/shard_header.hpp"
 #include "pack/pack_plan.hpp"
 #include "pack/shard_outcome.hpp"
 
@@ -30,6 +31,7 @@ class ShardPacker {
 
  private:
   const PackPlan& plan_;
+  data::ShardHeader header_;  // every shard's, but its path
   int threads_;
   int block_;                 // clips decoded at a time (by the threads)
   std::int64_t write_clips_;  // clips written at a time: fixed by the clip's size alone

@@ -185,8 +185,12 @@ def fail_mode(pack, media_dir, out, launch):
     lines = [l for l in stderr.splitlines() if "--on-error fail" in l]
     if code != 1 or len(lines) < 1 or "file not found" not in lines[0]:
         fail(f"--on-error fail: exit {code}, stderr:\n{stderr}")
-    if os.path.exists(os.path.join(out, "shard-00002.h5")):
-        fail("--on-error fail wrote a shard of the bad clip")
+    # It stopped: no report (written only when every shard is done), and the bad clip's shard and the
+    # failing rank's later shards not finished.
+    records = glob.glob(os.path.join(out, ".pack", "shard-*.json"))
+    if os.path.exists(os.path.join(out, "pack-report.csv")) or len(records) >= 9 or \
+            os.path.exists(os.path.join(out, ".pack", "shard-00001.json")):
+        fail(f"--on-error fail did not stop the pack: {len(records)} of 9 shards recorded")
     print(f"check_pack: fail ok: exit {code}, '{lines[0]}'")
 
 
