@@ -20,8 +20,14 @@ namespace avtrain::cuda {
 
 namespace {
 
-// The backward's dS scores are worked in groups of samples of at most this size.
+// The backward's dS scores (and, when p is not kept, the forward's and backward's probabilities) are
+// worked in groups of samples of at most this size.
 constexpr std::size_t kScoreScratchBytes = std::size_t(256) << 20;
+
+// Samples per group: as many as kScoreScratchBytes of fp32 scores hold, at least one.
+int score_group(std::size_t sample_scores, int B) {
+  return int(std::clamp<std::size_t>(kScoreScratchBytes / (sample_scores * sizeof(float)), 1, std::size_t(B)));
+}
 
 cudaDataType_t operand_type(DType t) {
   return t == DType::f32 ? CUDA_R_32F : t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -59,9 +65,10 @@ __device__ float from_16(std::uint16_t h, DType type) { return type == DType::bf
 
 // In place on each row of s[B*H*L, L] (already scaled): softmax over the keys with mask 1; masked
 // keys exactly 0; a row with every key masked becomes all 0. With `packed`, each probability is
-// rounded to `type` in place and its 16-bit pattern written there too (round_to, fused).
+// rounded to `type` in place and its 16-bit pattern written there too (round_to, fused). With
+// `stats`, each row's (max, 1 / sum) goes there.
 __global__ void masked_softmax(float* s, const std::uint8_t* key_mask, int H, int L, std::size_t rows, DType type,
-                               std::uint16_t* packed) {
+                               std::uint16_t* packed, float* stats) {
   const std::size_t r = std::size_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (r >= rows) return;
   float* row = s + r * L;
@@ -78,6 +85,7 @@ __global__ void masked_softmax(float* s, const std::uint8_t* key_mask, int H, in
   }
   sum = warp_sum(sum);
   const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  if (stats && threadIdx.x == 0) stats[2 * r] = m, stats[2 * r + 1] = inv;
   if (!packed) {
     for (int j = threadIdx.x; j < L; j += kWarp) row[j] *= inv;
     return;
@@ -85,6 +93,28 @@ __global__ void masked_softmax(float* s, const std::uint8_t* key_mask, int H, in
   std::uint16_t* row16 = packed + r * L;
   for (int j = threadIdx.x; j < L; j += kWarp) {
     const std::uint16_t h = to_16(row[j] * inv, type);
+    row16[j] = h;
+    row[j] = from_16(h, type);
+  }
+}
+
+// The same probabilities again from the same scores and masked_softmax's row statistics: the same
+// exponentials, the same products, the same roundings.
+__global__ void softmax_again(float* s, const std::uint8_t* key_mask, const float* stats, int H, int L,
+                              std::size_t rows, DType type, std::uint16_t* packed) {
+  const std::size_t r = std::size_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (r >= rows) return;
+  float* row = s + r * L;
+  const std::uint8_t* mask = key_mask + (r / (std::size_t(H) * L)) * L;
+  const float m = stats[2 * r], inv = stats[2 * r + 1];
+  std::uint16_t* row16 = packed ? packed + r * L : nullptr;
+  for (int j = threadIdx.x; j < L; j += kWarp) {
+    const float e = mask[j] ? expf(row[j] - m) : 0.0f;
+    if (!row16) {
+      row[j] = e * inv;
+      continue;
+    }
+    const std::uint16_t h = to_16(e * inv, type);
     row16[j] = h;
     row[j] = from_16(h, type);
   }
@@ -124,75 +154,95 @@ void require_operand(Operand x, DType compute, const char* what) {
 
 }  // namespace
 
-void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx,
-                                    int B, int L, int H, int hd) {
+void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p,
+                                    float* row_stats, float* ctx, int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
   require_operand(qkv, compute, "qkv");
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
-  const bool packed = compute != DType::f32;
+  const bool packed = compute != DType::f32, keep = p != nullptr;
   const std::size_t elem = dtype_size(compute), qkv_n = std::size_t(B) * L * 3 * D;
   const std::size_t sample_qkv = std::size_t(L) * 3 * D, sample_scores = std::size_t(H) * L * L;
-  const std::size_t scores = std::size_t(B) * sample_scores;
-  // Scratch (16-bit only): p packed, and qkv packed unless it comes in the compute type already.
+  // Kept probabilities go straight into p, all samples at once; otherwise a group of samples at a
+  // time goes through scratch.
+  const int group = keep ? B : score_group(sample_scores, B);
+  // Scratch: the group's scores (not kept), p packed (16-bit), qkv packed unless it comes in the
+  // compute type already.
   const bool pack_qkv = packed && qkv.dtype == DType::f32;
-  std::uint16_t *qkv16 = nullptr, *p16 = nullptr;
-  if (packed) {
-    const std::size_t qkv_bytes = pack_qkv ? aligned(qkv_n * elem) : 0;
-    char* buf = static_cast<char*>(scratch(qkv_bytes + scores * elem));
-    qkv16 = reinterpret_cast<std::uint16_t*>(buf);
-    p16 = reinterpret_cast<std::uint16_t*>(buf + qkv_bytes);
-    if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);
-  }
+  const std::size_t s_bytes = keep ? 0 : aligned(std::size_t(group) * sample_scores * sizeof(float));
+  const std::size_t p16_bytes = packed ? aligned(std::size_t(group) * sample_scores * elem) : 0;
+  const std::size_t qkv_bytes = pack_qkv ? aligned(qkv_n * elem) : 0;
+  char* buf = static_cast<char*>(scratch(s_bytes + p16_bytes + qkv_bytes));
+  float* s_scratch = reinterpret_cast<float*>(buf);
+  auto* p16 = reinterpret_cast<std::uint16_t*>(buf + s_bytes);
+  auto* qkv16 = reinterpret_cast<std::uint16_t*>(buf + s_bytes + p16_bytes);
+  if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);
   const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
-  const void* p_in = packed ? static_cast<const void*>(p16) : p;
   const long long LL = (long long)L * L;
-  // S = scale Q K^T straight into p (fp32), per sample over its heads.
-  for (int b = 0; b < B; ++b) {
-    const std::size_t q0 = b * sample_qkv;
-    gemm_heads(cublas(), compute, Trans::no, Trans::yes, L, L, hd, scale, {at(q_in, q0, elem), 3 * D, hd},
-               {at(q_in, q0 + D, elem), 3 * D, hd}, {p + b * sample_scores, L, LL}, H);
+  for (int b0 = 0; b0 < B; b0 += group) {
+    const int samples = std::min(group, B - b0);
+    float* s = keep ? p + b0 * sample_scores : s_scratch;
+    // S = scale Q K^T (fp32), per sample over its heads.
+    for (int i = 0; i < samples; ++i) {
+      const std::size_t q0 = (b0 + i) * sample_qkv;
+      gemm_heads(cublas(), compute, Trans::no, Trans::yes, L, L, hd, scale, {at(q_in, q0, elem), 3 * D, hd},
+                 {at(q_in, q0 + D, elem), 3 * D, hd}, {s + i * sample_scores, L, LL}, H);
+    }
+    // Softmax in place; in 16-bit p is rounded and its packed copy feeds P V.
+    const std::size_t rows = std::size_t(samples) * H * L;
+    masked_softmax<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+        s, key_mask + std::size_t(b0) * L, H, L, rows, compute, packed ? p16 : nullptr,
+        row_stats ? row_stats + std::size_t(b0) * H * L * 2 : nullptr);
+    CUDA_CHECK_LAUNCH();
+    const void* p_in = packed ? static_cast<const void*>(p16) : s;
+    for (int i = 0; i < samples; ++i)
+      gemm_heads(cublas(), compute, Trans::no, Trans::no, L, hd, L, 1.0f, {at(p_in, i * sample_scores, elem), L, LL},
+                 {at(q_in, (b0 + i) * sample_qkv + 2 * D, elem), 3 * D, hd},
+                 {ctx + std::size_t(b0 + i) * L * D, D, hd}, H);
   }
-  // Softmax in place; in 16-bit p is rounded and its packed copy feeds P V.
-  const std::size_t rows = std::size_t(B) * H * L;
-  masked_softmax<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(p, key_mask, H, L, rows, compute,
-                                                                               packed ? p16 : nullptr);
-  CUDA_CHECK_LAUNCH();
-  for (int b = 0; b < B; ++b)
-    gemm_heads(cublas(), compute, Trans::no, Trans::no, L, hd, L, 1.0f, {at(p_in, b * sample_scores, elem), L, LL},
-               {at(q_in, b * sample_qkv + 2 * D, elem), 3 * D, hd}, {ctx + std::size_t(b) * L * D, D, hd}, H);
 }
 
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-void CudaBackend::attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B,
-                                     int L, int H, int hd) {
+void CudaBackend::attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                     float* dqkv, int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
   require_operand(qkv, compute, "qkv");
-  require_operand(p, compute, "p");
+  const bool recompute = probs.recompute();
+  require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
+  if (!recompute) require_operand(probs.p, compute, "p");
+  const Operand p = probs.p;
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
+  gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
   const bool packed = compute != DType::f32;
   const std::size_t elem = dtype_size(compute);
   const std::size_t sample_qkv = std::size_t(L) * 3 * D, sample_out = std::size_t(L) * D;
   const std::size_t sample_scores = std::size_t(H) * L * L;
   const std::size_t qkv_n = B * sample_qkv, out_n = B * sample_out;
-  const int group = int(std::clamp<std::size_t>(kScoreScratchBytes / (sample_scores * sizeof(float)), 1, std::size_t(B)));
-  // One scratch: dP/dS for one group of samples (and its packed copy), then (16-bit) dctx packed,
-  // and qkv and the group's p packed where they come in fp32 (the layers hand over their 16-bit
-  // copies, read as they are).
-  const bool pack_qkv = packed && qkv.dtype == DType::f32, pack_p = packed && p.dtype == DType::f32;
+  const int group = score_group(sample_scores, B);
+  // One scratch: dP/dS for one group of samples (and its packed copy), the group's p recomputed
+  // (fp32) or packed where it comes in fp32, then (16-bit) dctx packed and qkv packed where it comes
+  // in fp32 (the layers hand over their 16-bit copies, read as they are).
+  const bool pack_qkv = packed && qkv.dtype == DType::f32;
+  const bool pack_p = packed && (recompute || p.dtype == DType::f32);
   const std::size_t ds_bytes = aligned(sample_scores * group * sizeof(float));
   const std::size_t ds16_bytes = packed ? aligned(sample_scores * group * elem) : 0;
+  const std::size_t p32_bytes = recompute ? aligned(sample_scores * group * sizeof(float)) : 0;
   const std::size_t p16_bytes = pack_p ? aligned(sample_scores * group * elem) : 0;
   const std::size_t qkv_bytes = pack_qkv ? aligned(qkv_n * elem) : 0, o_bytes = packed ? aligned(out_n * elem) : 0;
-  char* buf = static_cast<char*>(scratch(ds_bytes + ds16_bytes + p16_bytes + qkv_bytes + o_bytes));
+  char* buf = static_cast<char*>(scratch(ds_bytes + ds16_bytes + p32_bytes + p16_bytes + qkv_bytes + o_bytes));
   float* ds = reinterpret_cast<float*>(buf);
-  auto* ds16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes);
-  auto* p16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes);
-  auto* qkv16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes + p16_bytes);
-  auto* o16 = reinterpret_cast<std::uint16_t*>(buf + ds_bytes + ds16_bytes + p16_bytes + qkv_bytes);
+  char* next = buf + ds_bytes;
+  auto* ds16 = reinterpret_cast<std::uint16_t*>(next);
+  next += ds16_bytes;
+  float* p32 = reinterpret_cast<float*>(next);
+  next += p32_bytes;
+  auto* p16 = reinterpret_cast<std::uint16_t*>(next);
+  next += p16_bytes;
+  auto* qkv16 = reinterpret_cast<std::uint16_t*>(next);
+  next += qkv_bytes;
+  auto* o16 = reinterpret_cast<std::uint16_t*>(next);
   if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);  // exact
   if (packed) pack(compute, dctx, o16, out_n);                                     // rounded
   const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
@@ -201,13 +251,32 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, Operand p, cons
   const long long LL = (long long)L * L;
   for (int b0 = 0; b0 < B; b0 += group) {
     const int samples = std::min(group, B - b0);
+    const std::size_t rows = std::size_t(samples) * H * L;
     // This group's P: the products' operand in the compute type, and what the softmax backward reads.
-    const void* p_in = at(p.data, b0 * sample_scores, dtype_size(p.dtype));
-    Probabilities p_read{p.dtype == DType::f32 ? static_cast<const float*>(p_in) : nullptr,
-                         p.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(p_in), p.dtype};
-    if (pack_p) {  // exact: forward returned p rounded
-      pack(compute, static_cast<const float*>(p_in), p16, samples * sample_scores);
-      p_in = p16;
+    const void* p_in = nullptr;
+    Probabilities p_read{nullptr, nullptr, DType::f32};
+    if (recompute) {  // S = scale Q K^T as forward computed it, then the same softmax
+      for (int i = 0; i < samples; ++i) {
+        const std::size_t q0 = (b0 + i) * sample_qkv;
+        gemm_heads(cublas(), compute, Trans::no, Trans::yes, L, L, hd, scale, {at(q_in, q0, elem), 3 * D, hd},
+                   {at(q_in, q0 + D, elem), 3 * D, hd}, {p32 + i * sample_scores, L, LL}, H);
+      }
+      softmax_again<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+          p32, probs.key_mask + std::size_t(b0) * L, probs.row_stats + std::size_t(b0) * H * L * 2, H, L, rows,
+          compute, packed ? p16 : nullptr);
+      CUDA_CHECK_LAUNCH();
+      if (probs.kept_as != compute && probs.kept_as != DType::f32)  // as the copy a layer keeps in that type
+        round_to(probs.kept_as, p32, nullptr, samples * sample_scores);
+      p_read.f32 = p32;
+      p_in = packed ? static_cast<const void*>(p16) : p32;
+    } else {
+      p_in = at(p.data, b0 * sample_scores, dtype_size(p.dtype));
+      p_read = {p.dtype == DType::f32 ? static_cast<const float*>(p_in) : nullptr,
+                p.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(p_in), p.dtype};
+      if (pack_p) {  // exact: forward returned p rounded
+        pack(compute, static_cast<const float*>(p_in), p16, samples * sample_scores);
+        p_in = p16;
+      }
     }
     for (int s = 0; s < samples; ++s) {  // dV = P^T dO;  dP = dO V^T
       const std::size_t q0 = (b0 + s) * sample_qkv, o0 = (b0 + s) * sample_out;
@@ -216,7 +285,6 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, Operand p, cons
       gemm_heads(cublas(), compute, Trans::no, Trans::yes, L, L, hd, 1.0f, {at(o_in, o0, elem), D, hd},
                  {at(q_in, q0 + 2 * D, elem), 3 * D, hd}, {ds + s * sample_scores, L, LL}, H);
     }
-    const std::size_t rows = std::size_t(samples) * H * L;
     softmax_backward<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
         ds, p_read, L, rows, compute, packed ? ds16 : nullptr);  // dS, rounded into ds16 in 16-bit
     CUDA_CHECK_LAUNCH();

@@ -111,6 +111,13 @@ void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+std::size_t CudaBackend::memory_for_tensors() const {
+  if (arena_) return arena_->capacity();
+  std::size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 namespace {
 // Grows a buffer that ops issued earlier may still read: waits for them before releasing it.
 template <class Allocate, class Release>

@@ -38,6 +38,7 @@ class CudaBackend final : public Backend {
   bool host_accessible() const override { return false; }
   std::size_t peak_bytes() const override { return arena_ ? arena_->peak_bytes() : 0; }
   void synchronize() override;
+  std::size_t memory_for_tensors() const override;
 
   // Takes one block of `bytes` of device memory now; from then on every allocation of this backend
   // (the tensors, its own scratch) comes from it, so nothing calls cudaMalloc inside the step loop,
@@ -85,10 +86,10 @@ class CudaBackend final : public Backend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
-  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
-                         int H, int hd) override;
-  void attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B, int L, int H,
-                          int hd) override;
+  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* row_stats,
+                         float* ctx, int B, int L, int H, int hd) override;
+  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                          int B, int L, int H, int hd) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
                     int T, int win, int hop) override;

@@ -161,6 +161,65 @@ void NcclCommunicator::all_reduce(double* data, std::size_t count, parallel::Red
   bytes_sent_ += count * sizeof(double);
 }
 
+// A part per member: one ncclReduce (in place at its owner) or ncclBroadcast (from its owner) per
+// part, in one group.
+parallel::Request NcclCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds,
+                                                        DType type) {
+  parallel::require_parts(bounds, size_, where_);
+  auto* bytes = static_cast<char*>(data);
+  const std::size_t element = dtype_size(type);
+  group_begin();
+  order_after_compute();
+  for (int r = 0; r < size_; ++r) {
+    const std::size_t n = bounds[std::size_t(r) + 1] - bounds[std::size_t(r)];
+    void* part = bytes + bounds[std::size_t(r)] * element;
+    if (n > 0) NCCL_OK(ncclReduce(part, part, n, nccl_type(type), nccl_op(parallel::ReduceOp::sum), r, comm_, stream_.get()));
+  }
+  group_end();
+  bytes_sent_ += bounds.back() * element / 2;
+  return enqueued();
+}
+
+parallel::Request NcclCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
+  parallel::require_parts(bounds, size_, where_);
+  auto* bytes = static_cast<char*>(data);
+  const std::size_t element = dtype_size(type);
+  group_begin();
+  order_after_compute();
+  for (int r = 0; r < size_; ++r) {
+    const std::size_t n = bounds[std::size_t(r) + 1] - bounds[std::size_t(r)];
+    void* part = bytes + bounds[std::size_t(r)] * element;
+    if (n > 0) NCCL_OK(ncclBroadcast(part, part, n, nccl_type(type), r, comm_, stream_.get()));
+  }
+  group_end();
+  bytes_sent_ += bounds.back() * element / 2;
+  return enqueued();
+}
+
+void NcclCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type,
+                              int root) {
+  parallel::require_parts(bounds, size_, where_);
+  parallel::require_member(root, size_, where_, "gather root");
+  const std::size_t element = dtype_size(type);
+  const auto count = [&](int r) { return bounds[std::size_t(r) + 1] - bounds[std::size_t(r)]; };
+  group_begin();
+  order_after_compute();
+  if (rank_ == root) {
+    if (count(root) > 0)
+      CUDA_OK(cudaMemcpyAsync(static_cast<char*>(all) + bounds[std::size_t(root)] * element, mine, count(root) * element,
+                              cudaMemcpyDeviceToDevice, stream_.get()));
+    for (int r = 0; r < size_; ++r)
+      if (r != root && count(r) > 0)
+        NCCL_OK(ncclRecv(static_cast<char*>(all) + bounds[std::size_t(r)] * element, count(r), nccl_type(type), r, comm_,
+                         stream_.get()));
+  } else if (count(rank_) > 0) {
+    NCCL_OK(ncclSend(mine, count(rank_), nccl_type(type), root, comm_, stream_.get()));
+    bytes_sent_ += count(rank_) * element;
+  }
+  group_end();
+  enqueued().wait();
+}
+
 void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   parallel::require_member(root, size_, where_, "broadcast root");
   order_after_compute();

@@ -56,6 +56,9 @@ class NcclCommunicator final : public parallel::Communicator {
   // Host doubles, through the host communicator.
   void all_reduce(double* data, std::size_t count, parallel::ReduceOp op) override;
 
+  parallel::Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
+  parallel::Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
+  void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void send(const void* data, std::size_t bytes, int peer, int tag) override;
   void recv(void* data, std::size_t bytes, int peer, int tag) override;

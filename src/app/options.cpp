@@ -180,6 +180,11 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast1);
   t.add("[train] step loop", "train.micro_batches", &c.train.micro_batches, "micro-batches per step (accumulated)",
         kAtLeast1);
+  t.add("[train] step loop", "train.recompute", &c.train.recompute,
+        "what a transformer block keeps for backward: none; attention (not the L x L probabilities: recomputed "
+        "from q, k and the softmax statistics); blocks (only its input: its forward runs again in backward). The "
+        "results are the same bit for bit; --dry-run shows the memory of each",
+        std::vector<std::string>{"none", "attention", "blocks"});
   t.add("[train] step loop", "train.seed", &c.train.seed, "seed of weights, split and shuffle; short form --seed");
   t.add("[train] step loop", "train.eval_interval", &c.train.eval_interval, "steps between validation passes",
         kAtLeast0);
@@ -213,6 +218,10 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add(L, "parallel.grad_comm_dtype", &c.parallel.grad_comm_dtype,
         "type of the gradient all-reduce on the wire: fp32, or fp16/bf16 (divided by dp, then summed)",
         std::vector<std::string>{"fp32", "fp16", "bf16"});
+  t.add(L, "parallel.zero", &c.parallel.zero,
+        "ZeRO stage 1: 1 splits each stage's AdamW moments over its data-parallel replicas (each owns a contiguous "
+        "1/dp of the stage's flat buffers); gradient buckets are reduce-scattered, each replica updates its part, "
+        "the weights are all-gathered; 0 replicates them (docs/parallel.md)", Range<int>{0, 1, "0 or 1"});
   t.add(L, "parallel.timeline", &c.parallel.timeline,
         "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto); short form --timeline");
 

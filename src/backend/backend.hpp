@@ -36,6 +36,9 @@ class Backend : public TensorMemory {
   // its backend as the tensor memory (TensorMemoryScope) so the model's buffers live there.
   // synchronize() waits for every op issued.
   virtual void synchronize() = 0;
+  // Bytes this process's tensors can still have, what a memory estimate is held against: on the CPU the
+  // host's available memory (MemAvailable), on a GPU its arena's capacity, or its free memory before one.
+  virtual std::size_t memory_for_tensors() const = 0;
 
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.
   // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
@@ -109,19 +112,35 @@ class Backend : public TensorMemory {
                                   float* dgamma, float* dbeta, int rows, int ch) = 0;
 
   // ---- multi-head self-attention with a key-padding mask, fused per (sample, head).
-  // qkv[B, L, 3, H, hd] (the qkv projection's output as is); p[B, H, L, L] the probabilities
-  // (saved for backward; masked keys exactly 0); ctx[B, L, H*hd] the heads' outputs side by side.
-  // `compute` is the type the four products take their operands in, accumulating in fp32, as gemm:
-  // q, k, v must be exact in it; the probabilities (forward) and the output gradient and dS
-  // (backward) are rounded to it on their way into a product, as 16-bit attention kernels do, and p
-  // is returned rounded. The softmax and its backward run in fp32; fp32 rounds nothing. qkv (and
-  // backward's p) come as operands, fp32 or stored in `compute` (a layer's saved 16-bit copies, read
-  // as they are).
-  virtual void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx,
-                                 int B, int L, int H, int hd) = 0;
-  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated); p as forward returned it.
-  virtual void attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B,
-                                  int L, int H, int hd) = 0;
+  // qkv[B, L, 3, H, hd] (the qkv projection's output as is); ctx[B, L, H*hd] the heads' outputs side
+  // by side. `compute` is the type the four products take their operands in, accumulating in fp32, as
+  // gemm: q, k, v must be exact in it; the probabilities (forward) and the output gradient and dS
+  // (backward) are rounded to it on their way into a product, as 16-bit attention kernels do. The
+  // softmax and its backward run in fp32; fp32 rounds nothing. qkv (and backward's kept p) come as
+  // operands, fp32 or stored in `compute` (a layer's saved 16-bit copies, read as they are).
+  // p[B, H, L, L] gets the probabilities kept for backward (masked keys exactly 0, rounded to
+  // `compute`), or is null: then no L x L tensor outlives the head it belongs to (on a GPU, a group
+  // of samples' scratch). row_stats[B, H, L, 2], when not null, gets each query row's softmax
+  // statistics: the largest scaled score over the valid keys and 1 / the sum of their exponentials.
+  virtual void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p,
+                                 float* row_stats, float* ctx, int B, int L, int H, int hd) = 0;
+  // What backward reads the probabilities from: p as forward returned it (kept), or p recomputed from
+  // q, k, the mask and forward's row statistics (the same scores, the same exponentials, the same
+  // roundings: the same bits), then rounded to `kept_as` as a copy kept in that type would have been.
+  struct AttentionProbs {
+    Operand p{nullptr, DType::f32};
+    const std::uint8_t* key_mask = nullptr;
+    const float* row_stats = nullptr;
+    DType kept_as = DType::f32;
+    static AttentionProbs kept(Operand p) { return {p, nullptr, nullptr, DType::f32}; }
+    static AttentionProbs recomputed(const std::uint8_t* key_mask, const float* row_stats, DType kept_as) {
+      return {{nullptr, DType::f32}, key_mask, row_stats, kept_as};
+    }
+    bool recompute() const { return p.data == nullptr; }
+  };
+  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
+  virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                  float* dqkv, int B, int L, int H, int hd) = 0;
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

@@ -31,11 +31,14 @@ void StageSnapshot::reserve(const ParamStore& store) {
   std::memset(image.data(), 0, image.capacity());
 }
 
-void StageSnapshot::take(Backend& be, ParamStore& store, AdamW& adamw, const Counters& c, const nlohmann::json& fp) {
+void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& c, const nlohmann::json& fp) {
   params = store.params();
   host_copy(be, store.values(), values);
-  host_copy(be, adamw.first_moments(), m);
-  host_copy(be, adamw.second_moments(), v);
+  if (adamw) {
+    require(adamw->part().size() == store.total_size(), "internal: a snapshot of part of AdamW's moments");
+    host_copy(be, adamw->first_moments(), m);
+    host_copy(be, adamw->second_moments(), v);
+  }
   counters = c;
   fingerprint = fp.dump();
 }
@@ -107,8 +110,9 @@ void Checkpoint::load(Backend& be, ParamStore& params, AdamW* adamw) const {
   }
   be.upload(params.values().data(), values.data(), values.size() * sizeof(float));
   if (!adamw) return;
-  be.upload(adamw->first_moments().data(), m.data(), m.size() * sizeof(float));
-  be.upload(adamw->second_moments().data(), v.data(), v.size() * sizeof(float));
+  const FlatPart& part = adamw->part();
+  be.upload(adamw->first_moments().data(), m.data() + part.begin, part.size() * sizeof(float));
+  be.upload(adamw->second_moments().data(), v.data() + part.begin, part.size() * sizeof(float));
   adamw->set_updates(counters_.adamw_updates);
 }
 

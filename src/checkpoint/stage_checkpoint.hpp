@@ -39,7 +39,9 @@ struct StageSnapshot {
   // checkpoint does not pay the page faults beside training (measured: a 437 MiB stage's first
   // write 3.8 s and a step 2 s slower, against 0.6 s and 0.5 s once the memory was touched).
   void reserve(const ParamStore& store);
-  void take(Backend& be, ParamStore& store, AdamW& adamw, const Counters& counters, const nlohmann::json& fingerprint);
+  // Copies the values and, when `adamw` keeps the moments of every element, the moments; under
+  // ZeRO the caller has gathered the moments into m and v already (adamw null).
+  void take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& counters, const nlohmann::json& fingerprint);
 };
 
 // Writes and commits a stage's file at `path`, built in snapshot.image (HDF5 calls take
@@ -53,8 +55,8 @@ class Checkpoint {
   const nlohmann::json& fingerprint() const { return fingerprint_; }
   const Counters& counters() const { return counters_; }
   // Loads every tensor of `params` and, unless adamw is null (evaluation), the moments of its
-  // trainable ones, by name; a tensor that no file holds, or holds in another shape, is an error
-  // naming it.
+  // trainable ones, by name (of adamw's part of the buffers: the whole, or a ZeRO replica's); a
+  // tensor that no file holds, or holds in another shape, is an error naming it.
   void load(Backend& be, ParamStore& params, AdamW* adamw) const;
 
  private:

@@ -12,7 +12,7 @@ std::string AVNet::layer_name(const ModelConfig& m, int i) {
 }
 
 AVNet::AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s,
-             const PrecisionPolicy& policy, LayerRange range)
+             const PrecisionPolicy& policy, LayerRange range, Recompute recompute)
     : geometry_(TokenGeometry::of(m, s)), range_(range), last_(layer_count(m)) {
   if (range_.last < 0) range_.last = last_;
   require(0 <= range_.first && range_.first < range_.last && range_.last <= last_, "internal: layer range");
@@ -23,7 +23,7 @@ AVNet::AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::
     else if (i == last_ - 1)
       layers_.push_back(std::make_unique<AVHead>(be, params, workspace_, policy, m, s.num_classes));
     else
-      layers_.push_back(std::make_unique<TransformerBlock>(be, params, workspace_, policy, m, i - 1));
+      layers_.push_back(std::make_unique<TransformerBlock>(be, params, workspace_, policy, m, i - 1, recompute));
     param_ranges_.emplace_back(first, ParamId(params.params().size()));
   }
   if (range_.first != 0 || range_.last != last_) return;

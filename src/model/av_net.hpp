@@ -10,6 +10,7 @@
 #include "model/layer.hpp"
 #include "model/model_config.hpp"
 #include "model/param_store.hpp"
+#include "model/recompute.hpp"
 #include "precision/precision_policy.hpp"
 
 namespace avtrain {
@@ -28,9 +29,11 @@ class AVNet {
   // Builds the layers of `range` and registers their parameters in `params`; call
   // params.allocate(seed) and params.refresh_working() afterwards. Each module computes in the type
   // `policy` gives it; when the range is the whole net, a pattern of precision.fp32_layers that
-  // names no module is an error.
+  // names no module is an error. `recompute`: what the blocks keep for backward (the same bits
+  // whatever it is).
   AVNet(Backend& be, ParamStore& params, const ModelConfig& m, const data::SetInfo& s,
-        const PrecisionPolicy& policy = PrecisionPolicy(), LayerRange range = {});
+        const PrecisionPolicy& policy = PrecisionPolicy(), LayerRange range = {},
+        Recompute recompute = Recompute::none);
   bool has_input() const { return range_.first == 0; }
   bool has_head() const { return range_.last == last_; }
   // Global index (in the whole net's list) of local layer i.

@@ -52,12 +52,15 @@ std::size_t total_bytes(const T&... tensors) {
 // fp32 scratch shared by the layers of a net, which run one at a time: values being computed before
 // they are kept, saved tensors read back, gradients on their way. Its size does not grow with the
 // micro-batches in flight.
+// Also the one state that layers which recompute their forward in backward (train.recompute =
+// blocks) refill there: what such a layer keeps per micro-batch is its input alone.
 struct Workspace {
   static constexpr int kSlots = 10;
   Buffer slot[kSlots];
+  std::unique_ptr<LayerState> recomputed;
   Buffer& operator[](int i) { return slot[i]; }
   std::size_t bytes() const {
-    std::size_t n = 0;
+    std::size_t n = recomputed ? recomputed->bytes() : 0;
     for (const Buffer& b : slot) n += b.bytes();
     return n;
   }

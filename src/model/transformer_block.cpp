@@ -8,25 +8,26 @@
 
 namespace avtrain {
 
-namespace {
-struct BlockState final : LayerState {
+struct TransformerBlock::State final : LayerState {
   SavedTensor x, a, qkv, p, ctx, h, b, f1, g;
+  Buffer row_stats;  // [B, H, L, 2] the softmax statistics, when p is not kept
   Buffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
   std::size_t bytes() const override {
-    return total_bytes(x, a, qkv, p, ctx, h, b, f1, g, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd);
+    return total_bytes(x, a, qkv, p, ctx, h, b, f1, g, row_stats, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd);
   }
 };
 
-// Workspace slots, named by what they hold in forward.
-enum Slot { kA, kQkv, kP, kCtx, kH, kB, kF1, kG };
+namespace {
+// Workspace slots, named by what they hold in forward; kX: the input read back for a recomputation.
+enum Slot { kA, kQkv, kP, kCtx, kH, kB, kF1, kG, kX };
 
 std::string block_name(int index) { return "blocks." + std::to_string(index); }
 }  // namespace
 
 TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
-                                   const ModelConfig& m, int index)
+                                   const ModelConfig& m, int index, Recompute recompute)
     : Layer(block_name(index)), be_(be), ws_(ws), D_(m.width), H_(m.heads), hd_(m.width / m.heads),
-      hidden_(m.width * m.mlp_ratio),
+      hidden_(m.width * m.mlp_ratio), recompute_(recompute),
       ln1_(params, block_name(index) + ".ln1", m.width, policy.of(block_name(index) + ".ln1")),
       qkv_(params, block_name(index) + ".attn.qkv", m.width, 3 * m.width, m.init_std,
            policy.of(block_name(index) + ".attn.qkv")),
@@ -39,7 +40,7 @@ TransformerBlock::TransformerBlock(Backend& be, ParamStore& params, Workspace& w
       fc2_(params, block_name(index) + ".mlp.fc2", m.width * m.mlp_ratio, m.width,
            m.init_std / std::sqrt(2.0f * std::max(1, m.depth)), policy.of(block_name(index) + ".mlp.fc2")) {}
 
-std::unique_ptr<LayerState> TransformerBlock::make_state() const { return std::make_unique<BlockState>(); }
+std::unique_ptr<LayerState> TransformerBlock::make_state() const { return std::make_unique<State>(); }
 
 double TransformerBlock::forward_flops(int B, int L) const {
   const double rows = double(B) * L;
@@ -49,44 +50,63 @@ double TransformerBlock::forward_flops(int B, int L) const {
 
 DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
 
+TransformerBlock::State& TransformerBlock::recomputed_state() {
+  if (!ws_.recomputed) ws_.recomputed = std::make_unique<State>();
+  return static_cast<State&>(*ws_.recomputed);
+}
+
 void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
-  auto& st = static_cast<BlockState&>(state_base);
+  auto& st = static_cast<State&>(state_base);
+  const float* x = st.x.keep(be_, flow.x, flow.x_dtype);
+  run_forward(flow, x, recompute_ == Recompute::blocks ? recomputed_state() : st, &flow.x);
+  flow.x_dtype = fc2_.dtype();
+}
+
+void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer* out) {
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
   const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
-  const float* x = st.x.keep(be_, flow.x, flow.x_dtype);
+  const auto note = [&](const std::string& module, const float* y, std::size_t count) {
+    if (out) note_activation(be_, flow, module, y, count);
+  };
 
   Buffer& a = ws_[kA];
   a.resize(n);
   st.ln1_mean.resize(rows);
   st.ln1_rstd.resize(rows);
   ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows);
-  note_activation(be_, flow, ln1_.module(), a.data(), n);
+  note(ln1_.module(), a.data(), n);
   st.a.keep(be_, a, ln1_.dtype());
 
   Buffer& qkv = ws_[kQkv];
   qkv.resize(3 * n);
   qkv_.forward(be_, st.a.operand(), qkv.data(), rows);
-  note_activation(be_, flow, qkv_.module(), qkv.data(), 3 * n);
+  note(qkv_.module(), qkv.data(), 3 * n);
   const float* qkv_values = st.qkv.keep(be_, qkv, qkv_.dtype());
-  Buffer& p = ws_[kP];
   Buffer& ctx = ws_[kCtx];
-  p.resize(std::size_t(B) * H * L * L);
   ctx.resize(n);
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
   const DType products = attention_products();
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
-  be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), ctx.data(), B, L, H, hd);
-  // Products in the storage type return p rounded to it already: kept without another rounding pass.
-  if (products == qkv_.dtype())
-    st.p.keep(be_, p, qkv_.dtype());
-  else
-    st.p.round_and_keep(be_, p, qkv_.dtype());
+  if (recompute_ == Recompute::none) {
+    Buffer& p = ws_[kP];
+    p.resize(std::size_t(B) * H * L * L);
+    be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    // Products in the storage type return p rounded to it already: kept without another rounding pass.
+    if (products == qkv_.dtype())
+      st.p.keep(be_, p, qkv_.dtype());
+    else
+      st.p.round_and_keep(be_, p, qkv_.dtype());
+  } else {  // backward recomputes p from q, k and these
+    st.row_stats.resize(std::size_t(B) * H * L * 2);
+    be_.attention_forward(products, qkv_in, flow.token_mask.data(), nullptr, st.row_stats.data(), ctx.data(), B, L,
+                          H, hd);
+  }
   st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
   Buffer& h = ws_[kH];
   h.resize(n);
   proj_.forward(be_, st.ctx.operand(), h.data(), rows);
-  note_activation(be_, flow, proj_.module(), h.data(), n);
+  note(proj_.module(), h.data(), n);
   be_.add(h.data(), x, n);
   const float* h_values = st.h.round_and_keep(be_, h, proj_.dtype());
 
@@ -95,29 +115,36 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
   st.ln2_mean.resize(rows);
   st.ln2_rstd.resize(rows);
   ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows);
-  note_activation(be_, flow, ln2_.module(), b.data(), n);
+  note(ln2_.module(), b.data(), n);
   st.b.keep(be_, b, ln2_.dtype());
 
   Buffer& f1 = ws_[kF1];
   f1.resize(nh);
   fc1_.forward(be_, st.b.operand(), f1.data(), rows);
-  note_activation(be_, flow, fc1_.module(), f1.data(), nh);
+  note(fc1_.module(), f1.data(), nh);
   const float* f1_values = st.f1.keep(be_, f1, fc1_.dtype());
   Buffer& g = ws_[kG];
   g.resize(nh);
   be_.gelu_forward(f1_values, g.data(), nh);
   st.g.round_and_keep(be_, g, fc1_.dtype());
+  if (!out) return;
 
-  flow.x.resize(n);  // x's storage is no longer read after the first residual add
-  fc2_.forward(be_, st.g.operand(), flow.x.data(), rows);
-  note_activation(be_, flow, fc2_.module(), flow.x.data(), n);
-  be_.add(flow.x.data(), h_values, n);
-  be_.round_to(fc2_.dtype(), flow.x.data(), nullptr, n);
-  flow.x_dtype = fc2_.dtype();
+  out->resize(n);  // in fp32, x's storage was taken over: `out` is another buffer
+  fc2_.forward(be_, st.g.operand(), out->data(), rows);
+  note(fc2_.module(), out->data(), n);
+  be_.add(out->data(), h_values, n);
+  be_.round_to(fc2_.dtype(), out->data(), nullptr, n);
 }
 
 void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
-  auto& st = static_cast<BlockState&>(state_base);
+  auto& kept = static_cast<State&>(state_base);
+  // Under recompute = blocks, forward runs again from the kept input into the net's one state.
+  const float* x_again = nullptr;
+  if (recompute_ == Recompute::blocks) {
+    x_again = kept.x.load(be_, ws_[kX]);
+    run_forward(flow, x_again, recomputed_state(), nullptr);
+  }
+  State& st = recompute_ == Recompute::blocks ? recomputed_state() : kept;
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
   const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
   // Each gradient is rounded to the type of the value it is the gradient of; workspace slots are
@@ -150,7 +177,11 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   // In bf16 the products read the kept 16-bit copies of qkv and p as they are; in fp32, fp32 values.
   const DType products = attention_products();
   const Operand qkv = products == DType::f32 ? fp32(st.qkv.load(be_, ws_[kQkv])) : st.qkv.operand();
-  const Operand p = products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand();
+  // p as kept, or recomputed (and rounded to the type a kept copy has).
+  const Backend::AttentionProbs p =
+      recompute_ != Recompute::none
+          ? Backend::AttentionProbs::recomputed(flow.token_mask.data(), st.row_stats.data(), qkv_.dtype())
+          : Backend::AttentionProbs::kept(products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand());
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
   be_.attention_backward(products, qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
@@ -160,10 +191,10 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   da.resize(n);
   qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows);
   note_gradient(be_, flow, qkv_.module(), da.data(), n);
-  const float* x = st.x.load(be_, ws_[kQkv]);
+  const float* x = x_again ? x_again : kept.x.load(be_, ws_[kQkv]);
   ln1_.backward(be_, x, da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
   be_.add(dout.data(), dh.data(), n);  // dx = dh + d(ln1 path)
-  be_.round_to(st.x.dtype(), dout.data(), nullptr, n);
+  be_.round_to(kept.x.dtype(), dout.data(), nullptr, n);
   note_gradient(be_, flow, ln1_.module(), dout.data(), n);
 }
 

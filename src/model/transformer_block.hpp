@@ -13,6 +13,7 @@
 #include "model/layer_norm.hpp"
 #include "model/linear.hpp"
 #include "model/model_config.hpp"
+#include "model/recompute.hpp"
 #include "precision/precision_policy.hpp"
 
 namespace avtrain {
@@ -20,18 +21,25 @@ namespace avtrain {
 class TransformerBlock final : public Layer {
  public:
   TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
-                   const ModelConfig& m, int index);
+                   const ModelConfig& m, int index, Recompute recompute = Recompute::none);
   std::unique_ptr<LayerState> make_state() const override;
   double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
 
  private:
+  struct State;  // what a micro-batch in flight keeps for backward
   DType attention_products() const;
+  State& recomputed_state();
+  // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
+  // `out`, the block's output goes there and each module's output is noted (the forward proper);
+  // without, the output is not computed (backward's recomputation).
+  void run_forward(Flow& flow, const float* x, State& st, Buffer* out);
 
   Backend& be_;
   Workspace& ws_;
   int D_, H_, hd_, hidden_;
+  Recompute recompute_;
   // Declared in forward order: parameters register, and layers.csv lists them, in this order.
   LayerNorm ln1_;
   Linear qkv_, proj_;

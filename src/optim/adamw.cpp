@@ -1,16 +1,18 @@
 #include "optim/adamw.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace avtrain {
 
-AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config)
-    : be_(be), params_(params), config_(config) {
-  allocating("AdamW's moments of " + std::to_string(params.total_size()) + " parameters", 8.0 * double(params.total_size()),
-             [&] {
-               m_.resize(params.total_size());
-               v_.resize(params.total_size());
-             });
+AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part)
+    : be_(be), params_(params), config_(config), part_(part.value_or(FlatPart{0, params.total_size()})) {
+  require(part_.begin <= part_.end && part_.end <= params.total_size(), "internal: AdamW's part is not in the buffers");
+  allocating("AdamW's moments of " + std::to_string(part_.size()) + " parameters", 8.0 * double(part_.size()), [&] {
+    m_.resize(part_.size());
+    v_.resize(part_.size());
+  });
 }
 
 void AdamW::step(float lr) {
@@ -18,8 +20,11 @@ void AdamW::step(float lr) {
   for (ParamId id = 0; id < ParamId(params_.params().size()); ++id) {
     const ParamInfo& p = params_.info(id);
     if (!p.trainable) continue;
-    be_.adamw(params_.value(id), params_.grad(id), m_.data() + p.offset, v_.data() + p.offset, p.size, lr,
-              config_.beta1, config_.beta2, config_.eps, p.weight_decay ? config_.weight_decay : 0.0f, t_);
+    const std::size_t lo = std::max(p.offset, part_.begin), hi = std::min(p.offset + p.size, part_.end);
+    if (lo >= hi) continue;
+    be_.adamw(params_.values().data() + lo, params_.grads().data() + lo, m_.data() + (lo - part_.begin),
+              v_.data() + (lo - part_.begin), hi - lo, lr, config_.beta1, config_.beta2, config_.eps,
+              p.weight_decay ? config_.weight_decay : 0.0f, t_);
   }
 }
 

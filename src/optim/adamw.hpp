@@ -1,6 +1,9 @@
 #pragma once
 // AdamW over the trainable parameters of a ParamStore (fp32 masters, fp32 moments); decay only
-// where the parameter asks for it (not norms, not biases).
+// where the parameter asks for it (not norms, not biases). Under parallel.zero each replica runs it
+// on its own part of the flat buffers.
+#include <optional>
+
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
 #include "model/param_store.hpp"
@@ -8,14 +11,25 @@
 
 namespace avtrain {
 
+// The elements [begin, end) of a ParamStore's flat buffers that an optimizer updates and keeps
+// moments for: all of them, or (parallel.zero) one replica's part.
+struct FlatPart {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+};
+
 class AdamW {
  public:
-  AdamW(Backend& be, ParamStore& params, const OptimConfig& config);
-  void step(float lr);  // one update from params.grads()
-  // The state a checkpoint holds: the moments (laid out as the ParamStore's values) and the
-  // number of updates taken (bias correction).
+  // `part` defaults to every element of `params`.
+  AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt);
+  // One update of the part's elements from params.grads() (elementwise: a part's result is the
+  // same bits as the whole's).
+  void step(float lr);
+  // The state a checkpoint holds: the moments of the part (laid out as the ParamStore's values,
+  // from part().begin) and the number of updates taken (bias correction).
   Buffer& first_moments() { return m_; }
   Buffer& second_moments() { return v_; }
+  const FlatPart& part() const { return part_; }
   int updates() const { return t_; }
   void set_updates(int t) { t_ = t; }
 
@@ -23,6 +37,7 @@ class AdamW {
   Backend& be_;
   ParamStore& params_;
   OptimConfig config_;
+  FlatPart part_;
   Buffer m_, v_;
   int t_ = 0;
 };

@@ -56,6 +56,17 @@ class Communicator {
   // Small statistics (losses, counters) in double precision.
   virtual void all_reduce(double* data, std::size_t count, ReduceOp op) = 0;
 
+  // A buffer cut into the members' parts (parallel.zero): member r owns elements [bounds[r],
+  // bounds[r + 1]) (bounds: size() + 1 ascending offsets, from 0 to the buffer's count).
+  // reduce_scatter: the buffer is summed over the group, and each member gets the sums of its own
+  // part, in place (the rest of its buffer is left undefined). all_gather: each member's own part
+  // goes to every member, in place. Each counts half its buffer in bytes_sent (an all-reduce is a
+  // reduce-scatter followed by an all-gather). gather: member r's part (`mine`) to `root`, which
+  // receives every part at its place in `all` (bounds.back() elements; ignored elsewhere).
+  virtual Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) = 0;
+  virtual Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) = 0;
+  virtual void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) = 0;
+
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void send(const void* data, std::size_t bytes, int peer, int tag) = 0;
   virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
@@ -83,6 +94,14 @@ class Communicator {
     std::_Exit(code);
   }
 };
+
+// Throws Error unless `bounds` cuts a buffer into `size` parts as the ZeRO calls take it.
+inline void require_parts(const std::vector<std::size_t>& bounds, int size, const std::string& where) {
+  bool ascending = bounds.size() == std::size_t(size) + 1 && bounds.front() == 0;
+  for (std::size_t i = 1; ascending && i < bounds.size(); ++i) ascending = bounds[i - 1] <= bounds[i];
+  require(ascending, "internal: the parts of a buffer on the " + where + " are not " + std::to_string(size) +
+                         " ascending ranges from 0");
+}
 
 // Throws Error unless 0 <= rank < size: `role` `rank` (e.g. "send peer 3") is not a member of
 // `where` (the communicator and this member, as its messages name them).

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "parallel/zero_parts.hpp"
 
 namespace avtrain::parallel {
 
 GradBuckets::GradBuckets(Backend& be, float* grads, std::vector<std::size_t> bounds, double bucket_mb, DType wire,
-                         Communicator& group)
-    : be_(be), grads_(grads), wire_(wire), group_(group) {
+                         Communicator& group, std::vector<std::size_t> parts)
+    : be_(be), grads_(grads), wire_(wire), group_(group), scatter_(!parts.empty()) {
   const auto cap = std::max<std::size_t>(1, std::size_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   // Walk the parameters from the last one back, closing a bucket once it reaches the cap.
   if (bounds.size() < 2) return;
@@ -18,6 +19,7 @@ GradBuckets::GradBuckets(Backend& be, float* grads, std::vector<std::size_t> bou
       Bucket b;
       b.begin = begin;
       b.end = end;
+      if (scatter_) b.parts = parts_within(parts, begin, end);
       if (wire_ != DType::f32) b.wire.resize(end - begin);
       buckets_.push_back(std::move(b));
       end = begin;
@@ -40,12 +42,13 @@ void GradBuckets::launch(Bucket& b) {
   be_.sum_squares_into(g, n, local_sum_squares_.data());
   // Scaled in the gradient buffer (the result overwrites it anyway), then cast for a 16-bit wire.
   be_.scale(g, n, 1.0f / float(group_.size()));
-  if (wire_ == DType::f32) {
-    b.request = group_.all_reduce_async(g, n, DType::f32, ReduceOp::sum);
-    return;
+  void* travels = g;
+  if (wire_ != DType::f32) {
+    be_.pack(wire_, g, b.wire.data(), n);
+    travels = b.wire.data();
   }
-  be_.pack(wire_, g, b.wire.data(), n);
-  b.request = group_.all_reduce_async(b.wire.data(), n, wire_, ReduceOp::sum);
+  b.request = scatter_ ? group_.reduce_scatter_async(travels, b.parts, wire_)
+                       : group_.all_reduce_async(travels, n, wire_, ReduceOp::sum);
 }
 
 double GradBuckets::local_sum_squares() const {
@@ -69,7 +72,10 @@ void GradBuckets::finish(const std::function<void(std::size_t)>& waiting_for) {
     if (waiting_for) waiting_for(k);
     b.request.wait();
     if (wire_ == DType::f32 || group_.size() == 1) continue;
-    be_.unpack(wire_, b.wire.data(), grads_ + b.begin, b.end - b.begin);
+    // Under ZeRO only this replica's part holds sums.
+    const std::size_t lo = scatter_ ? b.parts[std::size_t(group_.rank())] : 0;
+    const std::size_t hi = scatter_ ? b.parts[std::size_t(group_.rank()) + 1] : b.end - b.begin;
+    if (hi > lo) be_.unpack(wire_, b.wire.data() + lo, grads_ + b.begin + lo, hi - lo);
   }
 }
 

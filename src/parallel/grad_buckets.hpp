@@ -8,6 +8,9 @@
 // type when that is fp16/bf16, summed over the group, and written back into the fp32 buffer. The
 // buffers are tensor memory: the casts and scalings are backend ops, and the group's communicator
 // moves that memory (MPI host memory, NCCL device memory).
+// Under ZeRO stage 1 (`parts`: the replicas' parts of the buffer, parallel/zero_parts.hpp) a bucket is
+// reduce-scattered instead: each replica gets the averages of its own part of the bucket, and the
+// rest of its buffer is left undefined.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -24,7 +27,7 @@ class GradBuckets {
  public:
   // param_bounds: the offsets where parameters begin in `grads`, ascending, then the buffer's size.
   GradBuckets(Backend& be, float* grads, std::vector<std::size_t> param_bounds, double bucket_mb, DType wire,
-              Communicator& group);
+              Communicator& group, std::vector<std::size_t> parts = {});
   std::size_t count() const { return buckets_.size(); }
 
   void start_step();
@@ -32,7 +35,8 @@ class GradBuckets {
   void ready_from(std::size_t offset);
   // Lets launched all-reduces progress (MPI moves non-blocking collectives when called).
   void progress();
-  // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer.
+  // Launches what is left, waits for every bucket and writes the averages into the fp32 buffer (its
+  // own part under ZeRO).
   // waiting_for(k), if given, is called before waiting for bucket k (what a watchdog reports).
   void finish(const std::function<void(std::size_t)>& waiting_for = {});
   // Sum of squares of this rank's own gradients (before the all-reduce), over the launched buckets;
@@ -43,6 +47,7 @@ class GradBuckets {
  private:
   struct Bucket {
     std::size_t begin = 0, end = 0;
+    std::vector<std::size_t> parts;  // ZeRO: the replicas' parts of the bucket, from its begin
     Buffer16 wire;  // the 16-bit copy that travels, when the wire type is 16-bit
     Request request;
     bool launched = false;
@@ -53,6 +58,7 @@ class GradBuckets {
   float* grads_;
   DType wire_;
   Communicator& group_;
+  bool scatter_;                 // reduce-scatter (ZeRO) instead of all-reduce
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
   std::size_t next_ = 0;         // first bucket not launched
   AlignedArray<double> local_sum_squares_;  // one value, in tensor memory

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -109,19 +112,23 @@ class MpiRequest final : public Request::Impl {
     requests_.push_back(request);
     expected_bytes_.push_back(expected_bytes);
   }
+  // Arrays a non-blocking collective reads until it completes.
+  const int* keep(std::vector<int> array) { return kept_.emplace_back(std::move(array)).data(); }
+  // Run once, in order, when every request has completed.
+  void then(std::function<void()> fn) { then_.push_back(std::move(fn)); }
 
   bool test() override {
     int done = 0;
     statuses_.resize(requests_.size());
     check_all(MPI_Testall(int(requests_.size()), requests_.data(), &done, statuses_.data()), "MPI_Testall");
-    if (done) check_counts();
+    if (done) completed();
     return done != 0;
   }
 
   void wait() override {
     statuses_.resize(requests_.size());
     check_all(MPI_Waitall(int(requests_.size()), requests_.data(), statuses_.data()), "MPI_Waitall");
-    check_counts();
+    completed();
   }
 
  private:
@@ -135,16 +142,35 @@ class MpiRequest final : public Request::Impl {
     check_mpi(rc, call, where_);
   }
 
-  void check_counts() const {
+  void completed() {
     for (std::size_t i = 0; i < statuses_.size(); ++i)
       if (expected_bytes_[i] >= 0) check_received(statuses_[i], expected_bytes_[i], where_);
+    for (auto& fn : then_) fn();
+    then_.clear();
   }
 
   std::string where_;
   std::vector<MPI_Request> requests_;
   std::vector<int> expected_bytes_;
   std::vector<MPI_Status> statuses_;
+  std::deque<std::vector<int>> kept_;  // a deque: what keep() returned stays where it is
+  std::vector<std::function<void()>> then_;
 };
+
+// The members' shares of the piece [offset, offset + n) of a buffer cut at `bounds`: their counts
+// and where each starts in the piece.
+struct Shares {
+  std::vector<int> counts, displs;
+};
+Shares shares_in(const std::vector<std::size_t>& bounds, std::size_t offset, std::size_t n) {
+  Shares s;
+  for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+    const std::size_t lo = std::clamp(bounds[r], offset, offset + n), hi = std::clamp(bounds[r + 1], offset, offset + n);
+    s.counts.push_back(int(hi - lo));
+    s.displs.push_back(int(lo - offset));
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -219,6 +245,69 @@ void MpiCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
     check(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_DOUBLE, builtin_op(op), comm_), "MPI_Allreduce");
   });
   bytes_sent_ += count * sizeof(double);
+}
+
+Request MpiCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
+  require_parts(bounds, size_, where_);
+  auto request = std::make_unique<MpiRequest>(where_);
+  auto* bytes = static_cast<std::byte*>(data);
+  const std::size_t element = dtype_size(type);
+  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
+    const Shares share = shares_in(bounds, offset, std::size_t(n));
+    std::byte* piece = bytes + offset * element;
+    MPI_Request r;
+    check(MPI_Ireduce_scatter(MPI_IN_PLACE, piece, request->keep(share.counts), datatype_of(type),
+                              op_of(type, ReduceOp::sum), comm_, &r),
+          "MPI_Ireduce_scatter");
+    request->add(r);
+    // In place, MPI leaves this member's sums at the start of the piece: moved to their place.
+    const std::size_t mine = std::size_t(share.counts[std::size_t(rank_)]), at = std::size_t(share.displs[std::size_t(rank_)]);
+    if (mine > 0 && at > 0)
+      request->then([piece, mine, at, element] { std::memmove(piece + at * element, piece, mine * element); });
+  });
+  bytes_sent_ += bounds.back() * element / 2;
+  return Request(std::move(request));
+}
+
+Request MpiCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
+  require_parts(bounds, size_, where_);
+  auto request = std::make_unique<MpiRequest>(where_);
+  auto* bytes = static_cast<std::byte*>(data);
+  const std::size_t element = dtype_size(type);
+  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
+    const Shares share = shares_in(bounds, offset, std::size_t(n));
+    MPI_Request r;
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes + offset * element, request->keep(share.counts),
+                          request->keep(share.displs), datatype_of(type), comm_, &r),
+          "MPI_Iallgatherv");
+    request->add(r);
+  });
+  bytes_sent_ += bounds.back() * element / 2;
+  return Request(std::move(request));
+}
+
+void MpiCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) {
+  require_parts(bounds, size_, where_);
+  require_member(root, size_, where_, "gather root");
+  const std::size_t element = dtype_size(type), own = bounds[std::size_t(rank_)];
+  const auto* from = static_cast<const std::byte*>(mine);
+  auto* to = static_cast<std::byte*>(all);
+  if (rank_ == root && bounds[std::size_t(rank_) + 1] > own)
+    std::memcpy(to + own * element, from, (bounds[std::size_t(rank_) + 1] - own) * element);
+  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
+    const Shares share = shares_in(bounds, offset, std::size_t(n));
+    const int count = share.counts[std::size_t(rank_)];
+    const std::size_t at = offset + std::size_t(share.displs[std::size_t(rank_)]);  // where it starts in the buffer
+    const std::byte* send = count > 0 ? from + (at - own) * element : from;
+    if (rank_ == root)
+      check(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, to + offset * element, share.counts.data(),
+                        share.displs.data(), datatype_of(type), root, comm_),
+            "MPI_Gatherv");
+    else
+      check(MPI_Gatherv(send, count, datatype_of(type), nullptr, nullptr, nullptr, datatype_of(type), root, comm_),
+            "MPI_Gatherv");
+  });
+  if (rank_ != root) bytes_sent_ += (bounds[std::size_t(rank_) + 1] - own) * element;
 }
 
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {

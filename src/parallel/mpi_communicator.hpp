@@ -41,6 +41,9 @@ class MpiCommunicator final : public Communicator {
   Request all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override;
   void all_reduce(double* data, std::size_t count, ReduceOp op) override;
 
+  Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
+  Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
+  void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void send(const void* data, std::size_t bytes, int peer, int tag) override;
   void recv(void* data, std::size_t bytes, int peer, int tag) override;

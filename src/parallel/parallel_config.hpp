@@ -1,6 +1,6 @@
 #pragma once
 // The [parallel] section of a deck: the pp x dp layout, the pipeline schedule and cut, and the
-// gradient all-reduce.
+// gradient all-reduce (or, under ZeRO, reduce-scatter).
 #include <string>
 
 namespace avtrain {
@@ -12,6 +12,7 @@ struct ParallelConfig {
   std::string partition = "params";    // params | uniform | first layers of stages 1.. ("blocks.2")
   double grad_bucket_mb = 25;          // gradient all-reduce bucket size (fp32 MiB)
   std::string grad_comm_dtype = "fp32";  // fp32 | fp16 | bf16: the gradient all-reduce's wire type
+  int zero = 0;                        // 1: ZeRO stage 1, the optimizer state split over the replicas
   std::string timeline;                // Chrome-trace JSON of the run's spans; empty writes none
 };
 

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "io/trace_writer.hpp"
+#include "parallel/zero_parts.hpp"
 #include "train/trainer.hpp"
 
 namespace avtrain {
@@ -144,6 +145,32 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
               "--resume none starts afresh");
 }
 
+void Checkpointing::gather_moments_over(parallel::Communicator& data, std::vector<std::size_t> parts) {
+  data_ = &data;
+  parts_ = std::move(parts);
+}
+
+// Each replica's part of the moments to the writer (data-parallel rank 0), through a staging buffer of
+// at most 16 MiB there, into its snapshot's host arrays.
+void Checkpointing::gather_moments(Backend& be, AdamW& adamw) {
+  constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats
+  const std::size_t n = parts_.back(), own = adamw.part().begin, own_end = adamw.part().end;
+  const bool writer = topo_.dp_rank == 0;
+  Buffer staging;
+  if (writer) staging.resize(std::min(kChunk, n));
+  const std::pair<Buffer*, checkpoint::HostFloats*> moments[2] = {{&adamw.first_moments(), &snapshot_->m},
+                                                                  {&adamw.second_moments(), &snapshot_->v}};
+  for (const auto& [part, host] : moments) {
+    if (writer) host->resize(n);
+    for (std::size_t begin = 0; begin < n; begin += kChunk) {
+      const std::size_t end = std::min(n, begin + kChunk);
+      const float* mine = part->data() + (std::min(std::max(own, begin), own_end) - own);  // this chunk's share
+      data_->gather(mine, writer ? staging.data() : nullptr, parallel::parts_within(parts_, begin, end), DType::f32, 0);
+      if (writer) be.download(host->data() + begin, staging.data(), (end - begin) * sizeof(float));
+    }
+  }
+}
+
 void Checkpointing::reserve_memory(const ParamStore& params) {
   if (!dir_.empty() && topo_.dp_rank == 0) snapshot_->reserve(params);
 }
@@ -185,8 +212,9 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     fs::create_directories(ck, ec);
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
+  if (data_) gather_moments(be, adamw);
   if (topo_.dp_rank == 0) {
-    snapshot_->take(be, params, adamw, counters, fingerprint);  // free: the previous write has finished
+    snapshot_->take(be, params, data_ ? nullptr : &adamw, counters, fingerprint);  // the previous write has finished
     const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";
     next.write = std::async(std::launch::async, [snapshot = snapshot_, file] {
       const auto t = Clock::now();

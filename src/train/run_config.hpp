@@ -21,6 +21,7 @@ struct TrainConfig {
   int steps = 300;
   int micro_batch = 32;       // samples per micro-batch
   int micro_batches = 1;      // micro-batches per step and replica; gradients accumulate
+  std::string recompute = "none";  // what blocks keep for backward: none | attention | blocks (model/recompute.hpp)
   std::uint64_t seed = 1;
   int eval_interval = 50;     // steps between validation passes; 0: only after the last step
   int log_interval = 10;      // steps between progress lines

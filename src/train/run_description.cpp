@@ -6,6 +6,7 @@
 
 #include "model/av_net.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/zero_parts.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/stage_plan.hpp"
 
@@ -74,6 +75,15 @@ std::string mib(double bytes) {
   s << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0) << " MiB";
   return s.str();
 }
+
+// Under parallel.zero 1, what each replica keeps of `bytes` of optimizer state.
+std::string zero_note(const RunConfig& c, double bytes) {
+  if (c.parallel.zero != 1) return "";
+  if (c.parallel.dp < 1) return " (parallel.zero 1: split over the replicas; give --dp to see each one's part)";
+  const std::vector<std::size_t> parts = parallel::zero_parts(std::size_t(bytes / 8), c.parallel.dp);
+  return " (parallel.zero 1 over dp " + std::to_string(c.parallel.dp) + ": " + mib(8.0 * double(parts[1] - parts[0])) +
+         " per replica)";
+}
 }  // namespace
 
 void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::ostream& out) {
@@ -81,8 +91,9 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const int pp = c.parallel.pp;
   const StagePlan plan = plan_stages(c, be, s, pp);
   const PrecisionPolicy policy(c.precision);
+  const Recompute recompute = parse_recompute(c.train.recompute);
   ParamStore params;
-  AVNet net(be, params, c.model, s, policy);
+  AVNet net(be, params, c.model, s, policy, {}, recompute);
   params.allocate(c.train.seed);
   params.refresh_working(be);
 
@@ -131,8 +142,9 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
       << "  parameters        " << mib(p4) << " (fp32 masters)\n"
       << "  working copies    " << mib(double(params.working_bytes())) << "\n"
       << "  gradients         " << mib(p4) << "\n"
-      << "  optimizer (AdamW) " << mib(2 * p4) << "\n"
-      << "  activations       " << mib(double(sum(act))) << " per micro-batch of " << B << "\n";
+      << "  optimizer (AdamW) " << mib(2 * p4) << zero_note(c, 2 * p4) << "\n"
+      << "  activations       " << mib(double(sum(act))) << " per micro-batch of " << B << " (train.recompute "
+      << recompute_name(recompute) << ")\n";
   if (policy.compute() != DType::f32) {
     ParamStore params32;
     AVNet net32(be, params32, c.model, s);
@@ -142,9 +154,38 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
     ratio << std::fixed << std::setprecision(3) << double(sum(act)) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";
   }
-  const double parameter_bytes = 16.0 * double(params.total_size()) + double(params.working_bytes());
+  // Masters and gradients, the moments (this replica's part under ZeRO), the working copies.
+  double moments = double(params.total_size());
+  if (c.parallel.zero == 1 && c.parallel.dp > 1) {
+    const std::vector<std::size_t> parts = parallel::zero_parts(params.total_size(), c.parallel.dp);
+    moments = double(parts[1] - parts[0]);
+  }
+  const double parameter_bytes = 8.0 * double(params.total_size()) + 8.0 * moments + double(params.working_bytes());
   out << "  workspace         " << mib(workspace) << " (fp32 scratch shared by the layers)\n"
       << "  total             " << mib(parameter_bytes + double(sum(act)) + workspace) << "\n";
+
+  // What each recompute setting keeps, measured the same way, against what this process has for tensors.
+  const double available = double(be.memory_for_tensors());
+  out << "\nactivation recomputation (train.recompute; every setting gives the same results), one micro-batch of " << B
+      << ",\nthe whole net on one rank, against " << mib(available) << " for tensors here:\n";
+  out << "  " << std::left << std::setw(12) << "setting" << std::right << std::setw(18) << "activations" << std::setw(18)
+      << "workspace" << std::setw(18) << "total" << "\n";
+  for (const Recompute r : {Recompute::none, Recompute::attention, Recompute::blocks}) {
+    MicroBatchMemory m;
+    if (r == recompute) {
+      m = memory;
+    } else {
+      ParamStore other_params;
+      AVNet other(be, other_params, c.model, s, policy, {}, r);
+      other_params.allocate(c.train.seed);
+      other_params.refresh_working(be);
+      m = micro_batch_memory(other, s, B);
+    }
+    const double total_r = parameter_bytes + double(sum(m.layers)) + double(m.workspace);
+    out << "  " << std::left << std::setw(12) << recompute_name(r) << std::right << std::setw(18)
+        << mib(double(sum(m.layers))) << std::setw(18) << mib(double(m.workspace)) << std::setw(18) << mib(total_r)
+        << "  " << (total_r <= available ? "fits" : "does not fit") << (r == recompute ? "  (this run)" : "") << "\n";
+  }
 
   // The pipeline cut: each stage with its share of the work and, under the schedule, of memory.
   const parallel::Schedule schedule = parallel::parse_schedule(c.parallel.schedule);

@@ -30,6 +30,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/zero_parts.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/batch_feed.hpp"
@@ -113,7 +114,9 @@ struct StepWork {
   double local_loss = 0, data_wait_ms = 0, idle_ms = 0, schedule_ms = 0, comm_ms = 0, train_ms = 0;
   bool loss_finite = true;
   std::size_t act_bytes = 0;
-  std::uint64_t bytes_before = 0, grad_bytes = 0;  // the data-parallel group's bytes sent
+  // The data-parallel group's bytes sent: before the step; the gradients' (and, under ZeRO, the weights'
+  // all-gather's).
+  std::uint64_t bytes_before = 0, grad_bytes = 0;
 };
 
 // What a shard set is, for run.json and for what a resumed run must match.
@@ -147,6 +150,7 @@ struct Trainer::Impl {
   std::vector<ModuleGroup> modules;
   std::vector<std::unique_ptr<Slot>> slots;
   StageLink link;
+  std::vector<std::size_t> parts;  // ZeRO: the replicas' parts of the stage's flat buffers; empty: replicated
   parallel::GradBuckets buckets;
   parallel::Schedule schedule;
   std::pair<int, std::int64_t> inject_overflow, perturb_weights;
@@ -164,10 +168,13 @@ struct Trainer::Impl {
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, data::ShardSet* v, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), val_shards(v), groups(g), topo(g.topology), policy(c.precision),
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
-        net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last}),
+        net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last},
+            parse_recompute(c.train.recompute)),
         link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
+        parts(c.parallel.zero == 1 && g.topology.dp > 1 ? parallel::zero_parts(params.total_size(), g.topology.dp)
+                                                         : std::vector<std::size_t>()),
         buckets(b, allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
-                parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data),
+                parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data, parts),
         schedule(parallel::parse_schedule(c.parallel.schedule)),
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
         perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
@@ -201,6 +208,12 @@ struct Trainer::Impl {
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
+  bool sharded() const { return !parts.empty(); }
+  // The elements of the stage's flat buffers this replica's optimizer updates: its ZeRO part, or all.
+  std::optional<FlatPart> own_part() const {
+    if (!sharded()) return std::nullopt;
+    return FlatPart{parts[std::size_t(topo.dp_rank)], parts[std::size_t(topo.dp_rank) + 1]};
+  }
 
   // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
   // exist before the buckets (the next member) point into it.
@@ -308,8 +321,12 @@ struct Trainer::Impl {
     slot.busy = false;
   }
 
-  // Parameters, main grads, AdamW moments (4 bytes each) and the working copies.
-  double parameter_bytes() const { return 16.0 * double(params.total_size()) + double(params.working_bytes()); }
+  // Parameters, main grads, AdamW moments (4 bytes each; the moments of this replica's part under
+  // ZeRO) and the working copies.
+  double parameter_bytes() const {
+    const double moments = sharded() ? double(own_part()->size()) : double(params.total_size());
+    return 8.0 * double(params.total_size()) + 8.0 * moments + double(params.working_bytes());
+  }
 
   Slot& acquire() {
     for (auto& s : slots)
@@ -340,12 +357,26 @@ struct Trainer::Impl {
   // `grad_sum_squares` gets the unscaled sum of squares over the stage.
   // Backend::tensor_stats of every parameter's part of `flat` (values or grads), by ParamId, in one
   // pass and one return to the host (on a GPU: one wait for the device, not one per parameter).
-  std::vector<Backend::TensorStats> param_stats(const Buffer& flat, float threshold) {
+  // With `own_part`, only the elements of this replica's ZeRO part (the other replicas count the rest).
+  std::vector<Backend::TensorStats> param_stats(const Buffer& flat, float threshold, bool own_part = false) {
+    const FlatPart part = own_part && sharded() ? *this->own_part() : FlatPart{0, params.total_size()};
     std::vector<Backend::Span> spans;
-    for (const ParamInfo& p : params.params()) spans.push_back({p.offset, p.size});
+    for (const ParamInfo& p : params.params()) {
+      const std::size_t lo = std::clamp(p.offset, part.begin, part.end);
+      spans.push_back({lo, std::clamp(p.offset + p.size, part.begin, part.end) - lo});
+    }
     std::vector<Backend::TensorStats> stats(spans.size());
     be.tensor_stats_many(flat.data(), spans.data(), int(spans.size()), threshold, stats.data());
     return stats;
+  }
+
+  void add_over_replicas(std::vector<Backend::TensorStats>& stats) {
+    std::vector<double> sums;
+    for (const Backend::TensorStats& t : stats)
+      sums.insert(sums.end(), {t.sum_squares, double(t.nonfinite), double(t.nonzero), double(t.below)});
+    groups.data->all_reduce(sums.data(), sums.size(), parallel::ReduceOp::sum);  // counts exact below 2^53
+    for (std::size_t i = 0; i < stats.size(); ++i)
+      stats[i] = {sums[4 * i], std::size_t(sums[4 * i + 1]), std::size_t(sums[4 * i + 2]), std::size_t(sums[4 * i + 3])};
   }
 
   std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
@@ -353,7 +384,10 @@ struct Trainer::Impl {
     grad_sum_squares = 0;
     const float threshold = underflow_threshold(policy.compute());
     const double unscale2 = 1.0 / (loss_scale * loss_scale);
-    const std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads(), threshold);
+    // Under ZeRO each replica holds the reduced gradients of its part alone: the parts' statistics
+    // are added over the data-parallel group.
+    std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads(), threshold, true);
+    if (sharded()) add_over_replicas(grad_stats);
     const std::vector<Backend::TensorStats> value_stats = param_stats(params.values(), 0.0f);
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
@@ -519,7 +553,7 @@ struct Trainer::Impl {
   // timeline, checkpoints) and what it has measured. A checkpoint saves what a resume needs of it.
   struct Run {
     Run(Impl& d, const nlohmann::json& options)
-        : sampler(d.make_sampler()), validation(d.validation(sampler)), optimizer(d.be, d.params, d.config.optim),
+        : sampler(d.make_sampler()), validation(d.validation(sampler)), optimizer(d.be, d.params, d.config.optim, d.own_part()),
           scaler(d.config.precision, d.policy.compute()), checkpoints(d.config, d.topo, *d.groups.world),
           fingerprint(d.fingerprint(options)) {}
     data::Sampler sampler;
@@ -595,6 +629,7 @@ struct Trainer::Impl {
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
     }
+    if (sharded()) run.checkpoints.gather_moments_over(*groups.data, parts);
     run.checkpoints.reserve_memory(params);
     set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
@@ -723,10 +758,12 @@ struct Trainer::Impl {
                    {"stages", stages},
                    {"micro_batch", config.train.micro_batch},
                    {"micro_batches", config.train.micro_batches},
+                   {"recompute", config.train.recompute},
                    {"global_batch", config.global_batch(topo.dp)},
                    {"grad_comm_dtype", config.parallel.grad_comm_dtype},
                    {"grad_bucket_mb", config.parallel.grad_bucket_mb},
-                   {"grad_buckets", buckets.count()}};
+                   {"grad_buckets", buckets.count()},
+                   {"zero", config.parallel.zero}};
     nlohmann::json fp32_modules = nlohmann::json::array();
     if (amp())
       for (const std::string& module : plan.modules)
@@ -768,6 +805,7 @@ struct Trainer::Impl {
       watchdog.mark("all-reduce of gradient bucket " + std::to_string(k) + " of step " + std::to_string(w.step) + " (" +
                     data_group() + ")");
     });
+    w.grad_bytes = groups.data->bytes_sent() - w.bytes_before;
     watchdog.mark("completing the sends of step " + std::to_string(w.step) + " to the neighbour stages");
     link.finish_sends();
     w.comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
@@ -817,6 +855,17 @@ struct Trainer::Impl {
       unscale_and_clip(be, params, a.grad_norm, w.loss_scale, config.optim.clip_norm);
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
       run.optimizer.step(u.lr);
+      if (!sharded()) params.refresh_working(be);
+    }
+    watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
+    end_step();
+    // ZeRO: each replica updated its part; every part to every replica (after the BatchNorm
+    // statistics, which each replica gathers from its own micro-batches until end_step has added them).
+    if (sharded() && u.applied) {
+      watchdog.mark("the all-gather of the weights of step " + std::to_string(w.step) + " (" + data_group() + ")");
+      const std::uint64_t before = groups.data->bytes_sent();
+      groups.data->all_gather_async(params.values().data(), parts, DType::f32).wait();
+      w.grad_bytes += groups.data->bytes_sent() - before;
       params.refresh_working(be);
     }
     if (perturb_weights.first == topo.rank && perturb_weights.second == w.step) {
@@ -825,9 +874,6 @@ struct Trainer::Impl {
       first += 1e-3f;
       be.upload(params.values().data(), &first, sizeof first);
     }
-    w.grad_bytes = groups.data->bytes_sent() - w.bytes_before;
-    watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
-    end_step();
     params.zero_grads();
     w.timeline->span(u.applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), w.step);
     w.train_ms = ms_since(w.start);

@@ -15,14 +15,15 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
-def trace_difference(straight, other):
-    """The first difference between two runs' trace.csv (measurements aside) and layers.csv, or None."""
+def trace_difference(straight, other, also_ignore=()):
+    """The first difference between two runs' trace.csv (measurements and `also_ignore` aside) and
+    layers.csv, or None."""
     a, b = rows(os.path.join(straight, "trace.csv")), rows(os.path.join(other, "trace.csv"))
     if [r["step"] for r in a] != [r["step"] for r in b]:
         return f"trace.csv steps {[r['step'] for r in b]}, expected {[r['step'] for r in a]}"
     for ra, rb in zip(a, b):
         for col in ra:
-            if col not in MEASURED and ra[col] != rb[col]:
+            if col not in MEASURED and col not in also_ignore and ra[col] != rb[col]:
                 return f"trace.csv step {ra['step']}, {col}: {ra[col]} straight, {rb[col]} in {other}"
     la, lb = rows(os.path.join(straight, "layers.csv")), rows(os.path.join(other, "layers.csv"))
     if la != lb:

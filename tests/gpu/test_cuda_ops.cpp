@@ -726,10 +726,10 @@ TEST_F(CudaOps, AttentionForwardMatchesCpuWithPaddedKeysExactlyZero) {
     const auto mask = key_mask(s);
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd));
-    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(DType::f32, fp32(d_qkv), d_mask, d_p, d_ctx, B, L, H, hd);
+    gpu().attention_forward(DType::f32, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
     const auto got_p = d_p.download();
     SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
                  std::to_string(hd));
@@ -746,10 +746,10 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpuWithPaddedKeys) {
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     const auto dctx = normal(sz(B, L, H, hd), "attention.dctx");
     std::vector<float> p(sz(B, H, L, L)), ctx(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(DType::f32, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    cpu().attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(DType::f32, fp32(d_qkv), fp32(d_p), d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(DType::f32, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kF32))
         << "B " << B << " L " << L << " H " << H << " hd " << hd;
   }
@@ -769,11 +769,11 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     cpu().round_to(t, qkv.data(), nullptr, qkv.size());  // the contract: q, k, v exact in the type
     const auto dctx = normal(sz(B, L, H, hd), "attention16.dctx");
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(t, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(t, fp32(d_qkv), d_mask, d_p, d_ctx, B, L, H, hd);
+    gpu().attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
     const auto got_p = d_p.download();
     EXPECT_TRUE(close_l2(got_p, p, kHalf)) << "p";
     EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kHalf)) << "ctx";
@@ -782,19 +782,52 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     EXPECT_TRUE(rounded == got_p) << "p is not returned rounded to the compute type";
     EXPECT_EQ(nonzero_masked_probabilities(got_p, mask, s), 0u) << "probabilities of padded keys not exactly 0";
     DevF d_p_cpu(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(t, fp32(d_qkv), fp32(d_p_cpu), d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p_cpu)), d_dctx, d_dqkv, B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kHalf)) << "dqkv";
     // qkv and p handed over as 16-bit patterns (a layer's saved copies) are read as they are.
     DeviceBuffer<std::uint16_t> d_qkv16(gpu(), qkv.size()), d_p16(gpu(), p.size());
     gpu().pack(t, d_qkv, d_qkv16, qkv.size());
     gpu().pack(t, d_p_cpu, d_p16, p.size());
     DevF d_p_again(gpu(), nans(p.size())), d_ctx_again(gpu(), nans(ctx.size())), d_dqkv_again(gpu(), nans(qkv.size()));
-    gpu().attention_forward(t, {d_qkv16.get(), t}, d_mask, d_p_again, d_ctx_again, B, L, H, hd);
-    gpu().attention_backward(t, {d_qkv16.get(), t}, {d_p16.get(), t}, d_dctx, d_dqkv_again, B, L, H, hd);
+    gpu().attention_forward(t, {d_qkv16.get(), t}, d_mask, d_p_again, nullptr, d_ctx_again, B, L, H, hd);
+    gpu().attention_backward(t, {d_qkv16.get(), t}, Backend::AttentionProbs::kept({d_p16.get(), t}), d_dctx, d_dqkv_again, B, L, H, hd);
     // The same operands, packed beforehand: the same products on the same values, so the same bits.
     EXPECT_TRUE(d_p_again.download() == got_p) << "p from 16-bit qkv";
     EXPECT_TRUE(d_ctx_again.download() == d_ctx.download()) << "ctx from 16-bit qkv";
     EXPECT_TRUE(d_dqkv_again.download() == d_dqkv.download()) << "dqkv from 16-bit qkv and p";
+  }
+}
+
+// train.recompute: p not kept, recomputed in backward from q, k and forward's row statistics, gives the
+// same bits as p kept, for each (products, kept type) pair the layers use; the statistics match the CPU's.
+TEST_F(CudaOps, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
+  for (const auto& [compute, kept_as] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
+                                         std::pair{DType::f32, DType::f16}}) {
+    for (const AttentionShape& s : kAttentionShapes) {
+      const auto [B, L, H, hd] = s;
+      SCOPED_TRACE(std::string("products ") + dtype_name(compute) + ", kept " + dtype_name(kept_as) + ", L " +
+                   std::to_string(L));
+      const auto mask = key_mask(s);
+      auto qkv = normal(sz(B, L, 3 * H, hd), "attention_recompute.qkv", 1.5);
+      cpu().round_to(compute, qkv.data(), nullptr, qkv.size());
+      const auto dctx = normal(sz(B, L, H, hd), "attention_recompute.dctx");
+      DevU8 d_mask(gpu(), mask);
+      DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(sz(B, H, L, L))), d_ctx(gpu(), nans(dctx.size()));
+      DevF d_ctx_again(gpu(), nans(dctx.size())), d_stats(gpu(), nans(sz(B, H, L, 2)));
+      gpu().attention_forward(compute, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
+      gpu().attention_forward(compute, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx_again, B, L, H, hd);
+      EXPECT_TRUE(d_ctx_again.download() == d_ctx.download()) << "ctx without p kept";
+      std::vector<float> stats = nans(sz(B, H, L, 2)), ctx = nans(dctx.size());
+      cpu().attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
+      EXPECT_TRUE(close_l2(d_stats.download(), stats, kF32)) << "row statistics";
+      gpu().round_to(kept_as, d_p, nullptr, sz(B, H, L, L));  // as the layer keeps it
+      DevF d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size())), d_dqkv_again(gpu(), nans(qkv.size()));
+      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H,
+                               hd);
+      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, kept_as),
+                               d_dctx, d_dqkv_again, B, L, H, hd);
+      EXPECT_TRUE(d_dqkv_again.download() == d_dqkv.download()) << "dqkv with p recomputed";
+    }
   }
 }
 

@@ -208,6 +208,66 @@ INSTANTIATE_TEST_SUITE_P(Types, AllReduce,
                                            Case{DType::f32, true, 700}),
                          case_name);
 
+// ZeRO's collectives over uneven parts (one of them empty), in every type, whole and cut into chunks
+// smaller than a part: the reduce-scatter leaves each member the sums of its part in place (small
+// integers: exact in every type, bit for bit); the all-gather gives every member every part; the
+// gather collects them at a non-zero root.
+class Parts : public ::testing::TestWithParam<Case> {};
+
+std::vector<std::size_t> uneven_parts(int size) {
+  std::vector<std::size_t> bounds = {0};
+  for (int r = 0; r < size; ++r) bounds.push_back(bounds.back() + (r == 1 ? 0 : std::size_t(300 + 77 * r)));
+  return bounds;
+}
+
+TEST_P(Parts, ReduceScatterAllGatherAndGather) {
+  const DType type = GetParam().type;
+  auto comm = world_dup(GetParam().chunk);
+  const int rank = comm->rank(), size = comm->size();
+  const std::vector<std::size_t> bounds = uneven_parts(size);
+  const std::size_t n = bounds.back();
+  const auto value = [](int r, std::size_t i) { return float(int((i * 7 + std::size_t(r) * 3) % 19) - 9); };
+  std::vector<float> mine(n);
+  for (std::size_t i = 0; i < n; ++i) mine[i] = value(rank, i);
+  std::vector<std::byte> data = encode(mine, type);
+  std::uint64_t before = comm->bytes_sent();
+  Request scattered = comm->reduce_scatter_async(data.data(), bounds, type);
+  scattered.wait();
+  EXPECT_EQ(comm->bytes_sent() - before, n * dtype_size(type) / 2);
+  const std::vector<float> got = decode(data, type);
+  for (std::size_t i = bounds[std::size_t(rank)]; i < bounds[std::size_t(rank) + 1]; ++i) {
+    float sum = 0;
+    for (int r = 0; r < size; ++r) sum += value(r, i);
+    ASSERT_EQ(got[i], sum) << "rank " << rank << ", element " << i;
+  }
+  // Every member's part, marked with its rank, to every member.
+  std::vector<float> parts(n, -1.0f);
+  for (std::size_t i = bounds[std::size_t(rank)]; i < bounds[std::size_t(rank) + 1]; ++i) parts[i] = float(rank * 1000 + int(i % 500));
+  std::vector<std::byte> gathered = encode(parts, type);
+  before = comm->bytes_sent();
+  comm->all_gather_async(gathered.data(), bounds, type).wait();
+  EXPECT_EQ(comm->bytes_sent() - before, n * dtype_size(type) / 2);
+  const std::vector<float> all = decode(gathered, type);
+  for (int r = 0; r < size; ++r)
+    for (std::size_t i = bounds[std::size_t(r)]; i < bounds[std::size_t(r) + 1]; ++i)
+      ASSERT_EQ(all[i], rounded(float(r * 1000 + int(i % 500)), type)) << "rank " << rank << ", element " << i;
+  // The same parts gathered at the last rank from separate buffers.
+  const int root = size - 1;
+  const std::size_t own = bounds[std::size_t(rank) + 1] - bounds[std::size_t(rank)];
+  const std::vector<std::byte> part(gathered.begin() + std::ptrdiff_t(bounds[std::size_t(rank)] * dtype_size(type)),
+                                    gathered.begin() + std::ptrdiff_t((bounds[std::size_t(rank)] + own) * dtype_size(type)));
+  std::vector<std::byte> at_root(rank == root ? gathered.size() : 0, std::byte{0xff});
+  comm->gather(part.data(), rank == root ? at_root.data() : nullptr, bounds, type, root);
+  if (rank == root) EXPECT_TRUE(at_root == gathered);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Parts,
+                         ::testing::Values(Case{DType::f32, true, MpiCommunicator::max_chunk},
+                                           Case{DType::f16, true, MpiCommunicator::max_chunk},
+                                           Case{DType::bf16, true, MpiCommunicator::max_chunk},
+                                           Case{DType::f32, true, 200}, Case{DType::bf16, true, 200}),
+                         case_name);
+
 TEST(MpiCommunicator, Fp16AllReduceSendsHalfTheBytesOfFp32) {
   auto comm = world_dup();
   const std::size_t n = 1000;

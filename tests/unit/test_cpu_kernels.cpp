@@ -551,7 +551,7 @@ TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero
   const std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 0, 1,  1, 1, 1, 1, 1, 1, 1,  0, 0, 0, 1, 0, 0, 0};
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention.qkv", -2.0, 2.0);
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(std::size_t(B) * L * H * hd);
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
@@ -571,8 +571,8 @@ TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_backward.qkv", -2.0, 2.0);
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_backward.dctx");
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), ctx.data(), B, L, H, hd);
-  be->attention_backward(DType::f32, fp32(qkv.data()), fp32(p.data()), dctx.data(), dqkv.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   ref.backward(qkv, dctx);
@@ -587,8 +587,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_bf16.dctx");
   auto p32 = poisoned(std::size_t(B) * H * L * L), ctx32 = poisoned(dctx.size()), dqkv32 = poisoned(qkv.size());
   auto p16 = p32, ctx16 = ctx32, dqkv16 = dqkv32;
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p32.data(), ctx32.data(), B, L, H, hd);
-  be->attention_forward(DType::bf16, fp32(qkv.data()), mask.data(), p16.data(), ctx16.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p32.data(), nullptr, ctx32.data(), B, L, H, hd);
+  be->attention_forward(DType::bf16, fp32(qkv.data()), mask.data(), p16.data(), nullptr, ctx16.data(), B, L, H, hd);
   // The scores are the same product (q, k exact); p is then rounded, and P V takes the rounded p.
   auto rounded = p32;
   be->round_to(DType::bf16, rounded.data(), nullptr, rounded.size());
@@ -606,8 +606,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
                 double(rounded[ref.p_at(b, h, i, j)]) * qkv[(std::size_t(b) * L + j) * 3 * D + 2 * D + h * hd + c];
   EXPECT_TRUE(all_close(ctx16, want_ctx, 1e-6, 2e-6));
   // Backward: dctx and dS rounded on their way in; close to fp32, and not the same bits.
-  be->attention_backward(DType::f32, fp32(qkv.data()), fp32(p32.data()), dctx.data(), dqkv32.data(), B, L, H, hd);
-  be->attention_backward(DType::bf16, fp32(qkv.data()), fp32(p16.data()), dctx.data(), dqkv16.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p32.data())), dctx.data(), dqkv32.data(), B, L, H, hd);
+  be->attention_backward(DType::bf16, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p16.data())), dctx.data(), dqkv16.data(), B, L, H, hd);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < dqkv32.size(); ++i) {
     diff += (double(dqkv16[i]) - dqkv32[i]) * (double(dqkv16[i]) - dqkv32[i]);
@@ -620,13 +620,45 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   floats_to_bf16(qkv.data(), qkv_bits.data(), qkv.size());
   floats_to_bf16(p16.data(), p_bits.data(), p16.size());
   auto p_again = poisoned(p16.size()), ctx_again = poisoned(ctx16.size()), dqkv_again = poisoned(qkv.size());
-  be->attention_forward(DType::bf16, {qkv_bits.data(), DType::bf16}, mask.data(), p_again.data(), ctx_again.data(), B, L,
-                        H, hd);
-  be->attention_backward(DType::bf16, {qkv_bits.data(), DType::bf16}, {p_bits.data(), DType::bf16}, dctx.data(),
-                         dqkv_again.data(), B, L, H, hd);
+  be->attention_forward(DType::bf16, {qkv_bits.data(), DType::bf16}, mask.data(), p_again.data(), nullptr, ctx_again.data(), B, L, H, hd);
+  be->attention_backward(DType::bf16, {qkv_bits.data(), DType::bf16}, Backend::AttentionProbs::kept({p_bits.data(), DType::bf16}), dctx.data(), dqkv_again.data(), B, L, H, hd);
   EXPECT_EQ(p_again, p16);
   EXPECT_EQ(ctx_again, ctx16);
   EXPECT_EQ(dqkv_again, dqkv16);
+}
+
+// train.recompute: p not kept, recomputed in backward from q, k and forward's row statistics, gives
+// the same bits as p kept, in each (products, kept type) pair the layers use: fp32, bf16, and fp16
+// storage with fp32 products. L = 37 leaves SIMD remainders; sample 2 has one valid key, sample 1 none.
+TEST_F(CpuKernels, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
+  const int B = 3, L = 37, H = 2, hd = 8;
+  std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+  for (int j = 0; j < L; ++j) mask[std::size_t(L) + j] = 0, mask[2 * std::size_t(L) + j] = j == 5;
+  for (int j = 30; j < L; ++j) mask[j] = 0;
+  for (const auto& [compute, kept_as] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
+                                         std::pair{DType::f32, DType::f16}}) {
+    SCOPED_TRACE(std::string("products ") + dtype_name(compute) + ", kept " + dtype_name(kept_as));
+    auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_recompute.qkv", -3.0, 3.0);
+    be->round_to(compute, qkv.data(), nullptr, qkv.size());
+    const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_recompute.dctx");
+    auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), ctx_again = ctx;
+    auto stats = poisoned(std::size_t(B) * H * L * 2);
+    be->attention_forward(compute, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    be->attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx_again.data(), B, L, H, hd);
+    EXPECT_EQ(ctx_again, ctx);
+    // A row with no valid key: max -inf, 1 / sum 0.
+    EXPECT_EQ(stats[(std::size_t(1) * H * L) * 2], -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(stats[(std::size_t(1) * H * L) * 2 + 1], 0.0f);
+    be->round_to(kept_as, p.data(), nullptr, p.size());  // as the layer keeps it
+    auto dqkv = poisoned(qkv.size()), dqkv_again = dqkv;
+    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
+                           dqkv.data(), B, L, H, hd);
+    const double flops_before = be->gemm_flops();
+    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::recomputed(mask.data(), stats.data(), kept_as),
+                           dctx.data(), dqkv_again.data(), B, L, H, hd);
+    EXPECT_EQ(dqkv_again, dqkv);
+    EXPECT_EQ(be->gemm_flops() - flops_before, 10.0 * B * H * L * L * hd);  // the scores once more
+  }
 }
 
 // ---------------------------------------------------------------- audio front end and video

@@ -10,6 +10,7 @@
 
 #include "core/half.hpp"
 #include "parallel/grad_buckets.hpp"
+#include "parallel/zero_parts.hpp"
 
 namespace avtrain::parallel {
 namespace {
@@ -47,6 +48,17 @@ class FakeGroup final : public Communicator {
   }
   std::uint64_t bytes_sent() const override { return bytes_; }
 
+  // As this member sees it: its own part holds the sums (here every element does).
+  Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) override {
+    calls.push_back({data, bounds.back(), type, ReduceOp::sum});
+    scatter_bounds.push_back(bounds);
+    bytes_ += bounds.back() * dtype_size(type) / 2;
+    return Request(std::make_unique<Reduction>(data, bounds.back(), type, size_));
+  }
+  Request all_gather_async(void*, const std::vector<std::size_t>&, DType) override {
+    return unexpected("all_gather_async"), Request();
+  }
+  void gather(const void*, void*, const std::vector<std::size_t>&, DType, int) override { unexpected("gather"); }
   void all_reduce(double*, std::size_t, ReduceOp) override { unexpected("all_reduce(double)"); }
   void broadcast(void*, std::size_t, int) override { unexpected("broadcast"); }
   void send(const void*, std::size_t, int, int) override { unexpected("send"); }
@@ -57,6 +69,7 @@ class FakeGroup final : public Communicator {
   void barrier() override { unexpected("barrier"); }
 
   std::vector<Call> calls;
+  std::vector<std::vector<std::size_t>> scatter_bounds;  // each reduce-scatter's parts
 
  private:
   static void unexpected(const char* what) { ADD_FAILURE() << "GradBuckets called " << what; }
@@ -322,6 +335,31 @@ TEST_P(GradBucketsWire, HandsTheGroupHalfTheBytesOfFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, GradBucketsWire, ::testing::Values(DType::f16, DType::bf16),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// ZeRO: each bucket is reduce-scattered with the replicas' parts cut at the bucket's edges; this
+// member (rank 0 of 2) gets its part back averaged (through the wire type), the same bits as the
+// all-reduce gives there, and hands over half the bytes of an all-reduce.
+TEST(GradBuckets, UnderZeroBucketsAreReduceScatteredAtThePartsOfTheBuffer) {
+  const std::vector<std::size_t> parts = zero_parts(kSize, 2);  // {0, 512, 1000}
+  ASSERT_EQ(parts, (std::vector<std::size_t>{0, 512, 1000}));
+  for (const DType wire : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(wire));
+    const std::vector<float> original = random_grads(kSize, 6);
+    std::vector<float> reduced = original, scattered = original;
+    FakeGroup all(2), scatter(2);
+    GradBuckets all_reduce(cpu(), reduced.data(), kBounds, kCap250Floats, wire, all);
+    GradBuckets reduce_scatter(cpu(), scattered.data(), kBounds, kCap250Floats, wire, scatter, parts);
+    take_step(all_reduce);
+    take_step(reduce_scatter);
+    // Buckets [350, 1000), [100, 350), [0, 100): cut at 512 only the first.
+    ASSERT_EQ(scatter.scatter_bounds.size(), 3u);
+    EXPECT_EQ(scatter.scatter_bounds[0], (std::vector<std::size_t>{0, 162, 650}));
+    EXPECT_EQ(scatter.scatter_bounds[1], (std::vector<std::size_t>{0, 250, 250}));
+    EXPECT_EQ(scatter.scatter_bounds[2], (std::vector<std::size_t>{0, 100, 100}));
+    for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(float_bits(scattered[i]), float_bits(reduced[i])) << "at " << i;
+    EXPECT_EQ(scatter.bytes_sent() * 2, all.bytes_sent());
+  }
+}
 
 TEST(GradBuckets, LocalSumSquaresIsOverTheOwnGradientsBeforeReduction) {
   const std::vector<float> original = random_grads(kSize, 4);

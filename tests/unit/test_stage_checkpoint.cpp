@@ -21,7 +21,7 @@ namespace {
 void write_stage(const std::string& path, Backend& be, ParamStore& store, AdamW& adamw, const Counters& c,
                  const nlohmann::json& f) {
   StageSnapshot taken;
-  taken.take(be, store, adamw, c, f);
+  taken.take(be, store, &adamw, c, f);
   checkpoint::write_stage(path, taken);
 }
 

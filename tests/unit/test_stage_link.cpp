@@ -73,6 +73,13 @@ class FakePipe final : public Communicator {
   Request all_reduce_async(void*, std::size_t, DType, ReduceOp) override { return unexpected("all_reduce_async"), Request(); }
   void all_reduce(double*, std::size_t, ReduceOp) override { unexpected("all_reduce(double)"); }
   void broadcast(void*, std::size_t, int) override { unexpected("broadcast"); }
+  Request reduce_scatter_async(void*, const std::vector<std::size_t>&, DType) override {
+    return unexpected("reduce_scatter_async"), Request();
+  }
+  Request all_gather_async(void*, const std::vector<std::size_t>&, DType) override {
+    return unexpected("all_gather_async"), Request();
+  }
+  void gather(const void*, void*, const std::vector<std::size_t>&, DType, int) override { unexpected("gather"); }
   std::vector<std::string> gather(const std::string&, int) override { return unexpected("gather"), std::vector<std::string>(); }
   void barrier() override { unexpected("barrier"); }
 

@@ -20,10 +20,16 @@ namespace avtrain {
 
 namespace {
 
-// In place on one row of scores: softmax over the keys with mask = 1; masked keys get exactly 0.
-void masked_softmax_row(float* row, const std::uint8_t* mask, int L) {
+// The largest score over the keys with mask = 1 (-inf when there is none).
+float masked_row_max(const float* row, const std::uint8_t* mask, int L) {
   float m = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < L; ++j) m = mask[j] && row[j] > m ? row[j] : m;
+  return m;
+}
+
+// In place: exp(s - m) where mask = 1, exactly 0 elsewhere; returns their sum. Forward and the
+// recomputation both exponentiate through here, so their probabilities agree to the bit.
+float exponentiate_row(float* row, const std::uint8_t* mask, float m, int L) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < L; ++j) {
@@ -31,15 +37,18 @@ void masked_softmax_row(float* row, const std::uint8_t* mask, int L) {
     row[j] = e;
     sum += e;
   }
-  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  return sum;
+}
+
+void scale_row(float* row, float inv, int L) {
 #pragma omp simd
   for (int j = 0; j < L; ++j) row[j] *= inv;
 }
 
-// x rounded in place to `compute` (nothing for fp32).
-void round_operand(DType compute, float* x, std::size_t n) {
-  if (compute == DType::bf16) round_to_bf16(x, nullptr, n);
-  if (compute == DType::f16) round_to_half(x, nullptr, n);
+// x rounded in place to `type` (nothing for fp32).
+void round_operand(DType type, float* x, std::size_t n) {
+  if (type == DType::bf16) round_to_bf16(x, nullptr, n);
+  if (type == DType::f16) round_to_half(x, nullptr, n);
 }
 
 // An operand's n values in fp32: its own storage, or its 16-bit patterns unpacked into `unpacked`.
@@ -53,42 +62,78 @@ const float* values_of(Operand x, DType compute, std::size_t n, std::vector<floa
   return unpacked.data();
 }
 
+// One head's scores s[L, L] = scale q k^T (q, k rows of leading dimension 3D inside qkv).
+void head_scores(const float* q, const float* k, float scale, float* s, int L, int D, int hd) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
+}
+
+// One head's probabilities from its scores, in place, rounded to `compute`; with `stats`, each row's
+// (max, 1 / sum) is written there.
+void head_softmax(DType compute, float* s, const std::uint8_t* mask, float* stats, int L) {
+  for (int i = 0; i < L; ++i) {
+    float* row = s + std::size_t(i) * L;
+    const float m = masked_row_max(row, mask, L);
+    const float sum = exponentiate_row(row, mask, m, L);
+    const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+    scale_row(row, inv, L);
+    if (stats) stats[2 * i] = m, stats[2 * i + 1] = inv;
+  }
+  round_operand(compute, s, std::size_t(L) * L);
+}
+
+// The same probabilities again from the same scores and forward's row statistics.
+void head_softmax_again(DType compute, float* s, const std::uint8_t* mask, const float* stats, int L) {
+  for (int i = 0; i < L; ++i) {
+    float* row = s + std::size_t(i) * L;
+    exponentiate_row(row, mask, stats[2 * i], L);
+    scale_row(row, stats[2 * i + 1], L);
+  }
+  round_operand(compute, s, std::size_t(L) * L);
+}
+
 }  // namespace
 
 void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std::uint8_t* key_mask, float* p,
-                                   float* ctx, int B, int L, int H, int hd) {
+                                   float* row_stats, float* ctx, int B, int L, int H, int hd) {
   const int D = H * hd;
   std::vector<float> unpacked;
   const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h) {
-      const float* q = qkv + std::size_t(b) * L * 3 * D + h * hd;
-      const float* k = q + D;
-      const float* v = q + 2 * D;
-      float* s = p + (std::size_t(b) * H + h) * L * L;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
-      for (int i = 0; i < L; ++i) masked_softmax_row(s + std::size_t(i) * L, key_mask + std::size_t(b) * L, L);
-      round_operand(compute, s, std::size_t(L) * L);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
-                  ctx + std::size_t(b) * L * D + h * hd, D);
-    }
+#pragma omp parallel
+  {
+    std::vector<float> head(p ? 0 : std::size_t(L) * L);  // one head's probabilities when none are kept
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const float* q = qkv + std::size_t(b) * L * 3 * D + h * hd;
+        const float* k = q + D;
+        const float* v = q + 2 * D;
+        const std::size_t bh = std::size_t(b) * H + h;
+        float* s = p ? p + bh * L * L : head.data();
+        head_scores(q, k, scale, s, L, D, hd);
+        head_softmax(compute, s, key_mask + std::size_t(b) * L, row_stats ? row_stats + bh * L * 2 : nullptr, L);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
+                    ctx + std::size_t(b) * L * D + h * hd, D);
+      }
+  }
 }
 
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-void CpuBackend::attention_backward(DType compute, Operand qkv_operand, Operand p_operand, const float* dctx,
+void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const AttentionProbs& probs, const float* dctx,
                                     float* dqkv, int B, int L, int H, int hd) {
   const int D = H * hd;
+  const bool recompute = probs.recompute();
+  require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
   std::vector<float> qkv_values, p_values;
   const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, qkv_values);
-  const float* p = values_of(p_operand, compute, std::size_t(B) * H * L * L, p_values);
+  const float* p = recompute ? nullptr : values_of(probs.p, compute, std::size_t(B) * H * L * L, p_values);
   const float scale = 1.0f / std::sqrt(float(hd));
-  gemm_flops_ += 8.0 * B * H * double(L) * L * hd;
+  gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
     std::vector<float> ds(std::size_t(L) * L);
+    std::vector<float> head(recompute ? std::size_t(L) * L : 0);  // the head's probabilities, recomputed
     std::vector<float> rounded_dout(compute == DType::f32 ? 0 : std::size_t(L) * hd);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
@@ -100,7 +145,13 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, Operand 
         float* dq = dqkv + row0;
         float* dk = dq + D;
         float* dv = dq + 2 * D;
-        const float* pr = p + (std::size_t(b) * H + h) * L * L;
+        const std::size_t bh = std::size_t(b) * H + h;
+        const float* pr = p ? p + bh * L * L : head.data();
+        if (recompute) {
+          head_scores(q, k, scale, head.data(), L, D, hd);
+          head_softmax_again(compute, head.data(), probs.key_mask + std::size_t(b) * L, probs.row_stats + bh * L * 2, L);
+          if (probs.kept_as != compute) round_operand(probs.kept_as, head.data(), head.size());
+        }
         const float* dout = dctx + std::size_t(b) * L * D + h * hd;
         int ldo = D;
         if (compute != DType::f32) {  // the head's output gradient, rounded, side by side

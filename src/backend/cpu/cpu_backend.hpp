@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   bool host_accessible() const override { return true; }
   void synchronize() override {}
+  std::size_t memory_for_tensors() const override;
 
   using Backend::gemm;
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
@@ -61,10 +62,10 @@ class CpuBackend final : public Backend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
-  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* ctx, int B, int L,
-                         int H, int hd) override;
-  void attention_backward(DType compute, Operand qkv, Operand p, const float* dctx, float* dqkv, int B, int L, int H,
-                          int hd) override;
+  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* row_stats,
+                         float* ctx, int B, int L, int H, int hd) override;
+  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                          int B, int L, int H, int hd) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
                     int T, int win, int hop) override;
