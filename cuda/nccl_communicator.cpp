@@ -1,5 +1,7 @@
 #include "nccl_communicator.hpp"
 
+#include <functional>
+
 #include <chrono>
 #include <exception>
 #include <thread>
@@ -162,38 +164,33 @@ void NcclCommunicator::all_reduce(double* data, std::size_t count, parallel::Red
 }
 
 // A part per member: one ncclReduce (in place at its owner) or ncclBroadcast (from its owner) per
-// part, in one group.
-parallel::Request NcclCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds,
-                                                        DType type) {
+// non-empty part, in one group.
+parallel::Request NcclCommunicator::each_part(void* data, const std::vector<std::size_t>& bounds, DType type,
+                                              const std::function<void(int owner, void* part, std::size_t count)>& call) {
   parallel::require_parts(bounds, size_, where_);
-  auto* bytes = static_cast<char*>(data);
   const std::size_t element = dtype_size(type);
   group_begin();
   order_after_compute();
   for (int r = 0; r < size_; ++r) {
     const std::size_t n = bounds[std::size_t(r) + 1] - bounds[std::size_t(r)];
-    void* part = bytes + bounds[std::size_t(r)] * element;
-    if (n > 0) NCCL_OK(ncclReduce(part, part, n, nccl_type(type), nccl_op(parallel::ReduceOp::sum), r, comm_, stream_.get()));
+    if (n > 0) call(r, static_cast<char*>(data) + bounds[std::size_t(r)] * element, n);
   }
   group_end();
   bytes_sent_ += bounds.back() * element / 2;
   return enqueued();
 }
 
+parallel::Request NcclCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds,
+                                                        DType type) {
+  return each_part(data, bounds, type, [&](int owner, void* part, std::size_t n) {
+    NCCL_OK(ncclReduce(part, part, n, nccl_type(type), nccl_op(parallel::ReduceOp::sum), owner, comm_, stream_.get()));
+  });
+}
+
 parallel::Request NcclCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
-  parallel::require_parts(bounds, size_, where_);
-  auto* bytes = static_cast<char*>(data);
-  const std::size_t element = dtype_size(type);
-  group_begin();
-  order_after_compute();
-  for (int r = 0; r < size_; ++r) {
-    const std::size_t n = bounds[std::size_t(r) + 1] - bounds[std::size_t(r)];
-    void* part = bytes + bounds[std::size_t(r)] * element;
-    if (n > 0) NCCL_OK(ncclBroadcast(part, part, n, nccl_type(type), r, comm_, stream_.get()));
-  }
-  group_end();
-  bytes_sent_ += bounds.back() * element / 2;
-  return enqueued();
+  return each_part(data, bounds, type, [&](int owner, void* part, std::size_t n) {
+    NCCL_OK(ncclBroadcast(part, part, n, nccl_type(type), owner, comm_, stream_.get()));
+  });
 }
 
 void NcclCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type,

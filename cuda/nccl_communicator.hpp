@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -93,6 +94,8 @@ class NcclCommunicator final : public parallel::Communicator {
 
   SharedEvent new_event();
   parallel::Request enqueued();  // the Request of the operation just enqueued
+  parallel::Request each_part(void* data, const std::vector<std::size_t>& bounds, DType type,
+                              const std::function<void(int owner, void* part, std::size_t count)>& call);
   bool complete(cudaEvent_t event);
   void wait(cudaEvent_t event);
   void poll_async_error();

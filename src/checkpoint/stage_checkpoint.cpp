@@ -33,7 +33,14 @@ void StageSnapshot::reserve(const ParamStore& store) {
 
 void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& c, const nlohmann::json& fp) {
   params = store.params();
-  host_copy(be, store.values(), values);
+  if (!store.masters_split()) {
+    host_copy(be, store.values(), values);
+  } else {  // the masters are in `values` already; the fp32 values of the rest are whole here
+    values.resize(store.total_size());
+    for (const ParamInfo& p : params)
+      if (p.working == DType::f32 && p.size)
+        be.download(values.data() + p.offset, store.values().data() + p.value_offset, p.size * sizeof(float));
+  }
   if (adamw) {
     require(adamw->part().size() == store.total_size(), "internal: a snapshot of part of AdamW's moments");
     host_copy(be, adamw->first_moments(), m);
@@ -108,7 +115,7 @@ void Checkpoint::load(Backend& be, ParamStore& params, AdamW* adamw) const {
     holder("adamw/m/" + p.name).tensor("adamw/m/" + p.name, m.data() + p.offset, p.size);
     holder("adamw/v/" + p.name).tensor("adamw/v/" + p.name, v.data() + p.offset, p.size);
   }
-  be.upload(params.values().data(), values.data(), values.size() * sizeof(float));
+  params.load(values);
   if (!adamw) return;
   const FlatPart& part = adamw->part();
   be.upload(adamw->first_moments().data(), m.data() + part.begin, part.size() * sizeof(float));

@@ -39,8 +39,9 @@ struct StageSnapshot {
   // checkpoint does not pay the page faults beside training (measured: a 437 MiB stage's first
   // write 3.8 s and a step 2 s slower, against 0.6 s and 0.5 s once the memory was touched).
   void reserve(const ParamStore& store);
-  // Copies the values and, when `adamw` keeps the moments of every element, the moments; under
-  // ZeRO the caller has gathered the moments into m and v already (adamw null).
+  // Copies the values and, when `adamw` keeps the moments of every element, the moments. Under
+  // ZeRO the caller has gathered the moments into m and v already (adamw null) and, when the store's
+  // masters are split, the masters into `values` (the rest of the values are whole in the store).
   void take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& counters, const nlohmann::json& fingerprint);
 };
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
+#include "core/tensor_memory.hpp"
 #include "core/keyed_random.hpp"
 
 namespace avtrain {
@@ -39,6 +41,7 @@ ParamId ParamStore::add(const std::string& module, const std::string& leaf, std:
   p.size = 1;
   for (int d : p.shape) p.size *= std::size_t(d);
   p.offset = total_;
+  p.value_offset = total_;
   p.init = init;
   p.init_std = init_std;
   p.trainable = trainable;
@@ -51,12 +54,17 @@ ParamId ParamStore::add(const std::string& module, const std::string& leaf, std:
 
 void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
   std::vector<float> initial;
-  allocating("this stage's parameters: " + std::to_string(total_) + " fp32 values, their gradients, their working "
-             "copies and the initial values drawn on the host",
-             12.0 * double(total_) + double(working_total_) * 4.0, [&] {
-               values_.resize(total_);
+  const std::size_t masters = split_ ? part_.size() : 0;
+  allocating("this stage's parameters: " + std::to_string(total_) + " fp32 gradients, " +
+                 std::to_string(split_ ? values_total_ : total_) + " fp32 values, " + std::to_string(masters) +
+                 " fp32 masters of this replica's part, their working copies and the initial values drawn on the host",
+             4.0 * double(total_) + 4.0 * double(split_ ? values_total_ : total_) + 4.0 * double(masters) +
+                 2.0 * double(working_total_) + 4.0 * double(total_),
+             [&] {
+               values_.resize(split_ ? values_total_ : total_);
                grads_.resize(total_);
                working_.resize(working_total_);
+               masters_.resize(masters);
                initial.assign(total_, 0.0f);  // drawn on the host, then uploaded to wherever the tensors live
              });
   values_.zero();
@@ -72,16 +80,89 @@ void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
         break;
     }
   }
-  values_.upload(initial.data(), initial.size());
+  load(initial);
+}
+
+void ParamStore::load(const std::vector<float>& flat) {
+  require(flat.size() == total_, "internal: ParamStore::load of " + std::to_string(flat.size()) + " values into " +
+                                     std::to_string(total_));
+  if (!split_) {
+    values_.upload(flat.data(), total_);
+    return;
+  }
+  TensorMemory& memory = tensor_memory();
+  std::vector<std::uint16_t> bits;
+  for (const ParamInfo& p : params_) {
+    const float* from = flat.data() + p.offset;
+    if (p.working == DType::f32) {
+      memory.upload(values_.data() + p.value_offset, from, p.size * sizeof(float));
+      continue;
+    }
+    // Rounded to nearest even on the host: the bits Backend::pack gives.
+    bits.resize(p.size);
+    if (p.working == DType::f16) floats_to_half(from, bits.data(), p.size);
+    else floats_to_bf16(from, bits.data(), p.size);
+    memory.upload(working_.data() + p.working_offset, bits.data(), p.size * sizeof(std::uint16_t));
+  }
+  masters_.upload(flat.data() + part_.begin, part_.size());
 }
 
 void ParamStore::set_working_dtype(ParamId id, DType dtype) {
-  require(values_.size() == 0, "internal: working type of " + params_[id].name + " set after allocation");
+  require(values_.size() == 0 && !split_, "internal: working type of " + params_[id].name + " set after allocation");
   ParamInfo& p = params_[id];
   p.working = dtype;
   if (dtype == DType::f32) return;
   p.working_offset = working_total_;
   working_total_ += (p.size + 31) / 32 * 32;  // 64-byte aligned
+}
+
+void ParamStore::keep_masters_of(FlatPart part) {
+  require(values_.size() == 0, "internal: ParamStore::keep_masters_of after allocation");
+  require(part.begin <= part.end && part.end <= total_, "internal: a master part outside the parameters");
+  split_ = working_total_ > 0;
+  if (!split_) return;
+  part_ = part;
+  values_total_ = 0;
+  for (ParamInfo& p : params_) {
+    if (p.working != DType::f32) continue;
+    p.value_offset = values_total_;
+    values_total_ += (p.size + 15) / 16 * 16;  // 64-byte aligned, as in the flat buffers
+  }
+}
+
+DType ParamStore::working_type() const {
+  for (const ParamInfo& p : params_)
+    if (p.working != DType::f32) return p.working;
+  return DType::f32;
+}
+
+std::vector<std::size_t> ParamStore::value_bounds(const std::vector<std::size_t>& flat) const {
+  if (!split_) return flat;
+  std::vector<std::size_t> out;
+  for (std::size_t b : flat) {
+    std::size_t at = values_total_;
+    for (const ParamInfo& p : params_) {
+      if (p.working != DType::f32 || b >= p.offset + p.size) continue;
+      at = p.value_offset + (b > p.offset ? b - p.offset : 0);
+      break;
+    }
+    out.push_back(at);
+  }
+  return out;
+}
+
+std::vector<std::size_t> ParamStore::working_bounds(const std::vector<std::size_t>& flat) const {
+  std::vector<std::size_t> out;
+  for (std::size_t b : flat) {
+    std::size_t at = working_total_;
+    for (const ParamInfo& p : params_) {
+      if (p.working == DType::f32 || b >= p.offset + p.size) continue;
+      at = p.working_offset + (b > p.offset ? b - p.offset : 0);
+      break;
+    }
+    out.push_back(at);
+  }
+  return out;
 }
 
 Operand ParamStore::operand(ParamId id) const {
@@ -90,10 +171,17 @@ Operand ParamStore::operand(ParamId id) const {
   return {working_.data() + p.working_offset, p.working};
 }
 
-void ParamStore::refresh_working(Backend& be) {
-  for (ParamId id = 0; id < ParamId(params_.size()); ++id) {
-    const ParamInfo& p = params_[id];
-    if (p.working != DType::f32) be.pack(p.working, value(id), working_.data() + p.working_offset, p.size);
+void ParamStore::refresh(Backend& be, FlatPart part) {
+  const FlatPart held = master_part();
+  require(held.begin <= part.begin && part.end <= held.end, "internal: a refresh outside the masters this store holds");
+  for (const ParamInfo& p : params_) {
+    const std::size_t lo = std::max(p.offset, part.begin), hi = std::min(p.offset + p.size, part.end);
+    if (lo >= hi) continue;
+    const float* from = masters().data() + (lo - held.begin);
+    if (p.working != DType::f32)
+      be.pack(p.working, from, working_.data() + p.working_offset + (lo - p.offset), hi - lo);
+    else if (split_ && p.trainable)
+      be.copy(values_.data() + p.value_offset + (lo - p.offset), from, (hi - lo) * sizeof(float));
   }
 }
 

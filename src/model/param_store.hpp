@@ -3,6 +3,11 @@
 // grads, accumulated over micro-batches), plus, in mixed precision, a working copy of the matrix
 // weights in the compute type, refreshed from the masters after every update. Layers register what they need at construction and
 // address it by ParamId; checkpoints, traces and option patterns speak the names.
+// Every parameter has a place in the flat index space (offset .. offset + size): the gradients are
+// laid out there, and so are the values unless the masters are split (ZeRO in mixed precision,
+// keep_masters_of): then the fp32 masters exist for one part of that space only, the parameters
+// with 16-bit working copies have no other fp32 copy, and values() holds, packed in flat order,
+// the fp32 values of the rest (norms, biases, buffers, fp32_layers) whole.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +33,13 @@ struct ParamInfo {
   bool weight_decay = true;      // false for norms and biases
   DType working = DType::f32;    // fp16/bf16: matrix products read a working copy in that type
   std::size_t working_offset = 0;
+  std::size_t value_offset = 0;  // where its fp32 values are in values(): `offset` unless the masters are split
+};
+
+// The elements [begin, end) of the flat index space: under ZeRO, one replica's part.
+struct FlatPart {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
 };
 
 class ParamStore {
@@ -40,14 +52,27 @@ class ParamStore {
   void allocate(std::uint64_t seed, int init_ulps = 0);
   // Before allocate(): matrix products read `id` from a working copy in `dtype` (f32: the master).
   void set_working_dtype(ParamId id, DType dtype);
+  // Before allocate() (ZeRO): fp32 masters for the flat elements of `part` only, when some
+  // parameter has a 16-bit working copy (otherwise the values are the masters, and stay whole).
+  void keep_masters_of(FlatPart part);
   // What a matrix product reads: the working copy, or the fp32 master.
   Operand operand(ParamId id) const;
-  // Rounds the masters into the working copies (after allocation and every update).
-  void refresh_working(Backend& be);
+  // From the masters of `part` (within master_part()), after an update: their working copies and,
+  // when the masters are split, the fp32 values of the trainable parameters among them.
+  void refresh(Backend& be, FlatPart part);
+  // refresh() of every master this store has (after allocation, a load and every update).
+  void refresh_working(Backend& be) { refresh(be, master_part()); }
+  // Every parameter's values from the host, laid out at the flat offsets (total_size() values):
+  // into the masters (of their part), the fp32 values and (when the masters are split, since
+  // refresh() reaches only the part) every working copy.
+  void load(const std::vector<float>& flat);
   std::size_t working_bytes() const { return working_.bytes(); }
+  // All this store holds: values, masters, gradients, working copies.
+  std::size_t bytes() const { return values_.bytes() + masters_.bytes() + grads_.bytes() + working_.bytes(); }
 
-  float* value(ParamId id) { return values_.data() + params_[id].offset; }
-  const float* value(ParamId id) const { return values_.data() + params_[id].offset; }
+  // fp32 values (a parameter without a 16-bit working copy, or any when the masters are whole).
+  float* value(ParamId id) { return values_.data() + params_[id].value_offset; }
+  const float* value(ParamId id) const { return values_.data() + params_[id].value_offset; }
   float* grad(ParamId id) { return grads_.data() + params_[id].offset; }
   const ParamInfo& info(ParamId id) const { return params_[id]; }
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -56,13 +81,29 @@ class ParamStore {
   void zero_grads() { grads_.zero(); }
   Buffer& values() { return values_; }
   Buffer& grads() { return grads_; }
+  Buffer16& working() { return working_; }
+  const Buffer16& working() const { return working_; }
+  // The 16-bit type of the working copies; f32 when there are none.
+  DType working_type() const;
+
+  // The fp32 masters: flat element i (in master_part()) at masters().data() + i - master_part().begin.
+  bool masters_split() const { return split_; }
+  FlatPart master_part() const { return split_ ? part_ : FlatPart{0, total_}; }
+  Buffer& masters() { return split_ ? masters_ : values_; }
+  // Where the flat bounds of parts (ascending, 0 .. total_size()) fall in values() and in the working
+  // copies: what an all-gather of each cuts at. Padding between parameters goes to either side.
+  std::vector<std::size_t> value_bounds(const std::vector<std::size_t>& flat) const;
+  std::vector<std::size_t> working_bounds(const std::vector<std::size_t>& flat) const;
 
  private:
   std::vector<ParamInfo> params_;
   std::size_t total_ = 0;
   Buffer values_, grads_;
   Buffer16 working_;
-  std::size_t working_total_ = 0;
+  std::size_t working_total_ = 0, values_total_ = 0;
+  bool split_ = false;  // masters_ holds the masters of part_ alone
+  FlatPart part_;
+  Buffer masters_;
 };
 
 // Deterministic N(0, std^2) values keyed by (seed, name), independent of the platform's <random>.

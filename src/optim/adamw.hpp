@@ -11,16 +11,10 @@
 
 namespace avtrain {
 
-// The elements [begin, end) of a ParamStore's flat buffers that an optimizer updates and keeps
-// moments for: all of them, or (parallel.zero) one replica's part.
-struct FlatPart {
-  std::size_t begin = 0, end = 0;
-  std::size_t size() const { return end - begin; }
-};
-
 class AdamW {
  public:
-  // `part` defaults to every element of `params`.
+  // `part`: the flat elements it updates and keeps moments for (a ZeRO replica's, within the
+  // masters `params` holds); default every element.
   AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt);
   // One update of the part's elements from params.grads() (elementwise: a part's result is the
   // same bits as the whole's).

@@ -174,6 +174,25 @@ Shares shares_in(const std::vector<std::size_t>& bounds, std::size_t offset, std
 
 }  // namespace
 
+// A ZeRO collective over `data` cut at `bounds`, started by `start(request, piece, shares)` on each
+// piece small enough for MPI's int counts; counts half the buffer in bytes_sent.
+template <class Start>
+Request MpiCommunicator::each_piece(void* data, const std::vector<std::size_t>& bounds, DType type, Start start) {
+  require_parts(bounds, size_, where_);
+  auto request = std::make_unique<MpiRequest>(where_);
+  auto* bytes = static_cast<std::byte*>(data);
+  const std::size_t element = dtype_size(type);
+  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
+    start(*request, bytes + offset * element, shares_in(bounds, offset, std::size_t(n)));
+  });
+  bytes_sent_ += bounds.back() * element / 2;
+  return Request(std::move(request));
+}
+
+namespace {
+
+}  // namespace
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, std::size_t chunk)
     : comm_(comm),
       owned_(owned && comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF),
@@ -248,42 +267,28 @@ void MpiCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
 }
 
 Request MpiCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
-  require_parts(bounds, size_, where_);
-  auto request = std::make_unique<MpiRequest>(where_);
-  auto* bytes = static_cast<std::byte*>(data);
-  const std::size_t element = dtype_size(type);
-  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
-    const Shares share = shares_in(bounds, offset, std::size_t(n));
-    std::byte* piece = bytes + offset * element;
+  return each_piece(data, bounds, type, [&](MpiRequest& request, std::byte* piece, const Shares& share) {
     MPI_Request r;
-    check(MPI_Ireduce_scatter(MPI_IN_PLACE, piece, request->keep(share.counts), datatype_of(type),
+    check(MPI_Ireduce_scatter(MPI_IN_PLACE, piece, request.keep(share.counts), datatype_of(type),
                               op_of(type, ReduceOp::sum), comm_, &r),
           "MPI_Ireduce_scatter");
-    request->add(r);
+    request.add(r);
     // In place, MPI leaves this member's sums at the start of the piece: moved to their place.
-    const std::size_t mine = std::size_t(share.counts[std::size_t(rank_)]), at = std::size_t(share.displs[std::size_t(rank_)]);
+    const std::size_t element = dtype_size(type), mine = std::size_t(share.counts[std::size_t(rank_)]);
+    const std::size_t at = std::size_t(share.displs[std::size_t(rank_)]);
     if (mine > 0 && at > 0)
-      request->then([piece, mine, at, element] { std::memmove(piece + at * element, piece, mine * element); });
+      request.then([piece, mine, at, element] { std::memmove(piece + at * element, piece, mine * element); });
   });
-  bytes_sent_ += bounds.back() * element / 2;
-  return Request(std::move(request));
 }
 
 Request MpiCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
-  require_parts(bounds, size_, where_);
-  auto request = std::make_unique<MpiRequest>(where_);
-  auto* bytes = static_cast<std::byte*>(data);
-  const std::size_t element = dtype_size(type);
-  for_each_chunk(bounds.back(), chunk_, [&](std::size_t offset, int n) {
-    const Shares share = shares_in(bounds, offset, std::size_t(n));
+  return each_piece(data, bounds, type, [&](MpiRequest& request, std::byte* piece, const Shares& share) {
     MPI_Request r;
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes + offset * element, request->keep(share.counts),
-                          request->keep(share.displs), datatype_of(type), comm_, &r),
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, piece, request.keep(share.counts),
+                          request.keep(share.displs), datatype_of(type), comm_, &r),
           "MPI_Iallgatherv");
-    request->add(r);
+    request.add(r);
   });
-  bytes_sent_ += bounds.back() * element / 2;
-  return Request(std::move(request));
 }
 
 void MpiCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) {

@@ -65,6 +65,8 @@ class MpiCommunicator final : public Communicator {
   void check(int rc, const char* call) const;
   MPI_Op op_of(DType type, ReduceOp op) const;
   void release() noexcept;
+  template <class Start>
+  Request each_piece(void* data, const std::vector<std::size_t>& bounds, DType type, Start start);
 
   MPI_Comm comm_;
   bool owned_;

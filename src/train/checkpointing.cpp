@@ -150,17 +150,19 @@ void Checkpointing::gather_moments_over(parallel::Communicator& data, std::vecto
   parts_ = std::move(parts);
 }
 
-// Each replica's part of the moments to the writer (data-parallel rank 0), through a staging buffer of
-// at most 16 MiB there, into its snapshot's host arrays.
-void Checkpointing::gather_moments(Backend& be, AdamW& adamw) {
+// Each replica's part of the moments (and of the masters, where they are split) to the writer
+// (data-parallel rank 0), through a staging buffer of at most 16 MiB there, into its snapshot's
+// host arrays.
+void Checkpointing::gather_parts(Backend& be, ParamStore& params, AdamW& adamw) {
   constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats
   const std::size_t n = parts_.back(), own = adamw.part().begin, own_end = adamw.part().end;
   const bool writer = topo_.dp_rank == 0;
   Buffer staging;
   if (writer) staging.resize(std::min(kChunk, n));
-  const std::pair<Buffer*, checkpoint::HostFloats*> moments[2] = {{&adamw.first_moments(), &snapshot_->m},
-                                                                  {&adamw.second_moments(), &snapshot_->v}};
-  for (const auto& [part, host] : moments) {
+  std::vector<std::pair<Buffer*, checkpoint::HostFloats*>> split = {{&adamw.first_moments(), &snapshot_->m},
+                                                                    {&adamw.second_moments(), &snapshot_->v}};
+  if (params.masters_split()) split.push_back({&params.masters(), &snapshot_->values});
+  for (const auto& [part, host] : split) {
     if (writer) host->resize(n);
     for (std::size_t begin = 0; begin < n; begin += kChunk) {
       const std::size_t end = std::min(n, begin + kChunk);
@@ -212,7 +214,7 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     fs::create_directories(ck, ec);
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
-  if (data_) gather_moments(be, adamw);
+  if (data_) gather_parts(be, params, adamw);
   if (topo_.dp_rank == 0) {
     snapshot_->take(be, params, data_ ? nullptr : &adamw, counters, fingerprint);  // the previous write has finished
     const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";

@@ -45,8 +45,9 @@ class Checkpointing {
   // The checkpoint resume() loaded ("" before, or after a fresh start).
   const std::string& loaded() const { return loaded_; }
 
-  // Under ZeRO (parallel.zero): the stage's AdamW moments are split over the data-parallel group
-  // `data` at `parts`; save() gathers them to the stage's writer, a chunk at a time.
+  // Under ZeRO (parallel.zero): the stage's AdamW moments (and, in mixed precision, its fp32
+  // masters) are split over the data-parallel group `data` at `parts`; save() gathers them to the
+  // stage's writer, a chunk at a time.
   void gather_moments_over(parallel::Communicator& data, std::vector<std::size_t> parts);
   // Before training: the host memory this rank's checkpoints take (a stage's writer only), touched
   // once now rather than beside the first checkpoint's steps.
@@ -80,7 +81,7 @@ class Checkpointing {
     double write_s = 0;         // the write's seconds, once taken from `write`
   };
   std::vector<std::string> stage_files(const std::string& checkpoint) const;
-  void gather_moments(Backend& be, AdamW& adamw);
+  void gather_parts(Backend& be, ParamStore& params, AdamW& adamw);
   // Commits the checkpoint in flight if every writer has finished (or, with wait, once they have).
   void settle(bool wait, std::ostream& log);
   void commit(const InFlight& done, std::ostream& log);

@@ -76,13 +76,11 @@ std::string mib(double bytes) {
   return s.str();
 }
 
-// Under parallel.zero 1, what each replica keeps of `bytes` of optimizer state.
-std::string zero_note(const RunConfig& c, double bytes) {
+// Under parallel.zero 1, whose share the optimizer line shows.
+std::string zero_note(const RunConfig& c) {
   if (c.parallel.zero != 1) return "";
-  if (c.parallel.dp < 1) return " (parallel.zero 1: split over the replicas; give --dp to see each one's part)";
-  const std::vector<std::size_t> parts = parallel::zero_parts(std::size_t(bytes / 8), c.parallel.dp);
-  return " (parallel.zero 1 over dp " + std::to_string(c.parallel.dp) + ": " + mib(8.0 * double(parts[1] - parts[0])) +
-         " per replica)";
+  if (c.parallel.dp < 1) return " (parallel.zero 1 splits it over the replicas: give --dp to see one replica's part)";
+  return " (parallel.zero 1: replica 0's part of " + std::to_string(c.parallel.dp) + ")";
 }
 }  // namespace
 
@@ -94,6 +92,11 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const Recompute recompute = parse_recompute(c.train.recompute);
   ParamStore params;
   AVNet net(be, params, c.model, s, policy, {}, recompute);
+  // Under parallel.zero 1 with --dp: replica 0's part of the optimizer state (and, in fp16/bf16, of the masters).
+  const bool zero = c.parallel.zero == 1 && c.parallel.dp > 1;
+  const std::vector<std::size_t> parts = zero ? parallel::zero_parts(params.total_size(), c.parallel.dp)
+                                              : std::vector<std::size_t>{0, params.total_size()};
+  if (zero) params.keep_masters_of({parts[0], parts[1]});
   params.allocate(c.train.seed);
   params.refresh_working(be);
 
@@ -135,14 +138,18 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const MicroBatchMemory memory = micro_batch_memory(net, s, B);
   const std::vector<std::size_t>& act = memory.layers;
   const double workspace = double(memory.workspace);
-  const double p4 = double(params.total_size()) * 4;
+  const double p4 = double(params.total_size()) * 4, moments = 8.0 * double(parts[1] - parts[0]);
   const char* mode = dtype_name(policy.compute());
   out << "precision: " << mode << ", products on " << be.gemm_engine(policy.compute()) << "\n";
   out << "memory estimate (" << mode << ", one rank holding the whole net):\n"
-      << "  parameters        " << mib(p4) << " (fp32 masters)\n"
-      << "  working copies    " << mib(double(params.working_bytes())) << "\n"
+      << "  parameters        " << mib(double(params.masters().bytes())) << " (fp32 masters"
+      << (params.masters_split() ? ", this replica's part" : "") << ")\n";
+  if (params.masters_split())
+    out << "  fp32 values       " << mib(double(params.values().bytes()))
+        << " (the parameters without a 16-bit working copy, whole)\n";
+  out << "  working copies    " << mib(double(params.working_bytes())) << "\n"
       << "  gradients         " << mib(p4) << "\n"
-      << "  optimizer (AdamW) " << mib(2 * p4) << zero_note(c, 2 * p4) << "\n"
+      << "  optimizer (AdamW) " << mib(moments) << zero_note(c) << "\n"
       << "  activations       " << mib(double(sum(act))) << " per micro-batch of " << B << " (train.recompute "
       << recompute_name(recompute) << ")\n";
   if (policy.compute() != DType::f32) {
@@ -154,13 +161,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
     ratio << std::fixed << std::setprecision(3) << double(sum(act)) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";
   }
-  // Masters and gradients, the moments (this replica's part under ZeRO), the working copies.
-  double moments = double(params.total_size());
-  if (c.parallel.zero == 1 && c.parallel.dp > 1) {
-    const std::vector<std::size_t> parts = parallel::zero_parts(params.total_size(), c.parallel.dp);
-    moments = double(parts[1] - parts[0]);
-  }
-  const double parameter_bytes = 8.0 * double(params.total_size()) + 8.0 * moments + double(params.working_bytes());
+  const double parameter_bytes = double(params.bytes()) + moments;
   out << "  workspace         " << mib(workspace) << " (fp32 scratch shared by the layers)\n"
       << "  total             " << mib(parameter_bytes + double(sum(act)) + workspace) << "\n";
 

@@ -218,6 +218,7 @@ struct Trainer::Impl {
   // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
   // exist before the buckets (the next member) point into it.
   float* allocate_params() {
+    if (sharded()) params.keep_masters_of(*own_part());
     params.allocate(config.train.seed, config.train.init_ulps);
     params.refresh_working(be);
     return params.grads().data();
@@ -321,11 +322,26 @@ struct Trainer::Impl {
     slot.busy = false;
   }
 
+  // This rank's parameter memory, for the log: "parameter memory of rank 0: fp32 masters 1.23 MiB, ...".
+  std::string parameter_memory(AdamW& optimizer) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2);
+    const double masters = double(params.masters().bytes()) / kMiB;
+    const double moments = double(optimizer.first_moments().bytes() + optimizer.second_moments().bytes()) / kMiB;
+    s << "parameter memory of rank " << topo.rank << ": fp32 masters " << masters << " MiB, AdamW moments " << moments
+      << " MiB (optimizer and masters " << masters + moments << " MiB";
+    if (sharded()) s << ", parallel.zero 1: this replica's part of " << topo.dp;
+    s << "), gradients " << double(params.grads().bytes()) / kMiB << " MiB";
+    if (params.masters_split()) s << ", fp32 values of the other parameters " << double(params.values().bytes()) / kMiB << " MiB";
+    if (params.working_bytes()) s << ", 16-bit working copies " << double(params.working_bytes()) / kMiB << " MiB";
+    return s.str();
+  }
+
   // Parameters, main grads, AdamW moments (4 bytes each; the moments of this replica's part under
   // ZeRO) and the working copies.
   double parameter_bytes() const {
     const double moments = sharded() ? double(own_part()->size()) : double(params.total_size());
-    return 8.0 * double(params.total_size()) + 8.0 * moments + double(params.working_bytes());
+    return double(params.bytes()) + 8.0 * moments;
   }
 
   Slot& acquire() {
@@ -357,16 +373,16 @@ struct Trainer::Impl {
   // `grad_sum_squares` gets the unscaled sum of squares over the stage.
   // Backend::tensor_stats of every parameter's part of `flat` (values or grads), by ParamId, in one
   // pass and one return to the host (on a GPU: one wait for the device, not one per parameter).
-  // With `own_part`, only the elements of this replica's ZeRO part (the other replicas count the rest).
-  std::vector<Backend::TensorStats> param_stats(const Buffer& flat, float threshold, bool own_part = false) {
-    const FlatPart part = own_part && sharded() ? *this->own_part() : FlatPart{0, params.total_size()};
+  // Of each parameter's elements within `part` of the flat index space, read from `base` (where
+  // element part.begin is).
+  std::vector<Backend::TensorStats> param_stats(const float* base, FlatPart part, float threshold) {
     std::vector<Backend::Span> spans;
     for (const ParamInfo& p : params.params()) {
       const std::size_t lo = std::clamp(p.offset, part.begin, part.end);
-      spans.push_back({lo, std::clamp(p.offset + p.size, part.begin, part.end) - lo});
+      spans.push_back({lo - part.begin, std::clamp(p.offset + p.size, part.begin, part.end) - lo});
     }
     std::vector<Backend::TensorStats> stats(spans.size());
-    be.tensor_stats_many(flat.data(), spans.data(), int(spans.size()), threshold, stats.data());
+    be.tensor_stats_many(base, spans.data(), int(spans.size()), threshold, stats.data());
     return stats;
   }
 
@@ -386,9 +402,12 @@ struct Trainer::Impl {
     const double unscale2 = 1.0 / (loss_scale * loss_scale);
     // Under ZeRO each replica holds the reduced gradients of its part alone: the parts' statistics
     // are added over the data-parallel group.
-    std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads(), threshold, true);
+    const FlatPart all{0, params.total_size()}, part = sharded() ? *own_part() : all;
+    std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads().data() + part.begin, part, threshold);
     if (sharded()) add_over_replicas(grad_stats);
-    const std::vector<Backend::TensorStats> value_stats = param_stats(params.values(), 0.0f);
+    // The masters: this replica's part of them, where they are split.
+    std::vector<Backend::TensorStats> value_stats = param_stats(params.masters().data(), params.master_part(), 0.0f);
+    if (params.masters_split()) add_over_replicas(value_stats);
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
       LayerRow r;
@@ -423,16 +442,37 @@ struct Trainer::Impl {
   // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
   void check_replicas_agree(std::int64_t step) {
     if (topo.dp == 1) return;
-    const std::vector<Backend::TensorStats> stats = param_stats(params.values(), 0.0f);
+    // What every replica holds whole: the fp32 values of the trainable parameters and, where the
+    // masters are split (ZeRO in mixed precision), the 16-bit working copies.
+    std::vector<Backend::Span> spans;
+    for (const ParamInfo& p : params.params())
+      if (p.trainable && (p.working == DType::f32 || !params.masters_split())) spans.push_back({p.value_offset, p.size});
+    std::vector<Backend::TensorStats> stats(spans.size());
+    if (!spans.empty()) be.tensor_stats_many(params.values().data(), spans.data(), int(spans.size()), 0.0f, stats.data());
     double sum = 0;
-    for (ParamId id = 0; id < ParamId(stats.size()); ++id)
-      if (params.info(id).trainable) sum += stats[std::size_t(id)].sum_squares;
+    for (const Backend::TensorStats& t : stats) sum += t.sum_squares;
+    if (params.masters_split()) sum += working_sum_squares();
     double stage_range[2] = {sum, -sum};  // max and -min over the replicas
     groups.data->all_reduce(stage_range, 2, parallel::ReduceOp::max);
     require(stage_range[0] == -stage_range[1],
             "step " + std::to_string(step) + ": the data-parallel replicas of stage " + std::to_string(topo.pp_rank) +
                 " hold different weights (sum of squares from " + std::to_string(-stage_range[1]) + " to " +
                 std::to_string(stage_range[0]) + ")");
+  }
+
+  // The working copies' sum of squares, unpacked a chunk at a time.
+  double working_sum_squares() {
+    constexpr std::size_t kChunk = std::size_t(1) << 20;
+    const Buffer16& working = params.working();
+    Buffer scratch;
+    scratch.resize(std::min(kChunk, working.size()));
+    double sum = 0;
+    for (std::size_t begin = 0; begin < working.size(); begin += kChunk) {
+      const std::size_t n = std::min(kChunk, working.size() - begin);
+      be.unpack(params.working_type(), working.data() + begin, scratch.data(), n);
+      sum += be.tensor_stats(scratch.data(), n, 0.0f).sum_squares;
+    }
+    return sum;
   }
 
   // Once per step, every replica alike: the statistics the step's micro-batches gathered (BatchNorm's)
@@ -663,6 +703,7 @@ struct Trainer::Impl {
       log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
           << plan.layers[plan.stages[s].last - 1].name << "\n";
     if (amp()) log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe() << "\n";
+    log << "[rank 0] " << parameter_memory(run.optimizer) << "\n";
     if (run.first_step >= config.train.steps)
       log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
           << ": nothing left to train\n";
@@ -855,7 +896,7 @@ struct Trainer::Impl {
       unscale_and_clip(be, params, a.grad_norm, w.loss_scale, config.optim.clip_norm);
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
       run.optimizer.step(u.lr);
-      if (!sharded()) params.refresh_working(be);
+      params.refresh_working(be);  // under ZeRO, of this replica's part
     }
     watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
     end_step();
@@ -863,10 +904,15 @@ struct Trainer::Impl {
     // statistics, which each replica gathers from its own micro-batches until end_step has added them).
     if (sharded() && u.applied) {
       watchdog.mark("the all-gather of the weights of step " + std::to_string(w.step) + " (" + data_group() + ")");
+      // In the working types: fp32 values, and the 16-bit working copies where the masters are split.
       const std::uint64_t before = groups.data->bytes_sent();
-      groups.data->all_gather_async(params.values().data(), parts, DType::f32).wait();
+      parallel::Request values = groups.data->all_gather_async(params.values().data(), params.value_bounds(parts), DType::f32);
+      parallel::Request working;
+      if (params.masters_split())
+        working = groups.data->all_gather_async(params.working().data(), params.working_bounds(parts), params.working_type());
+      values.wait();
+      working.wait();
       w.grad_bytes += groups.data->bytes_sent() - before;
-      params.refresh_working(be);
     }
     if (perturb_weights.first == topo.rank && perturb_weights.second == w.step) {
       float first = 0;

@@ -136,6 +136,39 @@ void check_all_reduce(NcclCommunicator& nccl, const Case& c) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << "value " << i;
 }
 
+// ZeRO's collectives over uneven parts (rank 1's empty when there is one): the reduce-scatter leaves
+// each rank the sums of its part, the all-gather every part everywhere, the gather every part at the
+// last rank.
+void check_parts(NcclCommunicator& nccl, DType type) {
+  std::vector<std::size_t> bounds = {0};
+  for (int r = 0; r < nccl.size(); ++r) bounds.push_back(bounds.back() + (r == 1 ? 0 : std::size_t(1000 + 333 * r)));
+  const std::size_t n = bounds.back(), element = dtype_size(type);
+  const std::size_t lo = bounds[std::size_t(nccl.rank())], hi = bounds[std::size_t(nccl.rank()) + 1];
+  DeviceBuffer buffer(n * element);
+  buffer.upload(encode(values_of(nccl.rank(), n), type));
+  nccl.reduce_scatter_async(buffer.data(), bounds, type).wait();
+  const std::vector<float> got = decode(buffer.download(), type), want = expected(ReduceOp::sum, nccl.size(), n);
+  for (std::size_t i = lo; i < hi; ++i) ASSERT_EQ(got[i], want[i]) << "reduce-scatter, value " << i;
+  // Each rank's part of its own values, gathered everywhere, then at the last rank.
+  std::vector<float> parts(n, 0.0f);
+  for (int r = 0; r < nccl.size(); ++r)
+    for (std::size_t i = bounds[std::size_t(r)]; i < bounds[std::size_t(r) + 1]; ++i) parts[i] = value(i, r);
+  std::vector<float> mine(n, -1.0f);
+  std::copy(parts.begin() + std::ptrdiff_t(lo), parts.begin() + std::ptrdiff_t(hi), mine.begin() + std::ptrdiff_t(lo));
+  buffer.upload(encode(mine, type));
+  nccl.all_gather_async(buffer.data(), bounds, type).wait();
+  EXPECT_TRUE(decode(buffer.download(), type) == decode(encode(parts, type), type)) << "all-gather";
+  const std::vector<std::byte> encoded = encode(mine, type);
+  const std::vector<std::byte> own(encoded.begin() + std::ptrdiff_t(lo * element), encoded.begin() + std::ptrdiff_t(hi * element));
+  DeviceBuffer piece(std::max<std::size_t>(own.size(), 1)), all(n * element);
+  if (!own.empty()) CUDA_CHECK(cudaMemcpy(piece.data(), own.data(), own.size(), cudaMemcpyHostToDevice));
+  const int root = nccl.size() - 1;
+  nccl.gather(piece.data(), nccl.rank() == root ? all.data() : nullptr, bounds, type, root);
+  if (nccl.rank() == root) {
+    EXPECT_TRUE(decode(all.download(), type) == decode(encode(parts, type), type)) << "gather";
+  }
+}
+
 // An NCCL group of one over MPI_COMM_SELF, borrowing its MPI communicator.
 class WorldOfOne : public ::testing::Test {
  public:
@@ -158,6 +191,10 @@ class WorldOfOneTypes : public WorldOfOne, public ::testing::WithParamInterface<
 TEST_P(WorldOfOneTypes, AllReduceKeepsTheValues) { check_all_reduce(*nccl_, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Types, WorldOfOneTypes, ::testing::ValuesIn(cases), case_name);
+
+TEST_F(WorldOfOne, ReduceScatterAllGatherAndGatherOfOnePart) {
+  for (DType type : {DType::f32, DType::bf16}) check_parts(*nccl_, type);
+}
 
 TEST_F(WorldOfOne, SendsToItselfInOneGroup) {
   const std::size_t n = 100003;
@@ -256,6 +293,10 @@ TEST_F(World, BlockingSendMatchesReceiveInOrder) {
     EXPECT_TRUE(first.download() == pattern(64, 10));
     EXPECT_TRUE(second.download() == pattern(128, 11));
   }
+}
+
+TEST_F(World, ReduceScatterAllGatherAndGatherOfUnevenParts) {
+  for (DType type : {DType::f32, DType::f16, DType::bf16}) check_parts(*nccl_, type);
 }
 
 TEST_F(World, BroadcastsFromTheLastRank) {

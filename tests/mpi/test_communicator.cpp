@@ -258,7 +258,9 @@ TEST_P(Parts, ReduceScatterAllGatherAndGather) {
                                     gathered.begin() + std::ptrdiff_t((bounds[std::size_t(rank)] + own) * dtype_size(type)));
   std::vector<std::byte> at_root(rank == root ? gathered.size() : 0, std::byte{0xff});
   comm->gather(part.data(), rank == root ? at_root.data() : nullptr, bounds, type, root);
-  if (rank == root) EXPECT_TRUE(at_root == gathered);
+  if (rank == root) {
+    EXPECT_TRUE(at_root == gathered);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Parts,

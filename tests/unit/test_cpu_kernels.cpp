@@ -565,6 +565,25 @@ TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero
   EXPECT_EQ(be->gemm_flops(), 4.0 * B * H * L * L * hd);
 }
 
+// Against the double reference across several blocks of query rows (L = 300: 3 blocks of up to 109).
+TEST_F(CpuKernels, AttentionInBlocksOfRowsMatchesReference) {
+  const int B = 2, L = 300, H = 2, hd = 4;
+  std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+  for (int j = 250; j < L; ++j) mask[j] = 0;  // sample 0 padded
+  const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_blocks.qkv", -2.0, 2.0);
+  const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_blocks.dctx");
+  auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
+                         dqkv.data(), B, L, H, hd);
+  AttentionReference ref{B, L, H, hd, {}, {}, {}};
+  ref.forward(qkv, mask);
+  ref.backward(qkv, dctx);
+  EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
+  EXPECT_TRUE(all_close(ctx, ref.ctx, 1e-6, 2e-6));
+  EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-6, 1e-5));
+}
+
 TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
   const int B = 2, L = 6, H = 3, hd = 4;
   const std::vector<std::uint8_t> mask = {1, 1, 1, 0, 1, 0,  1, 1, 1, 1, 1, 1};
@@ -630,14 +649,18 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
 // train.recompute: p not kept, recomputed in backward from q, k and forward's row statistics, gives
 // the same bits as p kept, in each (products, kept type) pair the layers use: fp32, bf16, and fp16
 // storage with fp32 products. L = 37 leaves SIMD remainders; sample 2 has one valid key, sample 1 none.
+// L = 37 is one block of rows with SIMD remainders; L = 300 three blocks (109 rows each, the last
+// partial).
 TEST_F(CpuKernels, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
-  const int B = 3, L = 37, H = 2, hd = 8;
-  std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
-  for (int j = 0; j < L; ++j) mask[std::size_t(L) + j] = 0, mask[2 * std::size_t(L) + j] = j == 5;
-  for (int j = 30; j < L; ++j) mask[j] = 0;
+  for (const int L : {37, 300})
   for (const auto& [compute, kept_as] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
                                          std::pair{DType::f32, DType::f16}}) {
-    SCOPED_TRACE(std::string("products ") + dtype_name(compute) + ", kept " + dtype_name(kept_as));
+    const int B = 3, H = 2, hd = 8;
+    std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+    for (int j = 0; j < L; ++j) mask[std::size_t(L) + j] = 0, mask[2 * std::size_t(L) + j] = j == 5;
+    for (int j = 30; j < L; ++j) mask[j] = 0;
+    SCOPED_TRACE(std::string("L ") + std::to_string(L) + ", products " + dtype_name(compute) + ", kept " +
+                 dtype_name(kept_as));
     auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_recompute.qkv", -3.0, 3.0);
     be->round_to(compute, qkv.data(), nullptr, qkv.size());
     const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_recompute.dctx");

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 #include "app/options.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "data/sampler.hpp"
 #include "io/trace_writer.hpp"
 #include "model/param_store.hpp"
@@ -297,6 +299,51 @@ TEST(ParamStore, InitUlpsMovesEveryDrawnValueThatManyUlpsUpAndNothingElse) {
     EXPECT_EQ(a["n.weight"], b["n.weight"]);  // only randomly drawn values move
     EXPECT_EQ(a["n.bias"], b["n.bias"]);
   }
+}
+
+// ZeRO in bf16: a store keeping the masters of one part holds, of the same initial values, the
+// masters of that part, every bf16 working copy and the fp32 values of the parameters without one;
+// the bounds of the parts map into values() and the working copies; refresh() of the part writes
+// its working copies and values from its masters.
+TEST(ParamStore, SplitMastersKeepThePartWholeWorkingCopiesAndTheOtherValues) {
+  auto make = [](std::optional<FlatPart> part) {
+    auto s = std::make_unique<ParamStore>();
+    const ParamId w1 = s->add("a", "weight", {40}, Init::normal, 0.5f, true);
+    s->add("a", "bias", {5}, Init::normal, 0.5f, false);
+    const ParamId w2 = s->add("b", "weight", {24}, Init::normal, 0.5f, true);
+    s->add("b", "bias", {3}, Init::ones, 0.0f, false);
+    s->set_working_dtype(w1, DType::bf16);
+    s->set_working_dtype(w2, DType::bf16);
+    if (part) s->keep_masters_of(*part);
+    s->allocate(9);
+    return s;
+  };
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  auto whole = make(std::nullopt);
+  whole->refresh_working(*be);
+  ASSERT_EQ(whole->total_size(), 48u + 16 + 32 + 16);  // a.weight 0, a.bias 48, b.weight 64, b.bias 96
+  const FlatPart part{50, 70};                         // inside a.bias, into b.weight
+  auto split = make(part);
+  split->refresh_working(*be);
+  ASSERT_TRUE(split->masters_split());
+  EXPECT_EQ(split->masters().size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(split->masters()[i], whole->values()[50 + i]) << i;
+  EXPECT_EQ(split->values().size(), 32u);  // the two biases, 16-aligned
+  for (const char* name : {"a.bias", "b.bias"}) EXPECT_EQ(values_by_name(*split)[name], values_by_name(*whole)[name]);
+  ASSERT_EQ(split->working().size(), whole->working().size());
+  for (std::size_t i = 0; i < whole->working().size(); ++i) EXPECT_EQ(split->working()[i], whole->working()[i]) << i;
+  // Bounds: 50 is in a.bias (value 2; working: the next 16-bit parameter starts at 64), 70 in b.weight.
+  const std::vector<std::size_t> flat = {0, 50, 70, 112};
+  EXPECT_EQ(split->value_bounds(flat), (std::vector<std::size_t>{0, 2, 16, 32}));
+  EXPECT_EQ(split->working_bounds(flat), (std::vector<std::size_t>{0, 64, 70, 96}));
+  // An update of the part's masters reaches its working copies (b.weight 64..69) and trainable values.
+  for (std::size_t i = 0; i < 20; ++i) split->masters()[i] = 1.0f + float(i);
+  split->refresh(*be, part);
+  for (std::size_t i = 64; i < 70; ++i) EXPECT_EQ(split->working()[64 + (i - 64)], float_to_bf16(1.0f + float(i - 50))) << i;
+  EXPECT_EQ(split->working()[70], whole->working()[70]);  // outside the part: untouched
+  std::vector<float> bias = values_by_name(*whole)["a.bias"];
+  bias[2] = 1.0f, bias[3] = 2.0f, bias[4] = 3.0f;  // flat 50..52
+  EXPECT_EQ(values_by_name(*split)["a.bias"], bias);
 }
 
 TEST(ParamStore, OnesAndZerosInitsAreExact) {

@@ -1,9 +1,14 @@
-// Multi-head attention, one (sample, head) per OpenMP iteration: its products are cblas_sgemm
-// calls that read q, k, v in place inside qkv (leading dimension 3D) and write the context in
-// place inside ctx (leading dimension D), so no head is ever copied out, and the L x L scores stay
-// in cache between the two products and the softmax. In a 16-bit compute type the operands that are
-// not exact in it (p, the output gradient, dS) are rounded first, so the fp32 products compute what
-// a 16-bit product with fp32 accumulation computes.
+// Multi-head attention, one (sample, head) per OpenMP iteration, worked in blocks of query rows so
+// that a block's scores (rows x L) stay in cache through the products and the softmax around them:
+// the block's rows of S = scale q k^T, their softmax, their rows of ctx = P v; backward the block's
+// P (kept, or recomputed from q, k and the row statistics), its share of dV += P^T dO, its dP = dO v^T
+// and dS, its rows of dQ = scale dS k and its share of dK += scale dS^T q. The products are
+// cblas_sgemm calls that read q, k, v in place inside qkv (leading dimension 3D) and write ctx and
+// dqkv in place, so no head is ever copied out. The block size depends on L alone, and kept and
+// recomputed probabilities go through the same products in the same order: the same bits either way,
+// on any thread count. In a 16-bit compute type the operands that are not exact in it (p, the output
+// gradient, dS) are rounded first, so the fp32 products compute what a 16-bit product with fp32
+// accumulation computes.
 #include <cblas.h>
 
 #include <algorithm>
@@ -62,15 +67,18 @@ const float* values_of(Operand x, DType compute, std::size_t n, std::vector<floa
   return unpacked.data();
 }
 
-// One head's scores s[L, L] = scale q k^T (q, k rows of leading dimension 3D inside qkv).
-void head_scores(const float* q, const float* k, float scale, float* s, int L, int D, int hd) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
+// Query rows per block: a block of scores of at most 32768 floats (128 KiB), at least one row.
+int rows_per_block(int L) { return std::clamp(32768 / std::max(L, 1), 1, std::max(L, 1)); }
+
+// A block's scores s[rows, L] = scale q[rows] k^T (q, k rows of leading dimension 3D inside qkv).
+void block_scores(const float* q, const float* k, float scale, float* s, int rows, int L, int D, int hd) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, hd, scale, q, 3 * D, k, 3 * D, 0.0f, s, L);
 }
 
-// One head's probabilities from its scores, in place, rounded to `compute`; with `stats`, each row's
+// A block's probabilities from its scores, in place, rounded to `compute`; with `stats`, each row's
 // (max, 1 / sum) is written there.
-void head_softmax(DType compute, float* s, const std::uint8_t* mask, float* stats, int L) {
-  for (int i = 0; i < L; ++i) {
+void block_softmax(DType compute, float* s, const std::uint8_t* mask, float* stats, int rows, int L) {
+  for (int i = 0; i < rows; ++i) {
     float* row = s + std::size_t(i) * L;
     const float m = masked_row_max(row, mask, L);
     const float sum = exponentiate_row(row, mask, m, L);
@@ -78,31 +86,31 @@ void head_softmax(DType compute, float* s, const std::uint8_t* mask, float* stat
     scale_row(row, inv, L);
     if (stats) stats[2 * i] = m, stats[2 * i + 1] = inv;
   }
-  round_operand(compute, s, std::size_t(L) * L);
+  round_operand(compute, s, std::size_t(rows) * L);
 }
 
 // The same probabilities again from the same scores and forward's row statistics.
-void head_softmax_again(DType compute, float* s, const std::uint8_t* mask, const float* stats, int L) {
-  for (int i = 0; i < L; ++i) {
+void block_softmax_again(DType compute, float* s, const std::uint8_t* mask, const float* stats, int rows, int L) {
+  for (int i = 0; i < rows; ++i) {
     float* row = s + std::size_t(i) * L;
     exponentiate_row(row, mask, stats[2 * i], L);
     scale_row(row, stats[2 * i + 1], L);
   }
-  round_operand(compute, s, std::size_t(L) * L);
+  round_operand(compute, s, std::size_t(rows) * L);
 }
 
 }  // namespace
 
 void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std::uint8_t* key_mask, float* p,
                                    float* row_stats, float* ctx, int B, int L, int H, int hd) {
-  const int D = H * hd;
+  const int D = H * hd, R = rows_per_block(L);
   std::vector<float> unpacked;
   const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
-    std::vector<float> head(p ? 0 : std::size_t(L) * L);  // one head's probabilities when none are kept
+    std::vector<float> block(p ? 0 : std::size_t(R) * L);  // a block's probabilities when none are kept
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) {
@@ -110,19 +118,24 @@ void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std
         const float* k = q + D;
         const float* v = q + 2 * D;
         const std::size_t bh = std::size_t(b) * H + h;
-        float* s = p ? p + bh * L * L : head.data();
-        head_scores(q, k, scale, s, L, D, hd);
-        head_softmax(compute, s, key_mask + std::size_t(b) * L, row_stats ? row_stats + bh * L * 2 : nullptr, L);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
-                    ctx + std::size_t(b) * L * D + h * hd, D);
+        for (int i0 = 0; i0 < L; i0 += R) {
+          const int rows = std::min(R, L - i0);
+          float* s = p ? p + (bh * L + std::size_t(i0)) * L : block.data();
+          block_scores(q + std::size_t(i0) * 3 * D, k, scale, s, rows, L, D, hd);
+          block_softmax(compute, s, key_mask + std::size_t(b) * L, row_stats ? row_stats + (bh * L + std::size_t(i0)) * 2 : nullptr,
+                        rows, L);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, L, 1.0f, s, L, v, 3 * D, 0.0f,
+                      ctx + (std::size_t(b) * L + std::size_t(i0)) * D + h * hd, D);
+        }
       }
   }
 }
 
-// dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
+// Per block of rows: dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;
+// dK += scale dS^T Q.
 void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const AttentionProbs& probs, const float* dctx,
                                     float* dqkv, int B, int L, int H, int hd) {
-  const int D = H * hd;
+  const int D = H * hd, R = rows_per_block(L);
   const bool recompute = probs.recompute();
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
   std::vector<float> qkv_values, p_values;
@@ -132,8 +145,8 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
-    std::vector<float> ds(std::size_t(L) * L);
-    std::vector<float> head(recompute ? std::size_t(L) * L : 0);  // the head's probabilities, recomputed
+    std::vector<float> ds(std::size_t(R) * L);
+    std::vector<float> again(recompute ? std::size_t(R) * L : 0);  // a block's probabilities, recomputed
     std::vector<float> rounded_dout(compute == DType::f32 ? 0 : std::size_t(L) * hd);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
@@ -146,12 +159,6 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
         float* dk = dq + D;
         float* dv = dq + 2 * D;
         const std::size_t bh = std::size_t(b) * H + h;
-        const float* pr = p ? p + bh * L * L : head.data();
-        if (recompute) {
-          head_scores(q, k, scale, head.data(), L, D, hd);
-          head_softmax_again(compute, head.data(), probs.key_mask + std::size_t(b) * L, probs.row_stats + bh * L * 2, L);
-          if (probs.kept_as != compute) round_operand(probs.kept_as, head.data(), head.size());
-        }
         const float* dout = dctx + std::size_t(b) * L * D + h * hd;
         int ldo = D;
         if (compute != DType::f32) {  // the head's output gradient, rounded, side by side
@@ -161,22 +168,35 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
           dout = rounded_dout.data();
           ldo = hd;
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, 1.0f, pr, L, dout, ldo, 0.0f, dv, 3 * D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd, 1.0f, dout, ldo, v, 3 * D, 0.0f, ds.data(), L);
-        for (int i = 0; i < L; ++i) {
-          float* d = ds.data() + std::size_t(i) * L;
-          const float* pi = pr + std::size_t(i) * L;
-          float dot = 0;
+        for (int i0 = 0; i0 < L; i0 += R) {
+          const int rows = std::min(R, L - i0);
+          const float beta = i0 == 0 ? 0.0f : 1.0f;  // dV and dK: the first block writes, the others add
+          const float* pr = p ? p + (bh * L + std::size_t(i0)) * L : again.data();
+          if (recompute) {
+            block_scores(q + std::size_t(i0) * 3 * D, k, scale, again.data(), rows, L, D, hd);
+            block_softmax_again(compute, again.data(), probs.key_mask + std::size_t(b) * L,
+                                probs.row_stats + (bh * L + std::size_t(i0)) * 2, rows, L);
+            if (probs.kept_as != compute) round_operand(probs.kept_as, again.data(), std::size_t(rows) * L);
+          }
+          const float* dout_rows = dout + std::size_t(i0) * ldo;
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, rows, 1.0f, pr, L, dout_rows, ldo, beta, dv, 3 * D);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, hd, 1.0f, dout_rows, ldo, v, 3 * D, 0.0f,
+                      ds.data(), L);
+          for (int i = 0; i < rows; ++i) {
+            float* d = ds.data() + std::size_t(i) * L;
+            const float* pi = pr + std::size_t(i) * L;
+            float dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int j = 0; j < L; ++j) dot += d[j] * pi[j];
+            for (int j = 0; j < L; ++j) dot += d[j] * pi[j];
 #pragma omp simd
-          for (int j = 0; j < L; ++j) d[j] = pi[j] * (d[j] - dot);
+            for (int j = 0; j < L; ++j) d[j] = pi[j] * (d[j] - dot);
+          }
+          round_operand(compute, ds.data(), std::size_t(rows) * L);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, L, scale, ds.data(), L, k, 3 * D, 0.0f,
+                      dq + std::size_t(i0) * 3 * D, 3 * D);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, rows, scale, ds.data(), L,
+                      q + std::size_t(i0) * 3 * D, 3 * D, beta, dk, 3 * D);
         }
-        round_operand(compute, ds.data(), ds.size());
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, k, 3 * D, 0.0f, dq,
-                    3 * D);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hd, L, scale, ds.data(), L, q, 3 * D, 0.0f, dk,
-                    3 * D);
       }
   }
 }

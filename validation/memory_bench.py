@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""What train.recompute costs and saves (docs/recompute.md), on this machine:
+"""What train.recompute and parallel.zero cost and save (docs/recompute.md, docs/parallel.md), on this
+machine:
 
 1. Activation memory per micro-batch (avtrain --dry-run) and step time (the median of trace.csv's
    step_ms over the timed steps) for none, attention and blocks, on the quickstart deck and on the
@@ -9,8 +10,12 @@
    long-clip deck's model, for each setting: the dry run's total (parameters, optimizer, activations,
    workspace) at three clip lengths, fitted by a quadratic in the token count (exact: the probabilities
    grow as L^2, all else as L), solved for each budget.
+3. ZeRO stage 1 on the quickstart deck in fp32 and bf16 at dp = 1, 2, 4 (1 thread per rank; 4 ranks
+   share this machine's 2 cores): the optimizer and master memory per rank (rank 0's log line) and
+   the median step time, with parallel.zero 0 and 1.
 
-  /usr/bin/python3 validation/recompute_bench.py [OUT]   (AVTRAIN_BENCH_ROUNDS, default 2)
+  /usr/bin/python3 validation/memory_bench.py [OUT]   (AVTRAIN_BENCH_ROUNDS, default 2;
+                                                       AVTRAIN_BENCH_PARTS, default "recompute,clips,zero")
 Prints Markdown tables.
 """
 import csv
@@ -23,6 +28,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "cpu", "bin")
 MPIRUN = [os.path.join(ROOT, "jobscripts", "mpirun-local.sh"), "1"]
+PARTS = os.environ.get("AVTRAIN_BENCH_PARTS", "recompute,clips,zero").split(",")
 SETTINGS = ("none", "attention", "blocks")
 ROUNDS = int(os.environ.get("AVTRAIN_BENCH_ROUNDS", "2"))
 GIB = 1024.0 ** 3
@@ -117,20 +123,44 @@ def longest_clips(deck, out, budgets_gib):
         print(f"| {budget:g} GiB | " + " | ".join(cells) + " |")
 
 
+def zero_table(deck, data, out, steps):
+    """Optimizer + master memory of rank 0 and the median step, per precision, dp and zero."""
+    print(f"\nZeRO stage 1 (inputs/quickstart.ini, {steps} steps, 1 thread per rank, median of steps 3..{steps}):")
+    print("| precision | dp | optimizer + masters per rank, zero 0 | zero 1 | zero 1 / zero 0 | step (ms), zero 0 | zero 1 |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for precision in ("fp32", "bf16"):
+        for dp in (1, 2, 4):
+            mem, ms = {}, {}
+            for zero in (0, 1):
+                run_dir = os.path.join(out, f"{precision}-dp{dp}-zero{zero}")
+                text = run([os.path.join(ROOT, "jobscripts", "mpirun-local.sh"), str(dp), os.path.join(BIN, "avtrain"),
+                            deck, "--data", data, "--out", run_dir, "--steps", str(steps), "--threads", "1", "--dp",
+                            str(dp), "--precision", precision, "--parallel.zero", str(zero), "--train.eval_interval",
+                            "0", "--train.micro_batch", str(32 // dp), "--resume", "none", "--overwrite"])
+                mem[zero] = float(re.search(r"optimizer and masters ([0-9.]+) MiB", text).group(1))
+                ms[zero] = step_ms(run_dir)
+            print(f"| {precision} | {dp} | {mem[0]:.2f} MiB | {mem[1]:.2f} MiB | {mem[1] / mem[0]:.3f} | "
+                  f"{ms[0]:.1f} | {ms[1]:.1f} |")
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "runs", "recompute-bench")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "runs", "memory-bench")
     os.makedirs(out, exist_ok=True)
     quick = os.path.join(out, "quickstart-shards")
     synth(quick, shards=1, samples=512, seed=1)
-    memory_and_time_table("quickstart deck (inputs/quickstart.ini, micro-batch 32, 2 threads)",
-                          os.path.join(ROOT, "inputs", "quickstart.ini"), quick, os.path.join(out, "quickstart"), 12)
-    long_data = os.path.join(out, "long-shards")
-    synth(long_data, shards=1, samples=32, seed=5, sample_rate=16000, audio_samples=480000, frames=16, height=64,
-          width=64, fps=1)
-    memory_and_time_table("long clips (inputs/long-clip.ini with model.depth 2, micro-batch 8, 2 threads)",
-                          os.path.join(ROOT, "inputs", "long-clip.ini"), long_data, os.path.join(out, "long"), 5,
-                          "--model.depth", "2")
-    longest_clips(os.path.join(ROOT, "inputs", "long-clip.ini"), out, (8, 24, 80))
+    if "recompute" in PARTS:
+        memory_and_time_table("quickstart deck (inputs/quickstart.ini, micro-batch 32, 2 threads)",
+                              os.path.join(ROOT, "inputs", "quickstart.ini"), quick, os.path.join(out, "quickstart"), 12)
+        long_data = os.path.join(out, "long-shards")
+        synth(long_data, shards=1, samples=32, seed=5, sample_rate=16000, audio_samples=480000, frames=16, height=64,
+              width=64, fps=1)
+        memory_and_time_table("long clips (inputs/long-clip.ini with model.depth 2, micro-batch 8, 2 threads)",
+                              os.path.join(ROOT, "inputs", "long-clip.ini"), long_data, os.path.join(out, "long"), 7,
+                              "--model.depth", "2")
+    if "clips" in PARTS:
+        longest_clips(os.path.join(ROOT, "inputs", "long-clip.ini"), out, (8, 24, 80))
+    if "zero" in PARTS:
+        zero_table(os.path.join(ROOT, "inputs", "quickstart.ini"), quick, os.path.join(out, "zero"), 10)
 
 
 if __name__ == "__main__":
