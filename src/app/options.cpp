@@ -219,9 +219,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "type of the gradient all-reduce on the wire: fp32, or fp16/bf16 (divided by dp, then summed)",
         std::vector<std::string>{"fp32", "fp16", "bf16"});
   t.add(L, "parallel.zero", &c.parallel.zero,
-        "ZeRO stage 1: 1 splits each stage's AdamW moments over its data-parallel replicas (each owns a contiguous "
-        "1/dp of the stage's flat buffers); gradient buckets are reduce-scattered, each replica updates its part, "
-        "the weights are all-gathered; 0 replicates them (docs/parallel.md)", Range<int>{0, 1, "0 or 1"});
+        "ZeRO stage 1: 1 splits each stage's AdamW moments (and, in fp16/bf16, its fp32 masters) over its "
+        "data-parallel replicas, each owning a contiguous 1/dp of the stage's flat buffers; gradient buckets are "
+        "reduce-scattered, each replica updates its part, the weights are all-gathered in their working types; "
+        "0 replicates them (docs/parallel.md)", Range<int>{0, 1, "0 or 1"});
   t.add(L, "parallel.timeline", &c.parallel.timeline,
         "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto); short form --timeline");
 

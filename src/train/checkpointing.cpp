@@ -145,7 +145,7 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
               "--resume none starts afresh");
 }
 
-void Checkpointing::gather_moments_over(parallel::Communicator& data, std::vector<std::size_t> parts) {
+void Checkpointing::state_split_over(parallel::Communicator& data, std::vector<std::size_t> parts) {
   data_ = &data;
   parts_ = std::move(parts);
 }

@@ -48,7 +48,7 @@ class Checkpointing {
   // Under ZeRO (parallel.zero): the stage's AdamW moments (and, in mixed precision, its fp32
   // masters) are split over the data-parallel group `data` at `parts`; save() gathers them to the
   // stage's writer, a chunk at a time.
-  void gather_moments_over(parallel::Communicator& data, std::vector<std::size_t> parts);
+  void state_split_over(parallel::Communicator& data, std::vector<std::size_t> parts);
   // Before training: the host memory this rank's checkpoints take (a stage's writer only), touched
   // once now rather than beside the first checkpoint's steps.
   void reserve_memory(const ParamStore& params);

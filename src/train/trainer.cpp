@@ -669,7 +669,7 @@ struct Trainer::Impl {
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
     }
-    if (sharded()) run.checkpoints.gather_moments_over(*groups.data, parts);
+    if (sharded()) run.checkpoints.state_split_over(*groups.data, parts);
     run.checkpoints.reserve_memory(params);
     set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
