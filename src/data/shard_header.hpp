@@ -20,6 +20,23 @@ struct ShardHeader {
   std::string packed_with;               // optional attribute packed_with: the pack's options as JSON, or ""
 };
 
+// A version-1 header declaring the sample shape of `shape`: any description with the header's
+// shape fields (the set's SetInfo, a pack's media::ClipShape). Path, classes and samples stay unset.
+template <class Shape>
+ShardHeader header_of_shape(const Shape& shape) {
+  ShardHeader h;
+  h.version = 1;
+  h.sample_rate = shape.sample_rate;
+  h.fps = shape.fps;
+  h.audio_samples = shape.audio_samples;
+  h.frames = shape.frames;
+  h.height = shape.height;
+  h.width = shape.width;
+  h.channels = shape.channels;
+  h.audio_int16 = shape.audio_int16;
+  return h;
+}
+
 // Throws Error naming other.path when other cannot belong to the same set as first
 // (a differing attribute, sample shape, audio type or class names).
 void require_same_set(const ShardHeader& first, const ShardHeader& other);

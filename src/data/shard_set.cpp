@@ -115,18 +115,9 @@ namespace {
 
 // What every shard of a set declares, as one shard's header named `path`.
 ShardHeader set_header(const SetInfo& s, const std::string& path) {
-  ShardHeader h;
+  ShardHeader h = header_of_shape(s);
   h.path = path;
-  h.version = 1;
-  h.sample_rate = s.sample_rate;
-  h.fps = s.fps;
   h.num_classes = s.num_classes;
-  h.audio_samples = s.audio_samples;
-  h.frames = s.frames;
-  h.height = s.height;
-  h.width = s.width;
-  h.channels = s.channels;
-  h.audio_int16 = s.audio_int16;
   h.class_names = s.class_names;
   return h;
 }

@@ -136,33 +136,27 @@ DType ParamStore::working_type() const {
   return DType::f32;
 }
 
-std::vector<std::size_t> ParamStore::value_bounds(const std::vector<std::size_t>& flat) const {
-  if (!split_) return flat;
+std::vector<std::size_t> ParamStore::bounds_among(const std::vector<std::size_t>& flat, bool working,
+                                                  std::size_t ParamInfo::*at, std::size_t total) const {
   std::vector<std::size_t> out;
   for (std::size_t b : flat) {
-    std::size_t at = values_total_;
+    std::size_t where = total;  // past the last such parameter
     for (const ParamInfo& p : params_) {
-      if (p.working != DType::f32 || b >= p.offset + p.size) continue;
-      at = p.value_offset + (b > p.offset ? b - p.offset : 0);
+      if ((p.working != DType::f32) != working || b >= p.offset + p.size) continue;
+      where = p.*at + (b > p.offset ? b - p.offset : 0);
       break;
     }
-    out.push_back(at);
+    out.push_back(where);
   }
   return out;
 }
 
+std::vector<std::size_t> ParamStore::value_bounds(const std::vector<std::size_t>& flat) const {
+  return split_ ? bounds_among(flat, false, &ParamInfo::value_offset, values_total_) : flat;
+}
+
 std::vector<std::size_t> ParamStore::working_bounds(const std::vector<std::size_t>& flat) const {
-  std::vector<std::size_t> out;
-  for (std::size_t b : flat) {
-    std::size_t at = working_total_;
-    for (const ParamInfo& p : params_) {
-      if (p.working == DType::f32 || b >= p.offset + p.size) continue;
-      at = p.working_offset + (b > p.offset ? b - p.offset : 0);
-      break;
-    }
-    out.push_back(at);
-  }
-  return out;
+  return bounds_among(flat, true, &ParamInfo::working_offset, working_total_);
 }
 
 Operand ParamStore::operand(ParamId id) const {
@@ -175,13 +169,13 @@ void ParamStore::refresh(Backend& be, FlatPart part) {
   const FlatPart held = master_part();
   require(held.begin <= part.begin && part.end <= held.end, "internal: a refresh outside the masters this store holds");
   for (const ParamInfo& p : params_) {
-    const std::size_t lo = std::max(p.offset, part.begin), hi = std::min(p.offset + p.size, part.end);
-    if (lo >= hi) continue;
-    const float* from = masters().data() + (lo - held.begin);
+    const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
+    if (mine.size() == 0) continue;
+    const float* from = masters().data() + (mine.begin - held.begin);
     if (p.working != DType::f32)
-      be.pack(p.working, from, working_.data() + p.working_offset + (lo - p.offset), hi - lo);
+      be.pack(p.working, from, working_.data() + p.working_offset + (mine.begin - p.offset), mine.size());
     else if (split_ && p.trainable)
-      be.copy(values_.data() + p.value_offset + (lo - p.offset), from, (hi - lo) * sizeof(float));
+      be.copy(values_.data() + p.value_offset + (mine.begin - p.offset), from, mine.size() * sizeof(float));
   }
 }
 

@@ -8,6 +8,7 @@
 // keep_masters_of): then the fp32 masters exist for one part of that space only, the parameters
 // with 16-bit working copies have no other fp32 copy, and values() holds, packed in flat order,
 // the fp32 values of the rest (norms, biases, buffers, fp32_layers) whole.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ struct ParamInfo {
 struct FlatPart {
   std::size_t begin = 0, end = 0;
   std::size_t size() const { return end - begin; }
+  // The elements of [from, to) in this part (empty, at an edge, when none are).
+  FlatPart overlap(std::size_t from, std::size_t to) const {
+    const std::size_t lo = std::clamp(from, begin, end);
+    return {lo, std::max(lo, std::clamp(to, begin, end))};
+  }
 };
 
 class ParamStore {
@@ -96,6 +102,11 @@ class ParamStore {
   std::vector<std::size_t> working_bounds(const std::vector<std::size_t>& flat) const;
 
  private:
+  // Where each flat bound falls among the parameters with (`working`) or without a 16-bit copy, at
+  // their offsets `at` in a buffer of `total`.
+  std::vector<std::size_t> bounds_among(const std::vector<std::size_t>& flat, bool working,
+                                        std::size_t ParamInfo::*at, std::size_t total) const;
+
   std::vector<ParamInfo> params_;
   std::size_t total_ = 0;
   Buffer values_, grads_;

@@ -1,7 +1,5 @@
 #include "optim/adamw.hpp"
 
-#include <algorithm>
-
 #include "core/error.hpp"
 
 namespace avtrain {
@@ -22,11 +20,11 @@ void AdamW::step(float lr) {
   for (ParamId id = 0; id < ParamId(params_.params().size()); ++id) {
     const ParamInfo& p = params_.info(id);
     if (!p.trainable) continue;
-    const std::size_t lo = std::max(p.offset, part_.begin), hi = std::min(p.offset + p.size, part_.end);
-    if (lo >= hi) continue;
-    be_.adamw(params_.masters().data() + (lo - params_.master_part().begin), params_.grads().data() + lo,
-              m_.data() + (lo - part_.begin),
-              v_.data() + (lo - part_.begin), hi - lo, lr, config_.beta1, config_.beta2, config_.eps,
+    const FlatPart mine = part_.overlap(p.offset, p.offset + p.size);
+    if (mine.size() == 0) continue;
+    const std::size_t at = mine.begin - part_.begin;
+    be_.adamw(params_.masters().data() + (mine.begin - params_.master_part().begin), params_.grads().data() + mine.begin,
+              m_.data() + at, v_.data() + at, mine.size(), lr, config_.beta1, config_.beta2, config_.eps,
               p.weight_decay ? config_.weight_decay : 0.0f, t_);
   }
 }

@@ -25,18 +25,8 @@ struct ClipResult {
 
 // Every shard's header but its path.
 data::ShardHeader shard_header(const PackPlan& plan) {
-  const media::ClipShape& s = plan.options.shape;
-  data::ShardHeader h;
-  h.version = 1;
-  h.sample_rate = s.sample_rate;
-  h.fps = s.fps;
+  data::ShardHeader h = data::header_of_shape(plan.options.shape);
   h.num_classes = static_cast<int>(plan.list.class_names.size());
-  h.audio_samples = s.audio_samples;
-  h.frames = s.frames;
-  h.height = s.height;
-  h.width = s.width;
-  h.channels = s.channels;
-  h.audio_int16 = s.audio_int16;
   h.class_names = plan.list.class_names;
   h.packed_with = plan.description().dump();
   return h;

@@ -378,8 +378,8 @@ struct Trainer::Impl {
   std::vector<Backend::TensorStats> param_stats(const float* base, FlatPart part, float threshold) {
     std::vector<Backend::Span> spans;
     for (const ParamInfo& p : params.params()) {
-      const std::size_t lo = std::clamp(p.offset, part.begin, part.end);
-      spans.push_back({lo - part.begin, std::clamp(p.offset + p.size, part.begin, part.end) - lo});
+      const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
+      spans.push_back({mine.begin - part.begin, mine.size()});
     }
     std::vector<Backend::TensorStats> stats(spans.size());
     be.tensor_stats_many(base, spans.data(), int(spans.size()), threshold, stats.data());
