@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages avtrain needs; skips what is already present.
-#   jobscripts/install-deps.sh            build, run and test
-#   jobscripts/install-deps.sh --reference  also PyTorch (CPU) for the benchmark and reference checks
+#   jobscripts/install-deps.sh            build and run (the run command's plot included)
+#   jobscripts/install-deps.sh --reference  also PyTorch (CPU) for the tests, the benchmark and reference checks
 #   jobscripts/install-deps.sh --demo       also espeak-ng and fonts: the media of jobscripts/media-demo.sh
 set -euo pipefail
 
@@ -9,18 +9,19 @@ set -euo pipefail
 # debian-archive-keyring (a recommendation, which --no-install-recommends skips), bubblewrap: its
 # minimal-root test. slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
+# python3-matplotlib: the run command's plot (validation/plot_traces.py).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
 # make their media with it.
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
-          libgtest-dev python3 python3-numpy python3-h5py
+          libgtest-dev python3 python3-numpy python3-h5py python3-matplotlib
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap
           slurmctld slurmd slurm-client munge
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
 for flag in "$@"; do
   case "$flag" in
-    --reference) packages+=(python3-torch python3-matplotlib) ;;
+    --reference) packages+=(python3-torch) ;;
     --demo) packages+=(espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf) ;;
     *) echo "install-deps.sh: unknown option $flag (--reference, --demo)" >&2; exit 1 ;;
   esac

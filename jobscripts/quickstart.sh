@@ -24,6 +24,9 @@ rc=0
 "$root/validation/reconcile-study.sh" "$root/inputs/quickstart.ini" --data "$data" --out "$out" \
   --ranks "$ranks" --seeds "$seed" --candidates bf16 -- --threads "$threads" "$@" || rc=$?
 [ "$rc" -le 1 ] || exit "$rc"
-cat "$out/seed-$seed/bf16.band.txt"
-echo "quickstart: traces in $out/seed-$seed/{fp32,fp32-twin,bf16}; report $out/seed-$seed/bf16.band.{txt,json}, plot $out/seed-$seed/bf16.band.png"
+band=$out/seed-$seed/bf16.band
+plot="plot $band.png"
+[ -f "$band.png" ] || plot="no plot (python3-matplotlib draws $band.png)"
+cat "$band.txt"
+echo "quickstart: traces in $out/seed-$seed/{fp32,fp32-twin,bf16}; report $band.{txt,json}; $plot"
 exit "$rc"

@@ -11,7 +11,8 @@ recomputed here), with the same options and defaults:
   - difference / allowed over the steps for the loss, the grad norm and the worst layer, with
     the line at 1 that the verdict reads, the first steps' raw check and CAND's skipped steps;
   - each layer's worst difference / allowed, beyond 1 in red.
-Exit 0 on success, 2 on unreadable or non-comparable input or an unwritable FILE.
+Exit 0 on success, 2 on unreadable or non-comparable input or an unwritable FILE, 3 (one line) when
+matplotlib cannot be imported.
 """
 import argparse
 import math
@@ -21,10 +22,17 @@ from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 
 import numpy as np
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+PROG = "plot_traces.py"
+NO_MATPLOTLIB = 3  # the exit code when matplotlib cannot be imported: a plot is optional to callers
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402
+except ImportError as e:
+    print(f"{PROG}: cannot plot without matplotlib ({e}); install python3-matplotlib", file=sys.stderr)
+    sys.exit(NO_MATPLOTLIB)
 
 
 def load_reconcile():
@@ -36,7 +44,6 @@ def load_reconcile():
 
 
 rec = load_reconcile()
-PROG = "plot_traces.py"
 
 
 def finite(x):

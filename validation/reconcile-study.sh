@@ -10,6 +10,7 @@
 # Writes, under DIR (default runs/study) and for each seed S:
 #   seed-S/fp32, seed-S/fp32-twin, seed-S/CAND      trace directories (and NAME.log, the run's output)
 #   seed-S/CAND.band.{txt,json,png}                  avtrain-reconcile fp32 fp32-twin CAND, and its plot
+#                                                    (none, with a note, where matplotlib is missing)
 #   seed-S/CAND.single.{txt,json}                    avtrain-reconcile fp32 CAND
 #   summary.txt                                      one line per seed and candidate
 # --ranks R > 1 trains data-parallel on R ranks (--dp R) through jobscripts/mpirun-local.sh.
@@ -83,6 +84,18 @@ train() {
   echo "  $name: trained in $((SECONDS - t0)) s ($(grep -m1 -o 'final loss .*' "$dir/$name.log" || true))"
 }
 
+# plot PNG TITLE DIR...: the band's plot; a plot is optional, so a failure (no matplotlib) is a note.
+plot() {
+  local png=$1 title=$2
+  shift 2
+  rm -f "$png"
+  local why
+  if ! why=$("$python" "$here/plot_traces.py" "$@" --out "$png" --title "$title" 2>&1); then
+    rm -f "$png"
+    echo "  note: no plot $png: ${why##*$'\n'}"
+  fi
+}
+
 mkdir -p "$out"
 summary=$out/summary.txt
 verdicts=0
@@ -119,9 +132,8 @@ print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)}"
       + (f" from {first}" if first is not None else "").ljust(12), end="")
 EOF
 )"
-      [ "$mode" = single ] || "$python" "$here/plot_traces.py" "${bases[@]}" "$dir/$cand" \
-        --out "$dir/$cand.band.png" --title "seed $seed: $cand against fp32 and its twin" \
-        || die "plot_traces.py could not plot $dir/$cand"
+      [ "$mode" = single ] || plot "$dir/$cand.band.png" "seed $seed: $cand against fp32 and its twin" \
+        "${bases[@]}" "$dir/$cand"
       echo "  $cand, $mode: $(tail -n 1 "$dir/$cand.$mode.txt")"
     done
     echo "$line" >> "$summary"
