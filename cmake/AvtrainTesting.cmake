@@ -16,3 +16,15 @@ function(avtrain_fixture_test name)
     set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED "${T_REQUIRES}")
   endif()
 endfunction()
+
+# avtrain_watch_processes(): every test of the calling directory (call it at the end) carries the
+# suite's mark in its environment and requires the fixture whose cleanup, the suite's last test,
+# fails on any process still carrying the mark (tests/check_no_process_left.py): a killed mpirun's
+# rank, a Slurm daemon or job left running.
+function(avtrain_watch_processes)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "AVTRAIN_TEST_SUITE=${PROJECT_BINARY_DIR}")
+    set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED avtrain_processes)
+  endforeach()
+endfunction()

@@ -16,7 +16,10 @@
 # --ranks R > 1 trains data-parallel on R ranks (--dp R) through jobscripts/mpirun-local.sh.
 # --reuse keeps a run that finished before (seed-S/NAME.done) instead of training it again.
 # The avtrain program is build/cpu/bin/avtrain unless AVTRAIN names another.
-# Exit 0 when every verdict is PASS, 1 when one is FAIL, 2 on bad usage or a run that failed.
+# Exit 0 when every candidate PASSes against the band of FP32 and its twin, 1 when one FAILs, 2 on bad
+# usage or a run that failed. The single-baseline verdicts are reported beside, not judged: with one
+# FP32 run a single tolerance cannot both pass every genuine run late in training (chaos) and fail
+# a doctored one (docs/reconcile.md, "Genuine runs").
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -120,7 +123,7 @@ for seed in "${seed_list[@]}"; do
       "$python" "$here/avtrain-reconcile" "${bases[@]}" "$dir/$cand" --json "$dir/$cand.$mode.json" \
         > "$dir/$cand.$mode.txt" 2>&1 || rc=$?
       [ "$rc" -le 1 ] || { cat "$dir/$cand.$mode.txt" >&2; die "avtrain-reconcile could not compare $dir/$cand"; }
-      [ "$rc" -eq 0 ] || verdicts=1
+      [ "$rc" -eq 0 ] || [ "$mode" = single ] || verdicts=1
       line+=" $("$python" - "$dir/$cand.$mode.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

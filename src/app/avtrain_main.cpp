@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/stop_signals.hpp"
 #include "data/shard_set.hpp"
+#include "io/trace_writer.hpp"
 #include "parallel/process_groups.hpp"
 #include "train/run_description.hpp"
 #include "train/trainer.hpp"
@@ -40,6 +41,19 @@ namespace {
     std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
   }
   abort_world(world);
+}
+
+// A launcher may not pass a rank's exit code on: mpirun sent SIGTERM itself ends its ranks and exits
+// 1, whatever they had done. Rank 0 writes the code it exits with to $AVTRAIN_EXIT_STATUS_FILE, where
+// a job script reads it (jobscripts/slurm-avtrain.sbatch).
+void record_exit_status(int code, int rank) {
+  const char* path = std::getenv("AVTRAIN_EXIT_STATUS_FILE");
+  if (rank != 0 || path == nullptr || *path == '\0') return;
+  try {
+    avtrain::write_file_atomically(path, std::to_string(code) + "\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "avtrain: rank 0: AVTRAIN_EXIT_STATUS_FILE: %s\n", e.what());
+  }
 }
 
 // Errors every rank meets alike (options, layout) are printed by rank 0 alone and every rank exits
@@ -75,6 +89,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   if (!summary.stopped_early.empty()) {
     // Every rank stops alike; "resume me" only with a checkpoint to resume from.
     const int code = summary.checkpointed ? avtrain::kExitStoppedEarly : avtrain::kExitFailed;
+    record_exit_status(code, topo.rank);
     avtrain::exit_on_stop_signal(code);  // the launcher may end this rank when another exits first
     if (topo.rank == 0)
       std::cout << "[rank 0] stopped early after step " << summary.steps << " (" << summary.stopped_early << "): "
@@ -84,6 +99,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     return code;
   }
   if (topo.rank != 0) return 0;
+  record_exit_status(avtrain::kExitDone, topo.rank);
   if (summary.step_ms.empty()) {
     std::cout << "[rank 0] done: the run was complete already (" << summary.steps << " steps)" << std::endl;
     return 0;

@@ -286,7 +286,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
       "resume", po::value<std::string>(&c.resume)->default_value("auto"),
       "auto: continue from the newest committed checkpoint, if there is one; none: start afresh; or a "
       "checkpoint directory (OUT/checkpoints/step-NNNNNNN)")(
-      "overwrite", po::bool_switch(&c.overwrite), "let a fresh run replace the traces already in --out")(
+      "overwrite", po::bool_switch(&c.overwrite),
+      "start afresh (never resume), replacing the traces in --out and the checkpoints in checkpoint.dir")(
       "eval-only", po::bool_switch(&c.eval_only),
       "evaluate the checkpoint --resume names (auto: the newest committed one) on the validation split, print "
       "the loss and accuracy, write them to OUT/eval.json, and exit")(
@@ -358,6 +359,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (vm.count("max-minutes")) c.train.max_minutes = short_max_minutes;
   if (short_allow_tf32) c.device.allow_tf32 = true;
   if (short_detect_anomaly) c.precision.detect_anomaly = true;
+  if (c.overwrite && c.eval_only) throw Error("--overwrite and --eval-only: an evaluation replaces nothing; drop one");
+  if (c.overwrite && c.resume != "auto" && c.resume != "none")
+    throw Error("--overwrite starts the run afresh, --resume " + c.resume + " continues from a checkpoint; give one of them");
   table.check();
   table.dump(parsed.resolved);
   return parsed;

@@ -1,20 +1,38 @@
 #include "core/stop_signals.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 
 namespace avtrain {
 namespace {
 
 volatile std::sig_atomic_t received = 0;
 volatile std::sig_atomic_t exit_code = -1;  // >= 0: TERM and INT exit with it
+std::atomic<std::int64_t> first_at_ms{0};   // when the first stop signal came (CLOCK_MONOTONIC)
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "read and written in a signal handler");
 const auto process_start = std::chrono::steady_clock::now();
 
+std::int64_t monotonic_ms() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return std::int64_t(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+}
+
 extern "C" void on_stop_signal(int sig) {
-  if (exit_code >= 0 && (sig == SIGTERM || sig == SIGINT)) _exit(exit_code);  // the run is over
-  if (received != 0 && (sig == SIGTERM || sig == SIGINT)) _exit(128 + sig);  // asked twice: now
-  if (received == 0) received = sig;
+  const bool ends = sig == SIGTERM || sig == SIGINT;
+  if (exit_code >= 0 && ends) _exit(exit_code);  // the run is over
+  if (received != 0) {
+    // Asked twice: now. A repeat sooner is the first request by another route (Slurm signals every
+    // process of a step, and srun or mpirun passes the signal on again).
+    if (ends && monotonic_ms() - first_at_ms.load() >= kSecondSignalAfterMs) _exit(128 + sig);
+    return;
+  }
+  first_at_ms.store(monotonic_ms());
+  received = sig;
 }
 
 }  // namespace

@@ -60,6 +60,23 @@ std::vector<std::string> Checkpointing::committed() const {
   return out;
 }
 
+int Checkpointing::remove_all() {
+  std::error_code ec;
+  if (dir_.empty() || !fs::is_directory(dir_, ec)) return 0;
+  const std::vector<std::string> done = committed();
+  for (const std::string& ck : done) {
+    fs::remove(ck + "/committed", ec);  // uncommitted first, so a half-deleted one is never loaded
+    if (ec) throw Error("--overwrite: cannot remove " + ck + "/committed: " + ec.message());
+  }
+  std::vector<fs::path> steps;
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) steps.push_back(e.path());
+  for (const fs::path& step : steps)
+    if (fs::remove_all(step, ec); ec) throw Error("--overwrite: cannot remove " + step.string() + ": " + ec.message());
+  if (fs::remove(dir_ + "/latest", ec); ec) throw Error("--overwrite: cannot remove " + dir_ + "/latest: " + ec.message());
+  return int(done.size());
+}
+
 std::vector<std::string> Checkpointing::stage_files(const std::string& checkpoint) const {
   const std::string marker = checkpoint + "/committed";
   std::ifstream in(marker);
@@ -93,7 +110,7 @@ std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f
 std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStore& params, AdamW* adamw,
                                                           const nlohmann::json& fingerprint, std::ostream& log) {
   const std::string& how = config_.resume;
-  if (how == "none") return std::nullopt;
+  if (how == "none" || config_.overwrite) return std::nullopt;
   std::vector<std::string> candidates;
   const bool automatic = how == "auto";
   if (automatic) {

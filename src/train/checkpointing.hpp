@@ -33,9 +33,12 @@ class Checkpointing {
   const std::string& dir() const { return dir_; }
   // The committed checkpoints under dir(), oldest first (step-NNNNNNN directories).
   std::vector<std::string> committed() const;
+  // --overwrite: removes every checkpoint under dir(), committed or not, and `latest` (rank 0, before
+  // training; a later --resume auto must never find an earlier run's step). Returns how many.
+  int remove_all();
 
   // Loads the checkpoint to resume from into params and adamw and returns its counters, or nullopt
-  // for a fresh start. --resume PATH: that checkpoint or an error; auto: the newest committed one,
+  // for a fresh start (--resume none, --overwrite). --resume PATH: that checkpoint or an error; auto: the newest committed one,
   // a damaged one reported on `log` and the previous one tried. A checkpoint of another run (its
   // fingerprint differs from `fingerprint`) is an error naming the field.
   // adamw null: the weights alone (evaluation).

@@ -657,6 +657,32 @@ struct Trainer::Impl {
     return loaded;
   }
 
+  // A fresh start's --out (rank 0): --overwrite clears the run there (its checkpoints; the traces
+  // are started anew); under --resume auto, traces of this same run (run.json's fingerprint) that
+  // no checkpoint was committed for are a start killed early, which starts again. Any other traces
+  // are another run's: refused (true).
+  bool refuses_used_out(Run& run, std::ostream& log) {
+    const std::string& out = config.train.out;
+    if (config.overwrite) {
+      const int removed = run.checkpoints.remove_all();
+      if (removed > 0 || (!out.empty() && std::filesystem::exists(out + "/trace.csv")))
+        log << "[rank 0] --overwrite: a fresh start; the traces in " << out << " and " << removed
+            << " committed checkpoint(s) under " << run.checkpoints.dir() << " replaced\n";
+      return false;
+    }
+    if (out.empty() || !std::filesystem::exists(out + "/trace.csv")) return false;
+    if (config.resume != "auto") return true;
+    nlohmann::json earlier;
+    try {
+      std::ifstream(out + "/run.json") >> earlier;
+    } catch (const nlohmann::json::exception&) {
+      return true;
+    }
+    if (!earlier.contains("fingerprint") || earlier["fingerprint"] != run.fingerprint) return true;
+    log << "[rank 0] " << out << " holds this run's traces and no committed checkpoint: it starts again from step 0\n";
+    return false;
+  }
+
   // Start: a resume or a fresh start (never into the traces of another run), run.json and the
   // traces (rank 0), the timeline, the feed.
   void start(Run& run, const nlohmann::json& options, std::ostream& log) {
@@ -673,18 +699,22 @@ struct Trainer::Impl {
     run.checkpoints.reserve_memory(params);
     set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
-    double used_out = !resumed && rank0 && !config.train.out.empty() && !config.overwrite &&
-                      std::filesystem::exists(config.train.out + "/trace.csv");
+    double used_out = !resumed && rank0 && refuses_used_out(run, log);
     groups.world->all_reduce(&used_out, 1, parallel::ReduceOp::max);
     if (used_out > 0) {
-      throw Error("--out " + config.train.out + " already holds the traces of a run" +
-                  (config.resume == "none" ? std::string() : std::string(" and no committed checkpoint to continue from")) +
+      throw Error("--out " + config.train.out + " already holds the traces of " +
+                  (config.resume == "none" ? std::string("a run")
+                                           : std::string("another run (run.json) and no committed checkpoint to continue from")) +
                   ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
-                  "another, --overwrite starts afresh and replaces the traces");
+                  "another, --overwrite starts afresh and replaces its traces and checkpoints");
     }
     if (!config.train.out.empty() && rank0) {
-      run.traces = std::make_unique<TraceWriter>(config.train.out, resumed ? run.first_step : -1);  // makes OUT
+      // run.json first: a start killed before its first checkpoint is known as this run's by it.
+      std::error_code ec;
+      std::filesystem::create_directories(config.train.out, ec);
+      if (ec) throw Error("cannot create output directory " + config.train.out + ": " + ec.message());
       write_file_atomically(config.train.out + "/run.json", manifest(run, options, resumed.has_value()).dump(2) + "\n");
+      run.traces = std::make_unique<TraceWriter>(config.train.out, resumed ? run.first_step : -1);
     }
     groups.world->barrier();
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
@@ -746,6 +776,7 @@ struct Trainer::Impl {
     m["config"] = options;
     m["deck"] = config.deck;
     m["seed"] = config.train.seed;
+    m["fingerprint"] = run.fingerprint;  // what a resume must match; also how a restart knows its own traces
     m["build"] = {{"version", build_info::version}, {"git_commit", build_info::git_commit},
                   {"compiler", build_info::compiler}, {"build_type", build_info::build_type},
                   {"blas", build_info::blas}};

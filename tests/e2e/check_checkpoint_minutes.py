@@ -9,9 +9,9 @@ usage: check_checkpoint_minutes.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...
 import glob
 import os
 import shutil
-import subprocess
 import sys
 
+import run_processes
 from same_run import trace_difference
 
 
@@ -35,7 +35,7 @@ def main():
     runs = {}
     for name, minutes in (("often", "0.000001"), ("rarely", "60")):
         out = os.path.join(work, name)
-        p = subprocess.run(command + ["--out", out, "--steps", str(steps), "--checkpoint.interval", "0",
+        p = run_processes.run(command + ["--out", out, "--steps", str(steps), "--checkpoint.interval", "0",
                                       "--checkpoint.minutes", minutes, "--checkpoint.keep", "100"],
                            capture_output=True, text=True, timeout=300)
         if p.returncode:

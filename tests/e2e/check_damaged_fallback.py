@@ -11,9 +11,9 @@ the straight one's (but the measurements).
 import glob
 import os
 import shutil
-import subprocess
 import sys
 
+import run_processes
 from same_run import trace_difference
 
 
@@ -25,7 +25,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     straight, damaged = os.path.join(work, "straight"), os.path.join(work, "damaged")
-    if subprocess.run(command + ["--out", straight], capture_output=True, timeout=600).returncode:
+    if run_processes.run(command + ["--out", straight], capture_output=True, timeout=600).returncode:
         sys.exit("check_damaged_fallback: the straight run failed")
     shutil.copytree(straight, damaged)
     steps = sorted(glob.glob(os.path.join(damaged, "checkpoints", "step-*")))
@@ -36,7 +36,7 @@ def main():
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
-    done = subprocess.run(command + ["--out", damaged], capture_output=True, text=True, timeout=600)
+    done = run_processes.run(command + ["--out", damaged], capture_output=True, text=True, timeout=600)
     print(done.stdout[-2500:] + done.stderr[-2500:])
     if done.returncode != 0:
         sys.exit(f"check_damaged_fallback: exit {done.returncode}")

@@ -8,8 +8,9 @@ OUT/trace.csv that has val_loss (the run evaluates after its last step, whose ch
 import csv
 import json
 import os
-import subprocess
 import sys
+
+import run_processes
 
 
 def main():
@@ -18,7 +19,7 @@ def main():
         sys.exit(__doc__)
     out, command = argv[0], argv[2:]
     before = os.path.getmtime(os.path.join(out, "trace.csv"))
-    done = subprocess.run(command + ["--out", out, "--eval-only"], capture_output=True, text=True, timeout=300)
+    done = run_processes.run(command + ["--out", out, "--eval-only"], capture_output=True, text=True, timeout=300)
     print(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"check_eval_only: exit {done.returncode}")

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import run_processes
 from same_run import trace_difference
 
 SETTINGS = ("none", "attention", "blocks")
@@ -34,7 +35,7 @@ def main():
     for setting in SETTINGS:
         out = os.path.join(work, setting)
         cmd = command + ["--out", out, "--train.recompute", setting, "--resume", "none"]
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        done = run_processes.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
         if done.returncode != 0:
             sys.exit(f"recompute {setting}: exit {done.returncode}\n{done.stdout[-3000:]}")
         runs[setting] = out

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 
+import run_processes
 from same_run import datasets, rows, trace_difference
 
 
@@ -26,7 +27,7 @@ def fail(message):
 
 def run(command, log):
     with open(log, "w") as f:
-        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, timeout=600)
+        done = run_processes.run(command, stdout=f, stderr=subprocess.STDOUT, timeout=600)
     if done.returncode != 0:
         print(open(log).read()[-3000:])
         fail(f"{' '.join(command)} exited {done.returncode} (log {log})")

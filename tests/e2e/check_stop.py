@@ -9,8 +9,10 @@ signal: SIGUSR1 to mpirun (which forwards it) at a random step (AVTRAIN_STOP_SEE
         each rank runs under record_exit.py, so every rank's exit code is seen.
 budget: --max-minutes 0.25 on a run far longer than that: it must stop with its checkpoint (mpirun
         exits 75) before the 15 s run out, after training at least one step.
-twice:  SIGTERM twice to a single rank (started without mpirun): it must end at once with 143
-        (128 + SIGTERM), without waiting for its step or a checkpoint.
+twice:  a single rank (started without mpirun) whose data reader stalls at step 3, so that only a
+        signal can end it: a SIGTERM, and another at once (the same request by a second route, as
+        Slurm and srun or mpirun deliver it), must not end it within 2.5 s; a SIGTERM 2 s or more
+        after the first must end it at once with 143 (128 + SIGTERM).
 """
 import glob
 import os
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import time
 
+import run_processes
 from same_run import rows, trace_difference
 
 STOPPED = 75
@@ -60,25 +63,33 @@ def pending(pid):
 def twice(work, command):
     shutil.rmtree(work, ignore_errors=True)
     out = os.path.join(work, "twice")
-    p = subprocess.Popen(command + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    stalled = command + ["--out", out, "--debug.stall_reader", "0:3"]
+    with run_processes.Session(stalled, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as p:
         while p.poll() is None and trained_rows(out) < 3:
             time.sleep(0.005)
-        p.send_signal(signal.SIGTERM)
-        # Two pending SIGTERMs would be one: send the second once the first has been delivered.
-        while p.poll() is None and pending(p.pid) & (1 << (signal.SIGTERM - 1)):
-            time.sleep(0.001)
-        p.send_signal(signal.SIGTERM)
+
+        def term():
+            p.send_signal(signal.SIGTERM)
+            # Two pending SIGTERMs would be one: wait until this one has been delivered.
+            while p.poll() is None and pending(p.pid) & (1 << (signal.SIGTERM - 1)):
+                time.sleep(0.001)
+
+        term()
+        first = time.monotonic()
+        term()  # the same request by another route
+        time.sleep(2.5)
+        if p.poll() is not None:
+            fail(f"SIGTERM, and again at once: the run ended (exit {p.returncode}); it should wait for its "
+                 f"stalled step")
+        term()
         t0 = time.monotonic()
         code = p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     took = time.monotonic() - t0
-    if code != 128 + signal.SIGTERM:
-        fail(f"SIGTERM twice: exit {code}, not {128 + signal.SIGTERM}")
-    print(f"check_stop: SIGTERM twice: exit {code} after {took:.2f} s; ok")
+    if code != 128 + signal.SIGTERM or took > 1.0:
+        fail(f"a second SIGTERM {t0 - first:.1f} s after the first: exit {code} after {took:.2f} s, not "
+             f"{128 + signal.SIGTERM} at once")
+    print(f"check_stop: SIGTERM twice at once left the stalled run running; a SIGTERM {t0 - first:.1f} s after "
+          f"the first ended it with {code} after {took:.2f} s; ok")
 
 
 def main():
@@ -98,7 +109,7 @@ def main():
     os.makedirs(exits)
 
     if mode == "signal":
-        p = subprocess.run(command + ["--out", straight], capture_output=True, text=True, timeout=600)
+        p = run_processes.run(command + ["--out", straight], capture_output=True, text=True, timeout=600)
         if p.returncode:
             fail(f"the straight run failed:\n{p.stdout}{p.stderr}")
         steps = len(rows(os.path.join(straight, "trace.csv")))
@@ -108,26 +119,21 @@ def main():
         # mpirun ends the other ranks once one exits non-zero: SIGTERM (on which a stopped rank exits
         # 75 at once), then SIGKILL a second later, which could catch a wrapper under load before it
         # writes the code down: here SIGKILL waits 3 s (and mpirun with it).
-        p = subprocess.Popen(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout="3"))
-        try:
+        with run_processes.Session(wrapped + ["--out", stopped], stdout=log, stderr=subprocess.STDOUT,
+                                   env=dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout="3")) as p:
             while p.poll() is None and trained_rows(stopped) < at:
                 time.sleep(0.002)
             if p.poll() is not None:
                 fail(f"the run ended before step {at} (exit {p.returncode}; log {work}/stopped.log)")
             p.send_signal(signal.SIGUSR1)
             code = p.wait(timeout=300)
-        finally:
-            if p.poll() is None:  # whatever went wrong, the run does not outlive the test
-                p.kill()
-                p.wait()
         what = f"SIGUSR1 after step {at}"
     else:
         steps = None
         log = open(os.path.join(work, "stopped.log"), "w")
         t0 = time.monotonic()
-        p = subprocess.run(command + ["--out", stopped, "--steps", "100000", "--max-minutes", "0.25"],
-                           stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        p = run_processes.run(command + ["--out", stopped, "--steps", "100000", "--max-minutes", "0.25"],
+                              stdout=log, stderr=subprocess.STDOUT, timeout=300)
         code, took = p.returncode, time.monotonic() - t0
         if took > 15 + 3:
             fail(f"--max-minutes 0.25 ran {took:.1f} s, past its 15 s (with 3 s for starting mpirun)")
@@ -151,7 +157,7 @@ def main():
           f"{os.path.basename(ck[-1])} committed")
 
     if mode == "signal":
-        p = subprocess.run(command + ["--out", stopped], capture_output=True, text=True, timeout=600)
+        p = run_processes.run(command + ["--out", stopped], capture_output=True, text=True, timeout=600)
         if p.returncode:
             fail(f"resuming failed:\n{p.stdout}{p.stderr}")
         if f"resuming from {ck[-1]} " not in p.stdout:

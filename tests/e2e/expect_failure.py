@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import run_processes
+
 
 def main():
     once = len(sys.argv) > 3 and sys.argv[3] == "--once"
@@ -17,7 +19,7 @@ def main():
         sys.exit(__doc__)
     pattern, timeout, command = sys.argv[1], float(sys.argv[2]), sys.argv[rest + 1:]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = run_processes.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         print(f"expect_failure: still running after {timeout} s (a hang): {' '.join(command)}")
         sys.exit(1)

@@ -6,8 +6,8 @@ ends with the state of the run that was never killed, bit for bit.
 usage: kill_during_checkpoint.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 
 Rounds: AVTRAIN_KILL_ROUNDS (default 3; CI runs the default, set more on demand, e.g. 20). Each
-round starts the run (a checkpoint every step, --resume auto --overwrite), watches its checkpoint
-directory and kills the whole process group with SIGKILL at a chosen moment: while a checkpoint is in
+round starts the run (a checkpoint every step, --resume auto: a start killed before its first commit
+starts again), watches its checkpoint directory and kills its whole session with SIGKILL at a chosen moment: while a checkpoint is in
 flight (its directory exists uncommitted: the state is being copied out or its file built in memory
 beside training), while a stage file is being written to the disk (a stage-K.h5.tmp exists), while
 the commit marker is (committed.tmp), or at a random time. After each kill every committed checkpoint is read whole with h5py. Then the run is finished
@@ -20,42 +20,19 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
 
 import h5py
 
-from run_processes import session_members
+import run_processes
 from same_run import datasets, trace_difference
 
 
 def fail(message):
     print(f"kill_during_checkpoint: {message}")
     sys.exit(1)
-
-
-def kill_session(p):
-    """SIGKILL to every process of the run's session, then waits until none is left."""
-    for _ in range(1000):
-        members = session_members(p.pid)
-        if not members:
-            break
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if p.poll() is None:
-            try:
-                p.wait(timeout=0.01)
-            except subprocess.TimeoutExpired:
-                pass
-        time.sleep(0.005)
-    else:
-        fail(f"processes of session {p.pid} survive SIGKILL")
-    p.wait()
 
 
 def starts(out):
@@ -111,7 +88,7 @@ def main():
     straight, killed = os.path.join(work, "straight"), os.path.join(work, "killed")
     common = command + ["--checkpoint.interval", "1", "--checkpoint.keep", "2"]
     with open(os.path.join(work, "straight.log"), "w") as log:
-        if subprocess.run(common + ["--out", straight], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode:
+        if run_processes.run(common + ["--out", straight], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode:
             fail(f"the straight run failed (log {work}/straight.log)")
     ckdir = os.path.join(killed, "checkpoints")
     final_ck = committed(os.path.join(straight, "checkpoints"))[-1]
@@ -124,8 +101,7 @@ def main():
         known_starts = len(starts(killed))
         moment = rng.choice(["in flight", "stage file", "commit marker", "random"])
         log = open(os.path.join(work, f"round-{r}.log"), "w")
-        p = subprocess.Popen(common + ["--out", killed, "--overwrite"], stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+        p = run_processes.Session(common + ["--out", killed], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if moment == "random" else 60)
         skip = rng.randrange(0, 4)  # let a few writes pass first
         seen_tmp = False
@@ -145,12 +121,13 @@ def main():
             time.sleep(0.0005)
         if p.poll() is None:
             writing = bool(in_flight(ckdir))
-            kill_session(p)
+            p.kill_session()
             in_write += writing
             what = f"killed {'inside a write' if writing else 'between writes'} (aimed at: {moment})"
         else:
             what = f"finished before the kill (aimed at: {moment}, exit {p.returncode})"
             seen_tmp = False
+            p.kill_session()  # whatever the run left
         log.close()
         # A start that got as far as run.json must have resumed from the newest committed checkpoint.
         now = starts(killed)
@@ -163,7 +140,7 @@ def main():
         print(f"round {r + 1}/{rounds}: {what}; {len(done)} committed checkpoint(s), {total} datasets all readable"
               + ("" if not done else f", newest {os.path.basename(done[-1])}"))
     newest = committed(ckdir)
-    final = subprocess.run(common + ["--out", killed, "--overwrite"], capture_output=True, text=True, timeout=600)
+    final = run_processes.run(common + ["--out", killed], capture_output=True, text=True, timeout=600)
     with open(os.path.join(work, "final.log"), "w") as log:
         log.write(final.stdout + final.stderr)
     if final.returncode:

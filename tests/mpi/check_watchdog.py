@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from run_processes import session_members  # noqa: E402
+from run_processes import Session  # noqa: E402
 
 NO_PROGRESS = 124
 
@@ -97,15 +97,9 @@ def main():
     if mode == "stall":
         extra += ["--debug.stall_reader", f"{victim}:5"]
     with open(log_path, "w") as log:
-        p = subprocess.Popen(command + extra, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
+        # Nothing of the run may be left, whatever happened: leaving the block kills its session.
+        with Session(command + extra, stdout=log, stderr=subprocess.STDOUT) as p:
             code, took = watch(p, mode, out, victim, watchdog_s, log_path)
-        finally:  # nothing of the run may be left, whatever happened
-            for pid in session_members(p.pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
     if code is None:
         fail(f"the job still ran {watchdog_s + 60:.0f} s after the {mode}; log {log_path}")
     text = open(log_path, errors="replace").read()

@@ -5,15 +5,18 @@ fp16/bf16 (--split-masters), the masters too; without it the masters stay whole.
 
 usage: check_zero_memory.py DP [--split-masters] -- MPIRUN... AVTRAIN DECK [OPTIONS...]
 """
+import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
 
 LINE = re.compile(r"parameter memory of rank 0: fp32 masters ([0-9.]+) MiB, AdamW moments ([0-9.]+) MiB")
 
 
 def memory(command, zero):
-    done = subprocess.run(command + ["--parallel.zero", str(zero)], capture_output=True, text=True, timeout=300)
+    done = run_processes.run(command + ["--parallel.zero", str(zero)], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         sys.exit(f"zero {zero}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     found = LINE.search(done.stdout)

@@ -8,8 +8,10 @@ traces are then compared with a straight run of the new layout (check_layouts.py
 """
 import os
 import shutil
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
 
 
 def main():
@@ -23,7 +25,7 @@ def main():
     for f in ("run.json", "trace.csv", "layers.csv", "ranks.csv"):
         shutil.copy(os.path.join(src, f), out)
     shutil.copytree(os.path.join(src, "checkpoints", name), os.path.join(out, "checkpoints", name))
-    done = subprocess.run(command + ["--out", out], capture_output=True, text=True, timeout=600)
+    done = run_processes.run(command + ["--out", out], capture_output=True, text=True, timeout=600)
     print(done.stdout[-3000:] + done.stderr[-3000:])
     if done.returncode != 0:
         sys.exit(f"resume_elsewhere: exit {done.returncode}")

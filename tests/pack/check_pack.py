@@ -24,6 +24,9 @@ import time
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
+
 DATASETS = ["audio", "audio_len", "video", "video_len", "label", "source"]
 
 
@@ -160,19 +163,8 @@ def report(directory, media_dir):
     print(f"check_pack: report ok: {len(rows)} bad clips reported with their reasons, the good one packed")
 
 
-def kill_session(session, sig):
-    """Signals every process of the session: mpirun puts each rank in a process group of its own."""
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = open(stat).read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session:  # after the name: state, ppid, pgrp, session
-                os.kill(int(stat.split("/")[2]), sig)
-        except (OSError, ValueError, IndexError):
-            pass
-
-
 def run_to_end(command, env=None, timeout=300):
-    p = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    p = run_processes.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -209,9 +201,9 @@ def resume(pack, media_dir, out, launch):
     for round_ in range(rounds):
         for sig, expected_code in [(signal.SIGKILL, None), (signal.SIGUSR1, 75)]:
             subprocess.run(["rm", "-rf", out], check=True)
-            p = subprocess.Popen(launch + base + slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
-            try:
+            # Nothing of the run outlives this round: leaving the block kills its session.
+            with run_processes.Session(launch + base + slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True) as p:
                 # A different moment each round: after 1, 2 or 3 shards are finished.
                 wanted = 1 + (2 * round_ + (sig == signal.SIGUSR1)) % 3
                 deadline = time.time() + 60
@@ -220,14 +212,10 @@ def resume(pack, media_dir, out, launch):
                 if len(glob.glob(os.path.join(out, ".pack", "shard-*.json"))) < wanted:
                     fail(f"{wanted} shard(s) did not finish within 60 s")
                 if sig == signal.SIGKILL:
-                    kill_session(p.pid, signal.SIGKILL)  # every rank and the launcher, at once
+                    p.kill_session()  # every rank and the launcher
                 else:
                     os.kill(p.pid, sig)  # mpirun passes SIGUSR1 on to the ranks (as Slurm's --signal does)
                 stdout, stderr = p.communicate(timeout=60)
-            finally:
-                kill_session(p.pid, signal.SIGKILL)  # nothing of the run outlives this round
-                if p.poll() is None:
-                    p.wait()
             finished = len(glob.glob(os.path.join(out, ".pack", "shard-*.json")))
             if expected_code is not None and p.returncode != expected_code:
                 fail(f"{sig.name}: exit {p.returncode}, expected {expected_code}; stderr:\n{stderr}")

@@ -2,15 +2,27 @@
 """A Slurm job that survives its time limit, against a real one-node Slurm started here.
 
 Starts munged (as the munge user), slurmctld and slurmd from Debian's packages in a directory of
-their own (its own ports, no systemd, no cgroups), submits jobscripts/slurm-avtrain.sbatch with the
-CI deck on 2 tasks, and once the run has trained some steps delivers what Slurm sends before a time
-limit (scancel --batch --signal=USR1). The job must checkpoint (its ranks exit 75), requeue itself,
-start again (RestartCnt 1), resume from that checkpoint and finish with the traces of a run that was
-never interrupted; run.json must record both starts with SLURM_JOB_ID and SLURM_RESTART_COUNT.
-The daemons are stopped by process id whatever happens.
+their own (its own ports, no systemd, no cgroups; a fresh state directory each time), submits
+jobscripts/slurm-avtrain.sbatch with the CI deck on 2 tasks, and once the run has trained some steps
+delivers what Slurm sends before a time limit (scancel --batch --signal=USR1). The job must
+checkpoint (its ranks exit 75), requeue itself, start again (RestartCnt 1), resume from that
+checkpoint and finish with the traces of a run that was never interrupted; run.json must record both
+starts with SLURM_JOB_ID and SLURM_RESTART_COUNT.
 
-usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS
+The requeued job takes the path it takes on a cluster: Slurm holds it until the requeue + cred_expire
++ 1 s (slurmd revokes the job's old credential at the requeue and refuses a launch credential of the
+same job stamped in or before that second), then its scheduler starts it. Nothing here moves its
+start time; the test's Slurm has a short cred_expire (CRED_EXPIRE_S) and checks that the hold held.
+On failure it prints the daemons' logs. The daemons are stopped by process id, and whatever process
+of this Slurm is left (a job step, a rank) is killed, whatever happens.
+
+usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [usr1 | time-limit]
+  usr1        (the default) USR1 to the batch script after 30 steps, as --signal=B:USR1@120 sends it
+  time-limit  a job of 1 minute with no USR1 before its limit: Slurm's SIGTERM to every process of the
+              job (the ranks get it from slurmstepd and again from srun) must end the start the same
+              way; once the second start has resumed and trained on, the test cancels the job
 """
+import datetime
 import json
 import os
 import pwd
@@ -22,13 +34,27 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
 from same_run import trace_difference  # noqa: E402
 
-STEPS, SIGNAL_AFTER = 300, 30
+MODES = ("usr1", "time-limit")
+STEPS = {"usr1": 300, "time-limit": 100000}  # time-limit: the first start outlasts its minute (and
+# Slurm's check, every 30 s); once the second start trains on, the test cancels the job
+SIGNAL_AFTER = 30
+CRED_EXPIRE_S = 10  # Slurm's default is 120: a requeued job waits that long + 1 s, then a scheduler pass
+slurm_logs = None  # the running Slurm's log directory, printed on failure
 
 
 def fail(message):
     print(f"check_slurm_requeue: {message}")
+    if slurm_logs:
+        for name in ("slurmctld.log", "slurmd.log"):
+            try:
+                lines = open(os.path.join(slurm_logs, name), errors="replace").read().splitlines()
+            except FileNotFoundError:
+                continue
+            print(f"--- the last {min(80, len(lines))} lines of {slurm_logs}/{name}:")
+            print("\n".join(lines[-80:]))
     sys.exit(1)
 
 
@@ -69,7 +95,7 @@ SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket={self.socket},cred_expire=10
+AuthInfo=socket={self.socket},cred_expire={CRED_EXPIRE_S}
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -88,7 +114,10 @@ SlurmdLogFile={self.dir}/log/slurmd.log
 NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
+        self.conf = conf
         self.env = dict(os.environ, SLURM_CONF=conf)
+        global slurm_logs
+        slurm_logs = os.path.join(self.dir, "log")
         for daemon in (["slurmctld", "-D", "-i"], ["slurmd", "-D"]):
             log = open(os.path.join(self.dir, "log", daemon[0] + ".out"), "w")
             self.pids.append(subprocess.Popen(daemon, env=self.env, stdout=log, stderr=subprocess.STDOUT).pid)
@@ -107,6 +136,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return dict(field.split("=", 1) for field in out.split() if "=" in field)
 
     def stop(self):
+        self.run(["scancel", "--full", "--user", "root"])  # whatever job is left, then the daemons
+        deadline = time.monotonic() + 40  # KillWait (30 s) at most
+        while self.run(["squeue", "-h"]).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.5)
         for pid in reversed(self.pids):
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -129,6 +162,20 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        # A job step, its batch script or a rank the daemons left: every one carries SLURM_CONF.
+        find = lambda: run_processes.with_environment("SLURM_CONF", self.conf)  # noqa: E731
+        left = [run_processes.describe(pid) for pid in find()]
+        run_processes.kill_all(find)
+        if left:
+            print(f"check_slurm_requeue: killed what the daemons left: {'; '.join(left)}")
+
+
+def starts_of(out):
+    """run.json's starts ([] before the first)."""
+    try:
+        return json.load(open(os.path.join(out, "run.json")))["starts"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
 
 
 def rows(path):
@@ -140,66 +187,114 @@ def rows(path):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6) or (len(sys.argv) == 6 and sys.argv[5] not in MODES):
         sys.exit(__doc__)
-    work, root, avtrain, shards = (os.path.abspath(a) for a in sys.argv[1:])
+    work, root, avtrain, shards = (os.path.abspath(a) for a in sys.argv[1:5])
+    mode = sys.argv[5] if len(sys.argv) == 6 else "usr1"
+    steps = STEPS[mode]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    deck = [os.path.join(root, "inputs", "ci.ini"), "--data", shards, "--dp", "2", "--steps", str(STEPS),
+    deck = [os.path.join(root, "inputs", "ci.ini"), "--data", shards, "--dp", "2", "--steps", str(steps),
             "--train.log_interval", "50"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     straight = os.path.join(work, "straight")
-    p = subprocess.run(["mpirun", "-n", "2", "--bind-to", "none", avtrain] + deck + ["--threads", "1", "--out", straight],
-                       env=env, capture_output=True, text=True, timeout=600)
-    if p.returncode:
-        fail(f"the straight run failed:\n{p.stdout}{p.stderr}")
+    if mode == "usr1":
+        p = run_processes.run(["mpirun", "-n", "2", "--bind-to", "none", avtrain] + deck + ["--threads", "1", "--out", straight],
+                              env=env, capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            fail(f"the straight run failed:\n{p.stdout}{p.stderr}")
 
     slurm = OneNodeSlurm(work)
     try:
         out = os.path.join(work, "job")
         script = os.path.join(root, "jobscripts", "slurm-avtrain.sbatch")
-        submit = slurm.run(["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=10",
-                            f"--output={work}/job-%j.out", f"--chdir={work}",
-                            "--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                            script] + deck + ["--out", out])
+        export = "--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+        if mode == "usr1":
+            limits = ["--time=10"]
+        else:
+            # A 1-minute limit and no USR1 before it (a harmless CONT instead), and no end time the
+            # ranks could stop before it by (SLURM_JOB_END_TIME 0: unknown): Slurm's SIGTERM ends the start.
+            limits = ["--time=1", "--signal=B:CONT@1"]
+            export += ",SLURM_JOB_END_TIME=0"
+        submit = slurm.run(["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", *limits,
+                            f"--output={work}/job-%j.out", f"--chdir={work}", export, script] + deck + ["--out", out])
         if submit.returncode:
             fail(f"sbatch failed: {submit.stderr}")
         job = submit.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + 120
-        while rows(os.path.join(out, "trace.csv")) < SIGNAL_AFTER:
-            if time.monotonic() > deadline or slurm.job(job).get("JobState") not in ("PENDING", "RUNNING"):
-                fail(f"job {job} did not train {SIGNAL_AFTER} steps: {slurm.job(job).get('JobState')}; "
-                     f"output {work}/job-{job}.out")
-            time.sleep(0.05)
-        slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
-        deadline = time.monotonic() + 240
+        if mode == "usr1":
+            deadline = time.monotonic() + 120
+            while rows(os.path.join(out, "trace.csv")) < SIGNAL_AFTER:
+                if time.monotonic() > deadline or slurm.job(job).get("JobState") not in ("PENDING", "RUNNING"):
+                    fail(f"job {job} did not train {SIGNAL_AFTER} steps: {slurm.job(job).get('JobState')}; "
+                         f"output {work}/job-{job}.out")
+                time.sleep(0.05)
+            slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
+        deadline = time.monotonic() + 400
+        requeued = None  # what scontrol showed once the job was pending again
+        ended_since = None  # a job at its time limit shows TIMEOUT until its script has requeued it
         while True:
             state = slurm.job(job)
-            if state.get("JobState") == "PENDING" and state.get("Restarts") == "1":
-                slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # skip the requeue's wait
-            if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            if requeued is None and state.get("Restarts") == "1" and state.get("JobState") == "PENDING":
+                requeued = state
+            if state.get("JobState") == "COMPLETED":
                 break
+            if mode == "time-limit" and requeued is not None and state.get("JobState") == "RUNNING" and \
+                    len(starts_of(out)) == 2 and rows(os.path.join(out, "trace.csv")) > starts_of(out)[1]["step"] + 60 \
+                    and "resuming from" in open(os.path.join(work, f"job-{job}.out")).read():
+                break  # resumed and training on: what the limit's SIGTERM had to lead to
+            if state.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+                ended_since = ended_since or time.monotonic()
+                if time.monotonic() - ended_since > 60:
+                    break
+            else:
+                ended_since = None
             if time.monotonic() > deadline:
-                fail(f"job {job} did not finish: {state.get('JobState')}; output {work}/job-{job}.out")
-            time.sleep(0.5)
+                fail(f"job {job} did not finish: {state.get('JobState')} ({state.get('Reason')}); "
+                     f"output {work}/job-{job}.out")
+            time.sleep(0.2)
         text = open(os.path.join(work, f"job-{job}.out")).read()
         print(text)
-        if state.get("JobState") != "COMPLETED" or state.get("Restarts") != "1":
-            fail(f"job {job} ended {state.get('JobState')} after {state.get('Restarts')} restart(s), expected "
-                 f"COMPLETED after 1")
-        for needed in ("(SIGUSR1), with a checkpoint", "exit 75", f"requeueing job {job}", "resuming from"):
+        expected = {"usr1": "COMPLETED", "time-limit": "RUNNING"}[mode]
+        if state.get("JobState") != expected or state.get("Restarts") != "1":
+            fail(f"job {job} is {state.get('JobState')} after {state.get('Restarts')} restart(s), expected "
+                 f"{expected} after 1")
+        why = {"usr1": ["(SIGUSR1), with a checkpoint"],
+               "time-limit": ["DUE TO TIME LIMIT", "(SIGTERM), with a checkpoint", "Exited with exit code 75"]}[mode]
+        for needed in why + ["exit 75", f"requeueing job {job}", "resuming from"]:
             if needed not in text:
                 fail(f"the job's output lacks '{needed}'")
-        starts = json.load(open(os.path.join(out, "run.json")))["starts"]
+        # Slurm's own clock: the requeue sets SubmitTime; the second start may not come before the hold.
+        if requeued is None:
+            fail(f"job {job} was not seen pending after its requeue")
+        at = lambda t: datetime.datetime.fromisoformat(t)  # noqa: E731
+        # SubmitTime is the requeue's; the finished job's StartTime is its second start's.
+        requeue_at, eligible, start = at(requeued["SubmitTime"]), at(requeued["EligibleTime"]), at(state["StartTime"])
+        hold = (eligible - requeue_at).total_seconds()
+        waited = (start - requeue_at).total_seconds()
+        if hold < CRED_EXPIRE_S or waited < CRED_EXPIRE_S:
+            fail(f"job {job} requeued at {requeue_at}, eligible at {eligible}, started again at {start}: "
+                 f"not held for cred_expire ({CRED_EXPIRE_S} s)")
+        starts = starts_of(out)
         # Slurm may leave SLURM_RESTART_COUNT unset on a job's first start.
         if [(s.get("SLURM_JOB_ID"), s.get("SLURM_RESTART_COUNT", "0")) for s in starts] != [(job, "0"), (job, "1")]:
             fail(f"run.json's starts do not record the job and its restart: {starts}")
-        diff = trace_difference(straight, out)
-        if diff:
-            fail(diff)
-        print(f"check_slurm_requeue: job {job}: USR1 after step {starts[1]['step']}, checkpointed, requeued, "
-              f"resumed and completed with the uninterrupted run's {STEPS} trace rows; ok")
+        stopped = f"stopping after step {starts[1]['step']} ("
+        if stopped not in text or f"step-{starts[1]['step']:07d} (step {starts[1]['step']})" not in text:
+            fail(f"the second start did not resume from the checkpoint of the step the first stopped after "
+                 f"({starts[1]['step']})")
+        if mode == "usr1":
+            diff = trace_difference(straight, out)
+            if diff:
+                fail(diff)
+        else:
+            slurm.run(["scancel", job])  # it resumed; the rest is the usr1 test's
+        what = {"usr1": "USR1", "time-limit": "its 1-minute time limit (SIGTERM to every process)"}[mode]
+        end = {"usr1": f"completed with the uninterrupted run's {steps} trace rows",
+               "time-limit": "trained on (then cancelled)"}[mode]
+        print(f"check_slurm_requeue: job {job}: {what} after step {starts[1]['step']}, checkpointed, requeued "
+              f"(held {hold:.0f} s: cred_expire {CRED_EXPIRE_S} s + 1; started again {waited:.0f} s after the "
+              f"requeue), resumed from that step's checkpoint and {end}; ok")
     finally:
         slurm.stop()
 
