@@ -10,7 +10,7 @@
 # Each run starts from a pristine copy of the root (made once under build/fresh-root.base, ~1 min);
 # package downloads are shared with this machine's apt cache. Inside the root: bubblewrap (its own
 # mount and PID namespaces: nothing it starts outlives it), root's network, no service started by
-# a package (policy-rc.d), /tmp and /dev/shm of its own.
+# a package (policy-rc.d), a /dev/shm of its own.
 #   bash validation/fresh-machine-test.sh                     # CI: about 15 min on 2 cores
 #   AVTRAIN_FRESH_CTEST=all bash validation/fresh-machine-test.sh   # the whole suite in the root
 set -euo pipefail
@@ -65,7 +65,7 @@ done
 say "the root holds none of the $(wc -w <<< "$ours") packages jobscripts/install-deps.sh lists"
 
 in_root() {  # in_root: bash script from stdin, in the clone, as root
-  bwrap --bind "$fresh" / --proc /proc --dev /dev --ro-bind /sys /sys --tmpfs /tmp --tmpfs /dev/shm \
+  bwrap --bind "$fresh" / --proc /proc --dev /dev --ro-bind /sys /sys --perms 1777 --tmpfs /dev/shm \
         --bind /var/cache/apt/archives /var/cache/apt/archives \
         --unshare-pid --unshare-ipc --die-with-parent --cap-add ALL --chdir /root/avtrain --clearenv \
         --setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --setenv HOME /root \
