@@ -6,23 +6,17 @@ no bit of the run).
 
 usage: check_checkpoint_minutes.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 """
-import glob
 import os
 import shutil
 import sys
 
 import run_processes
-from same_run import trace_difference
+from same_run import committed, trace_difference
 
 
 def fail(message):
     print(f"check_checkpoint_minutes: {message}")
     sys.exit(1)
-
-
-def committed(out):
-    return sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", "step-*"))
-                  if os.path.isfile(os.path.join(d, "committed")))
 
 
 def main():

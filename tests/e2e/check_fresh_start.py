@@ -11,24 +11,18 @@
 
 usage: check_fresh_start.py WORK -- MPIRUN... AVTRAIN DECK [OPTIONS...]
 """
-import glob
 import json
 import os
 import shutil
 import sys
 
 import run_processes
-from same_run import trace_difference
+from same_run import committed, trace_difference
 
 
 def fail(message):
     print(f"check_fresh_start: {message}")
     sys.exit(1)
-
-
-def committed(out):
-    return sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", "step-*"))
-                  if os.path.isfile(os.path.join(d, "committed")))
 
 
 def train(command, what, expect_exit=0):

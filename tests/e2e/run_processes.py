@@ -9,7 +9,11 @@ own, so killpg alone would leave it), a Slurm daemon and what it launched.
 import os
 import signal
 import subprocess
+import sys
 import time
+
+# A test ended by SIGTERM (ctest's time limit, a user) unwinds, so that its sessions are killed too.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def session_members(sid):

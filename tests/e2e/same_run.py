@@ -2,6 +2,7 @@
 measurements of the process, layers.csv equal, and checkpoint datasets equal bit for bit (but
 state/elapsed_s, the wall time)."""
 import csv
+import glob
 import os
 
 import h5py
@@ -42,3 +43,9 @@ def datasets(path):
         f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes())
                      if isinstance(o, h5py.Dataset) and n not in MEASURED_DATASETS else None)
     return out
+
+
+def committed(out):
+    """The names of the committed checkpoints under OUT/checkpoints, oldest first."""
+    return sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", "step-*"))
+                  if os.path.isfile(os.path.join(d, "committed")))
