@@ -64,7 +64,7 @@ done
 (( ${#held[@]} == 0 )) || die "the root holds ${held[*]}, of the project's packages"
 say "the root holds none of the $(wc -w <<< "$ours") packages jobscripts/install-deps.sh lists"
 
-in_root() {  # in_root: bash script from stdin, in the clone, as root
+in_root() {  # in_root: bash script from stdin (its commands must not read stdin), in the clone, as root
   bwrap --bind "$fresh" / --proc /proc --dev /dev --ro-bind /sys /sys --perms 1777 --tmpfs /dev/shm \
         --bind /var/cache/apt/archives /var/cache/apt/archives \
         --unshare-pid --unshare-ipc --die-with-parent --cap-add ALL --chdir /root/avtrain --clearenv \
@@ -76,7 +76,7 @@ in_root() {  # in_root: bash script from stdin, in the clone, as root
 set +e
 in_root >> "$log" 2>&1 <<'EOF'
 t0=$(date +%s)
-bash jobscripts/quickstart.sh > quickstart.log 2>&1
+bash jobscripts/quickstart.sh < /dev/null > quickstart.log 2>&1
 rc=$?
 echo "quickstart: exit $rc after $(( $(date +%s) - t0 )) s; its last lines:"
 tail -n 2 quickstart.log
@@ -91,7 +91,7 @@ say "1. the run command installed what it needs, trained, and ended with the ver
 set +e
 in_root >> "$log" 2>&1 <<EOF
 t0=\$(date +%s)
-bash jobscripts/test.sh ${ctest_args[*]@Q} > test.log 2>&1
+bash jobscripts/test.sh ${ctest_args[*]@Q} < /dev/null > test.log 2>&1
 rc=\$?
 echo "test: exit \$rc after \$(( \$(date +%s) - t0 )) s; its summary:"
 grep -E "tests passed|tests failed|Failed|Not Run" test.log | tail -n 12
