@@ -79,7 +79,8 @@ train() {
   local launch=("$avtrain")
   [ "$ranks" -eq 1 ] || launch=("$root/jobscripts/mpirun-local.sh" "$ranks" "$avtrain")
   local t0=$SECONDS
-  if ! "${launch[@]}" "${common[@]}" "$@" --out "$dir/$name" ${extra[@]+"${extra[@]}"} > "$dir/$name.log" 2>&1; then
+  # stdin from /dev/null: mpirun passes its stdin to rank 0, which would eat a calling script's input.
+  if ! "${launch[@]}" "${common[@]}" "$@" --out "$dir/$name" ${extra[@]+"${extra[@]}"} < /dev/null > "$dir/$name.log" 2>&1; then
     tail -n 5 "$dir/$name.log" >&2
     die "the $name run failed (log: $dir/$name.log)"
   fi

@@ -32,20 +32,10 @@ namespace {
   std::exit(1);
 }
 
-// An error met during training: the rank that met it prints it and aborts the world; a rank that
-// learnt of it from the others (ErrorElsewhere) gives that rank the time to print first.
-[[noreturn]] void stop_on_error(const std::exception& e, int rank, int world) {
-  if (dynamic_cast<const avtrain::ErrorElsewhere*>(&e)) {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-  } else {
-    std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
-  }
-  abort_world(world);
-}
-
 // A launcher may not pass a rank's exit code on: mpirun sent SIGTERM itself ends its ranks and exits
-// 1, whatever they had done. Rank 0 writes the code it exits with to $AVTRAIN_EXIT_STATUS_FILE, where
-// a job script reads it (jobscripts/slurm-avtrain.sbatch).
+// 1, whatever they had done, and srun exits 0 when it could not launch them. Rank 0 writes the code
+// it exits with to $AVTRAIN_EXIT_STATUS_FILE, where a job script reads it
+// (jobscripts/slurm-avtrain.sbatch); no file means rank 0 never got that far.
 void record_exit_status(int code, int rank) {
   const char* path = std::getenv("AVTRAIN_EXIT_STATUS_FILE");
   if (rank != 0 || path == nullptr || *path == '\0') return;
@@ -54,6 +44,18 @@ void record_exit_status(int code, int rank) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "avtrain: rank 0: AVTRAIN_EXIT_STATUS_FILE: %s\n", e.what());
   }
+}
+
+// An error met during training: the rank that met it prints it and aborts the world; a rank that
+// learnt of it from the others (ErrorElsewhere) gives that rank the time to print first.
+[[noreturn]] void stop_on_error(const std::exception& e, int rank, int world) {
+  if (dynamic_cast<const avtrain::ErrorElsewhere*>(&e)) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  } else {
+    std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
+  }
+  record_exit_status(avtrain::kExitFailed, rank);
+  abort_world(world);
 }
 
 // Errors every rank meets alike (options, layout) are printed by rank 0 alone and every rank exits
@@ -99,7 +101,6 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     return code;
   }
   if (topo.rank != 0) return 0;
-  record_exit_status(avtrain::kExitDone, topo.rank);
   if (summary.step_ms.empty()) {
     std::cout << "[rank 0] done: the run was complete already (" << summary.steps << " steps)" << std::endl;
     return 0;
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     options = avtrain::parse_options({argv + 1, argv + argc});
     if (options.help) {
       if (rank == 0) std::cout << *options.help;
+      record_exit_status(avtrain::kExitDone, rank);
       MPI_Finalize();
       return 0;
     }
@@ -145,6 +147,7 @@ int main(int argc, char** argv) {
       groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "avtrain: %s\n", e.what());
+    record_exit_status(avtrain::kExitFailed, rank);
     groups.reset();
     MPI_Finalize();
     return 1;
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     stop_on_error(e, rank, world);
   }
+  record_exit_status(code, rank);
   groups.reset();
   MPI_Finalize();
   return code;

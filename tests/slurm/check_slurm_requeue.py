@@ -16,11 +16,18 @@ start time; the test's Slurm has a short cred_expire (CRED_EXPIRE_S) and checks 
 On failure it prints the daemons' logs. The daemons are stopped by process id, and whatever process
 of this Slurm is left (a job step, a rank) is killed, whatever happens.
 
-usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [usr1 | time-limit]
-  usr1        (the default) USR1 to the batch script after 30 steps, as --signal=B:USR1@120 sends it
-  time-limit  a job of 1 minute with no USR1 before its limit: Slurm's SIGTERM to every process of the
-              job (the ranks get it from slurmstepd and again from srun) must end the start the same
-              way; once the second start has resumed and trained on, the test cancels the job
+usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [MODE]
+  usr1               (the default) USR1 to the batch script after 30 steps, as --signal=B:USR1@120
+                     sends it; the job completes with the uninterrupted run's traces
+  time-limit         a job of 1 minute with no USR1 before its limit: Slurm's SIGTERM to every process
+                     of the job (the ranks get it from slurmstepd and again from srun) must stop the
+                     ranks with a checkpoint of their last step (75); the job script, sent SIGTERM
+                     first, must not requeue the job (as after scancel or pre-emption) and must say so
+  time-limit-mpirun  the same with the ranks started by mpirun (the GPU bundle's launcher, here
+                     AVTRAIN_BUNDLE pointing at this machine's mpirun and AVTRAIN): mpirun, sent
+                     SIGTERM itself, exits 1; the job script must take rank 0's 75
+  launch-fails       srun cannot start the ranks (PMIx's directory for the step exists already) and
+                     exits 0: the job script must fail the job, saying the ranks did not run
 """
 import datetime
 import json
@@ -31,15 +38,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 import run_processes  # noqa: E402
 from same_run import trace_difference  # noqa: E402
 
-MODES = ("usr1", "time-limit")
-STEPS = {"usr1": 300, "time-limit": 100000}  # time-limit: the first start outlasts its minute (and
-# Slurm's check, every 30 s); once the second start trains on, the test cancels the job
+MODES = ("usr1", "time-limit", "time-limit-mpirun", "launch-fails")
+# time-limit: the run outlasts its minute (and Slurm's check of it, every 30 s).
+STEPS = {"usr1": 300, "time-limit": 100000, "time-limit-mpirun": 100000, "launch-fails": 300}
 SIGNAL_AFTER = 30
 CRED_EXPIRE_S = 10  # Slurm's default is 120: a requeued job waits that long + 1 s, then a scheduler pass
 slurm_logs = None  # the running Slurm's log directory, printed on failure
@@ -65,15 +73,17 @@ def free_port():
 
 
 class OneNodeSlurm:
-    """munged, slurmctld and slurmd under WORK/slurm; stop() ends them by process id."""
+    """munged (its key and socket in a directory of its own under /tmp), slurmctld and slurmd under
+    WORK/slurm; stop() ends them by process id."""
 
     def __init__(self, work):
         self.dir = os.path.join(work, "slurm")
         shutil.rmtree(self.dir, ignore_errors=True)
         self.pids = []
         munge = pwd.getpwnam("munge")
-        mdir = os.path.join(self.dir, "munge")
-        for d in ("state", "spool", "log", "munge"):
+        # munged runs as the munge user, who may not reach WORK (a checkout under /root, mode 700).
+        mdir = self.munge_dir = tempfile.mkdtemp(prefix="avtrain-munge-")
+        for d in ("state", "spool", "log", "tmp"):
             os.makedirs(os.path.join(self.dir, d))
         with open(os.path.join(mdir, "key"), "wb") as f:
             f.write(os.urandom(1024))
@@ -107,6 +117,7 @@ JobRequeue=1
 ReturnToService=2
 StateSaveLocation={self.dir}/state
 SlurmdSpoolDir={self.dir}/spool
+TmpFS={self.dir}/tmp
 SlurmctldPidFile={self.dir}/slurmctld.pid
 SlurmdPidFile={self.dir}/slurmd.pid
 SlurmctldLogFile={self.dir}/log/slurmctld.log
@@ -162,6 +173,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        shutil.rmtree(self.munge_dir, ignore_errors=True)
         # A job step, its batch script or a rank the daemons left: every one carries SLURM_CONF.
         find = lambda: run_processes.with_environment("SLURM_CONF", self.conf)  # noqa: E731
         left = [run_processes.describe(pid) for pid in find()]
@@ -184,6 +196,31 @@ def rows(path):
             return max(0, sum(1 for _ in f) - 1)
     except FileNotFoundError:
         return 0
+
+
+def wait_for_end(slurm, job, mode, work):
+    """Polls the job until it completed, or ended otherwise for a while (a job at its time limit shows
+    TIMEOUT until its script has decided). Returns its last state and the state seen once it was
+    pending again after a requeue."""
+    deadline = time.monotonic() + 400
+    requeued = None
+    ended_since = None
+    while True:
+        state = slurm.job(job)
+        if requeued is None and state.get("Restarts") == "1" and state.get("JobState") == "PENDING":
+            requeued = state
+        if state.get("JobState") == "COMPLETED":
+            return state, requeued
+        if state.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            ended_since = ended_since or time.monotonic()
+            if time.monotonic() - ended_since > (60 if mode == "usr1" else 10):
+                return state, requeued
+        else:
+            ended_since = None
+        if time.monotonic() > deadline:
+            fail(f"job {job} did not finish: {state.get('JobState')} ({state.get('Reason')}); "
+                 f"output {work}/job-{job}.out")
+        time.sleep(0.2)
 
 
 def main():
@@ -210,13 +247,20 @@ def main():
         out = os.path.join(work, "job")
         script = os.path.join(root, "jobscripts", "slurm-avtrain.sbatch")
         export = "--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-        if mode == "usr1":
-            limits = ["--time=10"]
-        else:
+        limits = ["--time=10"]
+        if mode.startswith("time-limit"):
             # A 1-minute limit and no USR1 before it (a harmless CONT instead), and no end time the
             # ranks could stop before it by (SLURM_JOB_END_TIME 0: unknown): Slurm's SIGTERM ends the start.
             limits = ["--time=1", "--signal=B:CONT@1"]
             export += ",SLURM_JOB_END_TIME=0"
+        if mode == "time-limit-mpirun":  # the bundle's layout: bin/mpirun and bin/avtrain
+            bundle = os.path.join(work, "bundle")
+            os.makedirs(os.path.join(bundle, "bin"))
+            os.symlink(shutil.which("mpirun"), os.path.join(bundle, "bin", "mpirun"))
+            os.symlink(avtrain, os.path.join(bundle, "bin", "avtrain"))
+            export += ",AVTRAIN_BUNDLE=" + bundle
+        if mode == "launch-fails":  # PMIx refuses to set up a step whose directory exists (job 1, step 0)
+            os.makedirs(os.path.join(slurm.dir, "tmp", "spmix_appdir_0_1.0"))
         submit = slurm.run(["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", *limits,
                             f"--output={work}/job-%j.out", f"--chdir={work}", export, script] + deck + ["--out", out])
         if submit.returncode:
@@ -230,45 +274,33 @@ def main():
                          f"output {work}/job-{job}.out")
                 time.sleep(0.05)
             slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
-        deadline = time.monotonic() + 400
-        requeued = None  # what scontrol showed once the job was pending again
-        ended_since = None  # a job at its time limit shows TIMEOUT until its script has requeued it
-        while True:
-            state = slurm.job(job)
-            if requeued is None and state.get("Restarts") == "1" and state.get("JobState") == "PENDING":
-                requeued = state
-            if state.get("JobState") == "COMPLETED":
-                break
-            if mode == "time-limit" and requeued is not None and state.get("JobState") == "RUNNING" and \
-                    len(starts_of(out)) == 2 and rows(os.path.join(out, "trace.csv")) > starts_of(out)[1]["step"] + 60 \
-                    and "resuming from" in open(os.path.join(work, f"job-{job}.out")).read():
-                break  # resumed and training on: what the limit's SIGTERM had to lead to
-            if state.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-                ended_since = ended_since or time.monotonic()
-                if time.monotonic() - ended_since > 60:
-                    break
-            else:
-                ended_since = None
-            if time.monotonic() > deadline:
-                fail(f"job {job} did not finish: {state.get('JobState')} ({state.get('Reason')}); "
-                     f"output {work}/job-{job}.out")
-            time.sleep(0.2)
+        state, requeued = wait_for_end(slurm, job, mode, work)
         text = open(os.path.join(work, f"job-{job}.out")).read()
         print(text)
-        expected = {"usr1": "COMPLETED", "time-limit": "RUNNING"}[mode]
-        if state.get("JobState") != expected or state.get("Restarts") != "1":
+
+        if mode == "launch-fails":
+            needed = "rank 0 never reported its end: the ranks did not run"
+            if state.get("JobState") != "FAILED" or state.get("ExitCode") != "1:0" or needed not in text:
+                fail(f"job {job} whose ranks never started ended {state.get('JobState')} "
+                     f"({state.get('ExitCode')}), expected FAILED (1:0) with '{needed}'")
+            print(f"check_slurm_requeue: job {job}: srun could not start the ranks and exited 0; the job script "
+                  f"failed the job (exit 1) saying so; ok")
+            return
+
+        if mode.startswith("time-limit"):
+            check_time_limit(job, mode, state, text, out)
+            return
+        if state.get("JobState") != "COMPLETED" or state.get("Restarts") != "1":
             fail(f"job {job} is {state.get('JobState')} after {state.get('Restarts')} restart(s), expected "
-                 f"{expected} after 1")
-        why = {"usr1": ["(SIGUSR1), with a checkpoint"],
-               "time-limit": ["DUE TO TIME LIMIT", "(SIGTERM), with a checkpoint", "Exited with exit code 75"]}[mode]
-        for needed in why + ["exit 75", f"requeueing job {job}", "resuming from"]:
+                 f"COMPLETED after 1")
+        for needed in ["(SIGUSR1), with a checkpoint", "exit 75", f"requeueing job {job}", "resuming from"]:
             if needed not in text:
                 fail(f"the job's output lacks '{needed}'")
         # Slurm's own clock: the requeue sets SubmitTime; the second start may not come before the hold.
         if requeued is None:
             fail(f"job {job} was not seen pending after its requeue")
         at = lambda t: datetime.datetime.fromisoformat(t)  # noqa: E731
-        # SubmitTime is the requeue's; the finished job's StartTime is its second start's.
+        # SubmitTime is the requeue's; the job's StartTime, now, is its second start's.
         requeue_at, eligible, start = at(requeued["SubmitTime"]), at(requeued["EligibleTime"]), at(state["StartTime"])
         hold = (eligible - requeue_at).total_seconds()
         waited = (start - requeue_at).total_seconds()
@@ -283,20 +315,38 @@ def main():
         if stopped not in text or f"step-{starts[1]['step']:07d} (step {starts[1]['step']})" not in text:
             fail(f"the second start did not resume from the checkpoint of the step the first stopped after "
                  f"({starts[1]['step']})")
-        if mode == "usr1":
-            diff = trace_difference(straight, out)
-            if diff:
-                fail(diff)
-        else:
-            slurm.run(["scancel", job])  # it resumed; the rest is the usr1 test's
-        what = {"usr1": "USR1", "time-limit": "its 1-minute time limit (SIGTERM to every process)"}[mode]
-        end = {"usr1": f"completed with the uninterrupted run's {steps} trace rows",
-               "time-limit": "trained on (then cancelled)"}[mode]
-        print(f"check_slurm_requeue: job {job}: {what} after step {starts[1]['step']}, checkpointed, requeued "
+        diff = trace_difference(straight, out)
+        if diff:
+            fail(diff)
+        print(f"check_slurm_requeue: job {job}: USR1 after step {starts[1]['step']}, checkpointed, requeued "
               f"(held {hold:.0f} s: cred_expire {CRED_EXPIRE_S} s + 1; started again {waited:.0f} s after the "
-              f"requeue), resumed from that step's checkpoint and {end}; ok")
+              f"requeue), resumed from that step's checkpoint and completed with the uninterrupted run's traces; ok")
     finally:
         slurm.stop()
+
+
+def check_time_limit(job, mode, state, text, out):
+    """The time-limit modes: the job timed out, its ranks stopped with a checkpoint of the last step
+    they trained, and the job script said so and did not requeue (Slurm's SIGTERM came first)."""
+    if state.get("JobState") != "TIMEOUT" or state.get("Restarts") != "0":
+        fail(f"job {job} is {state.get('JobState')} after {state.get('Restarts')} restart(s), expected TIMEOUT, "
+             f"not requeued")
+    needed = ["DUE TO TIME LIMIT", f"job {job} was sent SIGTERM", "so it is not requeued here"]
+    # srun passes the ranks' 75 on; mpirun, sent SIGTERM itself, exits 1 (and drops their last lines).
+    needed += {"time-limit": ["(SIGTERM), with a checkpoint", "Exited with exit code 75"],
+               "time-limit-mpirun": ["the launcher exited 1, rank 0 75"]}[mode]
+    for line in needed:
+        if line not in text:
+            fail(f"the job's output lacks '{line}'")
+    trained = rows(os.path.join(out, "trace.csv"))
+    checkpoints = sorted(d for d in os.listdir(os.path.join(out, "checkpoints"))
+                         if os.path.isfile(os.path.join(out, "checkpoints", d, "committed")))
+    if not checkpoints or checkpoints[-1] != f"step-{trained:07d}":
+        fail(f"the newest committed checkpoint is {checkpoints[-1:]}, not that of step {trained}, the last trained")
+    how = {"time-limit": "srun reported the ranks' 75", "time-limit-mpirun": "mpirun exited 1, rank 0 wrote 75"}[mode]
+    print(f"check_slurm_requeue: job {job}: at its 1-minute limit (no USR1 before it) Slurm's SIGTERM stopped the "
+          f"ranks after step {trained} with that step's checkpoint committed; {how}; the job script did not "
+          f"requeue it and said how to resume; ok")
 
 
 if __name__ == "__main__":
