@@ -13,6 +13,8 @@
 # a package (policy-rc.d), a /dev/shm of its own.
 #   bash validation/fresh-machine-test.sh                     # CI: about 15 min on 2 cores
 #   AVTRAIN_FRESH_CTEST=all bash validation/fresh-machine-test.sh   # the whole suite in the root
+#   AVTRAIN_FRESH_CTEST=e2e_slurm_job_survives_its_time_limit AVTRAIN_FRESH_REPEAT=10 \
+#     bash validation/fresh-machine-test.sh        # one test 10 times in a row (ctest --repeat until-fail)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 base=$root/build/fresh-root.base
@@ -28,6 +30,9 @@ tests=${AVTRAIN_FRESH_CTEST:-}
 ctest_args=(-R "$default_tests")
 [[ $tests == all ]] && ctest_args=(-LE fresh)  # the whole suite but this test itself
 [[ -n $tests && $tests != all ]] && ctest_args=(-R "$tests")
+repeat=${AVTRAIN_FRESH_REPEAT:-1}
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || die "AVTRAIN_FRESH_REPEAT=$repeat: not a count of runs"
+(( repeat > 1 )) && ctest_args+=(--repeat "until-fail:$repeat")
 [[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, apt inside the root)"
 for tool in debootstrap bwrap git; do command -v "$tool" > /dev/null || die "$tool is missing (jobscripts/install-deps.sh)"; done
 git -C "$root" diff --quiet HEAD -- || say "note: uncommitted changes are not in the clone (HEAD is)"
