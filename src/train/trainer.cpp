@@ -215,6 +215,16 @@ struct Trainer::Impl {
     return FlatPart{parts[std::size_t(topo.dp_rank)], parts[std::size_t(topo.dp_rank) + 1]};
   }
 
+  // The elements of the stage's flat buffers whose statistics (layers.csv, the gradient norm) this
+  // replica takes: at dp > 1 its ZeRO part, whether or not parallel.zero splits the state (inside
+  // master_part()); else all.
+  FlatPart statistics_part() const {
+    if (topo.dp == 1) return {0, params.total_size()};
+    if (sharded()) return *own_part();
+    const std::vector<std::size_t> cut = parallel::zero_parts(params.total_size(), topo.dp);
+    return {cut[std::size_t(topo.dp_rank)], cut[std::size_t(topo.dp_rank) + 1]};
+  }
+
   // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
   // exist before the buckets (the next member) point into it.
   float* allocate_params() {
@@ -400,14 +410,18 @@ struct Trainer::Impl {
     grad_sum_squares = 0;
     const float threshold = underflow_threshold(policy.compute());
     const double unscale2 = 1.0 / (loss_scale * loss_scale);
-    // Under ZeRO each replica holds the reduced gradients of its part alone: the parts' statistics
-    // are added over the data-parallel group.
-    const FlatPart all{0, params.total_size()}, part = sharded() ? *own_part() : all;
+    // At dp > 1 each replica takes the statistics of its part (under ZeRO the only reduced
+    // gradients and masters it holds) and the parts' statistics are added over the data-parallel
+    // group: in both ZeRO settings alike, so that a parameter a part boundary cuts is summed the
+    // same way in both, and zero 1 is zero 0 bit for bit.
+    const FlatPart part = statistics_part();
     std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads().data() + part.begin, part, threshold);
-    if (sharded()) add_over_replicas(grad_stats);
-    // The masters: this replica's part of them, where they are split.
-    std::vector<Backend::TensorStats> value_stats = param_stats(params.masters().data(), params.master_part(), 0.0f);
-    if (params.masters_split()) add_over_replicas(value_stats);
+    std::vector<Backend::TensorStats> value_stats =
+        param_stats(params.masters().data() + (part.begin - params.master_part().begin), part, 0.0f);
+    if (topo.dp > 1) {
+      add_over_replicas(grad_stats);
+      add_over_replicas(value_stats);
+    }
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
       LayerRow r;

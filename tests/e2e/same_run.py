@@ -27,8 +27,13 @@ def trace_difference(straight, other, also_ignore=()):
             if col not in MEASURED and col not in also_ignore and ra[col] != rb[col]:
                 return f"trace.csv step {ra['step']}, {col}: {ra[col]} straight, {rb[col]} in {other}"
     la, lb = rows(os.path.join(straight, "layers.csv")), rows(os.path.join(other, "layers.csv"))
-    if la != lb:
-        return f"layers.csv differs ({len(la)} and {len(lb)} rows)"
+    if len(la) != len(lb):
+        return f"layers.csv has {len(lb)} rows in {other}, {len(la)} straight"
+    for ra, rb in zip(la, lb):
+        for col in ra:
+            if ra[col] != rb.get(col):
+                return (f"layers.csv step {ra.get('step')}, {ra.get('layer')}, {col}: {ra[col]} straight, "
+                        f"{rb.get(col)} in {other}")
     return None
 
 

@@ -2,7 +2,10 @@
 """Checks on the traces of runs in different pp x dp layouts.
 
   same BASE CAND LOSS_RTOL GNORM_RTOL   loss and grad_norm per step agree within the relative
-                                         tolerances (0: bit for bit); same number of steps
+                                         tolerances; same number of steps
+  identical BASE CAND [--ignore COL,...] the same run bit for bit: every column of trace.csv but the
+                                         process's measurements (and COLs), every row of layers.csv,
+                                         and every dataset of the final checkpoint's stage files
   less-activation LOW HIGH               stage 0's peak act_mb (ranks.csv) is lower in LOW
   skipped-everywhere RUN STEP            STEP is skipped (trace.csv); every rank held the same loss
                                          scale at every step, and it halved after STEP
@@ -11,9 +14,14 @@
                                          and a backward span per micro-batch and step, and optimizer spans
 """
 import csv
+import glob
 import math
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from same_run import committed, datasets, trace_difference  # noqa: E402
 
 
 def fail(message):
@@ -42,6 +50,33 @@ def same(base, cand, loss_rtol, gnorm_rtol):
                 fail(f"step {x['step']}: {column} {u!r} vs {v!r}: relative difference {rel:.3g} > {rtol:g}")
     print(f"check_layouts: {len(a)} steps agree; worst relative difference loss {worst['loss']:.3g}, "
           f"grad_norm {worst['grad_norm']:.3g}")
+
+
+def identical(base, cand, ignore):
+    diff = trace_difference(base, cand, also_ignore=ignore)
+    if diff:
+        fail(diff)
+    steps = len(rows(base, "trace.csv"))
+    a, b = committed(base), committed(cand)
+    if not a or a[-1:] != b[-1:]:
+        fail(f"final checkpoints {a[-1:] or 'none'} in {base}, {b[-1:] or 'none'} in {cand}")
+    final = a[-1]
+    files = sorted(os.path.basename(f) for f in glob.glob(f"{base}/checkpoints/{final}/stage-*.h5"))
+    theirs = sorted(os.path.basename(f) for f in glob.glob(f"{cand}/checkpoints/{final}/stage-*.h5"))
+    if not files or files != theirs:
+        fail(f"{final}: stage files {files} in {base}, {theirs} in {cand}")
+    count = 0
+    for name in files:
+        x, y = datasets(f"{base}/checkpoints/{final}/{name}"), datasets(f"{cand}/checkpoints/{final}/{name}")
+        if x.keys() != y.keys():
+            fail(f"{final}/{name}: datasets {sorted(x.keys() ^ y.keys())[:5]} in one run only")
+        for key in sorted(x):
+            if x[key] != y[key]:
+                fail(f"{final}/{name}: dataset {key} differs")
+        count += len(x)
+    print(f"check_layouts: {steps} steps, every column of trace.csv (but the measurements"
+          f"{', ' + ', '.join(sorted(ignore)) if ignore else ''}) and layers.csv, and {count} datasets of "
+          f"{final} ({len(files)} stage files): bit for bit")
 
 
 def stage0_act(run):
@@ -104,7 +139,11 @@ def main():
         sys.exit(__doc__)
     what = args[0]
     if what == "same" and len(args) == 5:
+        if float(args[3]) == 0 and float(args[4]) == 0:
+            sys.exit("check_layouts: 'same' with tolerances 0 compares two columns: use 'identical'")
         same(args[1], args[2], float(args[3]), float(args[4]))
+    elif what == "identical" and len(args) in (3, 5) and (len(args) == 3 or args[3] == "--ignore"):
+        identical(args[1], args[2], set(args[4].split(",")) if len(args) == 5 else set())
     elif what == "less-activation" and len(args) == 3:
         less_activation(args[1], args[2])
     elif what == "skipped-everywhere" and len(args) == 3:
