@@ -15,7 +15,10 @@ import json
 import os
 import sys
 
-KEPT_PROPERTIES = ("LABELS", "SKIP_RETURN_CODE", "TIMEOUT", "PROCESSORS", "ENVIRONMENT")
+# What runs a test and what decides its verdict: every property of the kind is carried, so a test
+# of the bundle passes and fails as it does in the build tree.
+KEPT_PROPERTIES = ("LABELS", "TIMEOUT", "PROCESSORS", "ENVIRONMENT", "RUN_SERIAL", "SKIP_RETURN_CODE",
+                   "SKIP_REGULAR_EXPRESSION", "PASS_REGULAR_EXPRESSION", "FAIL_REGULAR_EXPRESSION", "WILL_FAIL")
 
 
 def bracket(text):
@@ -84,7 +87,9 @@ def main():
         for key in KEPT_PROPERTIES:
             if key in properties:
                 value = properties[key]
-                if isinstance(value, list):
+                if isinstance(value, bool):
+                    value = "ON" if value else "OFF"
+                elif isinstance(value, list):
                     value = ";".join(value)
                 settings.append(f"{key} {bracket(str(value))}")
         lines.append(f"set_tests_properties({bracket(name)} PROPERTIES {' '.join(settings)})")
