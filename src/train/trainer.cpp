@@ -643,6 +643,7 @@ struct Trainer::Impl {
     double stage_sum_squares = 0;       // this stage's squared gradient norm, unscaled
     std::vector<LayerRow> layers;       // this stage's modules
     std::string stop;                   // why every rank stops after this step ("" : it does not)
+    std::string time_note;              // rank 0, out of time: the account of the time at the decision
   };
 
   struct Update {
@@ -774,13 +775,29 @@ struct Trainer::Impl {
     return s.str();
   }
 
-  // Rank 0's view: whether the time left no longer covers two steps, an evaluation, a checkpoint
+  // What the time left must cover before the budget's end: two steps, an evaluation, a checkpoint
   // and 5 s, measured as the run goes (the median of the last steps, the longest evaluation, the
   // longest checkpoint so far or an estimate before the first).
+  struct TimeMargin {
+    double steps = 0, evaluation = 0, checkpoint = 0, spare = 5.0;
+    double total() const { return steps + evaluation + checkpoint + spare; }
+  };
+  TimeMargin time_margin(const Run& run) const {
+    return {2 * recent_step_s(run.step_ms), run.longest_eval_s, run.checkpoints.expected_seconds(params), 5.0};
+  }
+  // Rank 0's view: whether the time left no longer covers the margin.
   bool out_of_time(const Run& run) const {
     if (!std::isfinite(run.deadline_s) || topo.rank != 0) return false;
-    const double margin = 2 * recent_step_s(run.step_ms) + run.longest_eval_s + run.checkpoints.expected_seconds(params) + 5.0;
-    return seconds_since_start() + margin >= run.deadline_s;
+    return seconds_since_start() + time_margin(run).total() >= run.deadline_s;
+  }
+  // The log's account of a stop on the time budget: the time used and what the rest had to cover.
+  std::string time_budget_note(const Run& run) const {
+    const TimeMargin m = time_margin(run);
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2) << seconds_since_start() << " s of " << run.deadline_s
+      << " s used; the rest no longer covers 2 steps (" << m.steps << " s), the longest evaluation ("
+      << m.evaluation << " s), a checkpoint (" << m.checkpoint << " s) and " << m.spare << " s";
+    return s.str();
   }
 
   // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
@@ -909,8 +926,10 @@ struct Trainer::Impl {
     // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
     // steps and holds the same scale.
     // In the same reduction: a stop signal on any rank, and rank 0's view of the time budget.
+    const bool late = out_of_time(run);
+    if (late) a.time_note = time_budget_note(run);
     double flags[4] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
-                       nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), out_of_time(run) ? 1.0 : 0.0};
+                       nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), late ? 1.0 : 0.0};
     groups.world->all_reduce(flags, 4, parallel::ReduceOp::max);
     a.found_inf = flags[0] > 0;
     if (flags[2] > 0) a.stop = signal_name(int(flags[2]));
@@ -1090,13 +1109,15 @@ struct Trainer::Impl {
 
   // Checkpoint: the one in flight committed once written; a new one when due (written beside the
   // next steps), or when every rank stops after this step.
-  void checkpoint_if_due(Run& run, std::int64_t step, const std::string& stop, std::ostream& log) {
+  void checkpoint_if_due(Run& run, std::int64_t step, const Agreement& agreed, std::ostream& log) {
+    const std::string& stop = agreed.stop;
     watchdog.mark("the checkpoint after step " + std::to_string(step) + " (" + all_ranks() + ")");
     run.checkpoints.poll(log);
     if (!stop.empty()) {
       run.summary.stopped_early = stop;
       if (topo.rank == 0)
-        log << "[rank 0] stopping after step " << step + 1 << " (" << stop << ")"
+        log << "[rank 0] stopping after step " << step + 1 << " ("
+            << (stop == run.budget && !agreed.time_note.empty() ? stop + ": " + agreed.time_note : stop) << ")"
             << (run.checkpoints.dir().empty() ? ": no checkpoint (no --out or checkpoint.dir)" : ", with a checkpoint")
             << std::endl;
     }
@@ -1157,7 +1178,7 @@ TrainSummary Trainer::run(const nlohmann::json& options, std::ostream& log) {
     Impl::StepReport report = d.report(run, w, agreed, update);  // every rank's rows to rank 0
     d.evaluate_if_due(run, report);                        // validation loss and accuracy
     d.record(run, report, log);                            // traces and the log line
-    d.checkpoint_if_due(run, step, agreed.stop, log);      // written beside the next steps
+    d.checkpoint_if_due(run, step, agreed, log);      // written beside the next steps
     if (!agreed.stop.empty()) break;                       // a signal or the time budget
   }
   return d.finish(run, log);

@@ -3,12 +3,20 @@
 committed, resume me") with a checkpoint of the last step it trained, and the same command then
 finishes the run with the traces of a run that was never stopped.
 
-usage: check_stop.py WORK signal|budget -- MPIRUN... AVTRAIN DECK [OPTIONS...]
+usage: check_stop.py WORK usr1|term|int|budget|twice -- MPIRUN... AVTRAIN DECK [OPTIONS...]
 
-signal: SIGUSR1 to mpirun (which forwards it) at a random step (AVTRAIN_STOP_SEED, default 1);
+usr1:   SIGUSR1 to mpirun (which forwards it) at a random step (AVTRAIN_STOP_SEED, default 1);
         each rank runs under record_exit.py, so every rank's exit code is seen.
+term:   SIGTERM to every rank at a random step, as Slurm signals every task of a step at a time
+        limit without --signal; the same checks.
+int:    SIGINT to every rank (Ctrl-C); the same checks.
 budget: --max-minutes 0.25 on a run far longer than that: it must stop with its checkpoint (mpirun
-        exits 75) before the 15 s run out, after training at least one step.
+        exits 75) before the 15 s run out, after training at least one step, and not early: rank
+        0's stop line must account for the time (used + what the rest had to cover >= 15 s, and
+        less than that plus a step and 0.5 s: the step before did not qualify), with a step term
+        that the trace's step times bound and a checkpoint term within the documented estimate.
+slurm-end: the same budget from SLURM_JOB_END_TIME (now + 15 s, whole seconds) without --max-minutes,
+        as a Slurm job's ranks see it.
 twice:  a single rank (started without mpirun) whose data reader stalls at step 3, so that only a
         signal can end it: a SIGTERM, and another at once (the same request by a second route, as
         Slurm and srun or mpirun deliver it), must not end it within 2.5 s; a SIGTERM 2 s or more
@@ -17,6 +25,7 @@ twice:  a single rank (started without mpirun) whose data reader stalls at step 
 import glob
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +36,7 @@ import run_processes
 from same_run import rows, trace_difference
 
 STOPPED = 75
+BUDGETS = ("budget", "slurm-end")  # the modes that stop on a time budget
 here = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -92,9 +102,49 @@ def twice(work, command):
           f"the first ended it with {code} after {took:.2f} s; ok")
 
 
+def ranks_of(session_pid):
+    """The avtrain processes (argv[0]) in a session."""
+    out = []
+    for pid in run_processes.session_members(session_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if os.path.basename(argv0) == "avtrain":
+            out.append(pid)
+    return out
+
+
+def budget_stop_accounts_for_the_time(text, stopped, budget_s, slack_s):
+    """Rank 0's stop line: the budget was reached (not too late is checked by the caller's clock) and
+    not long before (not too early)."""
+    m = re.search(r"stopping after step (\d+) \((?:train\.max_minutes [0-9.]+|the Slurm job's end time): ([0-9.]+) s of ([0-9.]+) s used; the "
+                  r"rest no longer covers 2 steps \(([0-9.]+) s\), the longest evaluation \(([0-9.]+) s\), a "
+                  r"checkpoint \(([0-9.]+) s\) and ([0-9.]+) s\)", text)
+    if not m:
+        fail("no stop line accounting for the time budget in the log")
+    used, deadline, steps, evaluation, checkpoint, spare = (float(x) for x in m.groups()[1:])
+    margin = steps + evaluation + checkpoint + spare
+    step_s = [float(r["step_ms"]) / 1000 for r in rows(os.path.join(stopped, "trace.csv"))]
+    if abs(deadline - budget_s) > slack_s:
+        fail(f"the stop line's budget is {deadline} s, not {budget_s}")
+    if used + margin < deadline:
+        fail(f"stopped too early: {used} s used + {margin:.2f} s to cover < {deadline} s")
+    if used + margin >= deadline + max(step_s) + 0.5:
+        fail(f"stopped late: {used} s used + {margin:.2f} s to cover passed {deadline} s more than a step before")
+    if steps > 2 * max(step_s) + 0.01:
+        fail(f"the margin's 2 steps ({steps} s) exceed twice the longest step in trace.csv ({max(step_s)} s)")
+    if spare != 5.0 or checkpoint > 10:
+        fail(f"the margin's checkpoint ({checkpoint} s) or spare ({spare} s) is not the documented one")
+    return f"{used:.2f} s used + {margin:.2f} s to cover (2 steps {steps}, evaluation {evaluation}, " \
+           f"checkpoint {checkpoint}, 5 s) reached {deadline:g} s"
+
+
 def main():
     argv = sys.argv[1:]
-    if len(argv) < 4 or argv[2] != "--" or argv[1] not in ("signal", "budget", "twice"):
+    modes = ("usr1", "term", "int", "budget", "slurm-end", "twice")
+    if len(argv) < 4 or argv[2] != "--" or argv[1] not in modes:
         sys.exit(__doc__)
     if argv[1] == "twice":
         return twice(argv[0], argv[3:])
@@ -108,7 +158,7 @@ def main():
     exits = os.path.join(work, "exits")
     os.makedirs(exits)
 
-    if mode == "signal":
+    if mode not in BUDGETS:
         p = run_processes.run(command + ["--out", straight], capture_output=True, text=True, timeout=600)
         if p.returncode:
             fail(f"the straight run failed:\n{p.stdout}{p.stderr}")
@@ -125,30 +175,45 @@ def main():
                 time.sleep(0.002)
             if p.poll() is not None:
                 fail(f"the run ended before step {at} (exit {p.returncode}; log {work}/stopped.log)")
-            p.send_signal(signal.SIGUSR1)
+            if mode == "usr1":
+                p.send_signal(signal.SIGUSR1)
+                what = f"SIGUSR1 to mpirun after step {at}"
+            else:
+                sig = signal.SIGTERM if mode == "term" else signal.SIGINT
+                ranks = ranks_of(p.pid)
+                for pid in ranks:
+                    os.kill(pid, sig)
+                what = f"{signal.Signals(sig).name} to each of {len(ranks)} ranks after step {at}"
             code = p.wait(timeout=300)
-        what = f"SIGUSR1 after step {at}"
     else:
         steps = None
         log = open(os.path.join(work, "stopped.log"), "w")
         t0 = time.monotonic()
-        p = run_processes.run(command + ["--out", stopped, "--steps", "100000", "--max-minutes", "0.25"],
-                              stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        if mode == "budget":
+            budget, env = ["--max-minutes", "0.25"], os.environ
+            what = "--max-minutes 0.25"
+        else:
+            budget, env = [], dict(os.environ, SLURM_JOB_END_TIME=str(int(time.time()) + 15))
+            what = f"SLURM_JOB_END_TIME {env['SLURM_JOB_END_TIME']} (15 s on)"
+        p = run_processes.run(command + ["--out", stopped, "--steps", "100000"] + budget,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=300, env=env)
         code, took = p.returncode, time.monotonic() - t0
         if took > 15 + 3:
-            fail(f"--max-minutes 0.25 ran {took:.1f} s, past its 15 s (with 3 s for starting mpirun)")
-        what = f"--max-minutes 0.25 (ended after {took:.1f} s)"
+            fail(f"{what} ran {took:.1f} s, past its 15 s (with 3 s for starting mpirun)")
+        what += f" (ended after {took:.1f} s)"
     log.close()
     text = open(os.path.join(work, "stopped.log")).read()
     if code != STOPPED:
         fail(f"{what}: mpirun exited {code}, not {STOPPED} (log {work}/stopped.log)")
     codes = {os.path.basename(f): open(f).read().strip() for f in glob.glob(os.path.join(exits, "exit.*"))}
     ranks = len(rows(os.path.join(stopped, "ranks.csv"))) // max(1, trained_rows(stopped))
-    if mode == "signal" and (len(codes) != ranks or set(codes.values()) != {str(STOPPED)}):
+    if mode not in BUDGETS and (len(codes) != ranks or set(codes.values()) != {str(STOPPED)}):
         fail(f"{what}: the ranks exited {codes}, not all {ranks} with {STOPPED}")
     done = trained_rows(stopped)
     if done < 1:
         fail(f"{what}: stopped before training a step")
+    if mode not in BUDGETS and done > at + 3:
+        fail(f"{what}: stopped after step {done}, more than 3 steps after the signal")
     ck = committed(stopped)
     if not ck or int(os.path.basename(ck[-1])[len("step-"):]) != done:
         fail(f"{what}: the newest committed checkpoint is {ck[-1:] or 'none'}, not that of step {done}, "
@@ -156,7 +221,7 @@ def main():
     print(f"check_stop: {what}: {f'{len(codes)} ranks' if codes else 'mpirun'} exited {STOPPED} after step {done} with "
           f"{os.path.basename(ck[-1])} committed")
 
-    if mode == "signal":
+    if mode not in BUDGETS:
         p = run_processes.run(command + ["--out", stopped], capture_output=True, text=True, timeout=600)
         if p.returncode:
             fail(f"resuming failed:\n{p.stdout}{p.stderr}")
@@ -168,7 +233,9 @@ def main():
         print(f"check_stop: resumed from {os.path.basename(ck[-1])}, ended with the straight run's "
               f"{steps} trace rows; ok")
     else:
-        print("check_stop: ok")
+        # SLURM_JOB_END_TIME is in whole seconds and counts from before the ranks start: 15 s on, within 2.
+        account = budget_stop_accounts_for_the_time(text, stopped, 15.0, 0.0 if mode == "budget" else 2.0)
+        print(f"check_stop: {account}; ok")
 
 
 if __name__ == "__main__":
