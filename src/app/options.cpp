@@ -253,6 +253,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "RANK:STEP: move that rank's first weight after that step's update (its replicas must notice)");
   t.add("[debug] fault injection for tests", "debug.stall_reader", &c.debug.stall_reader,
         "RANK:STEP: that rank's data for that step never arrives (its watchdog must name the wait)");
+  t.add("[debug] fault injection for tests", "debug.hold_checkpoint", &c.debug.hold_checkpoint,
+        "POINT:STEP: the write of checkpoint step-STEP stops at POINT and waits to be killed, saying so: copy "
+        "(its directory made, the state not yet copied out), stage_file (a stage file written whole as .tmp, "
+        "not renamed), commit (every stage file written, no committed marker)");
   t.add("[debug] fault injection for tests", "debug.watchdog_s", &c.debug.watchdog_s,
         "seconds a rank may make no progress before it aborts the job with a line naming what it waits for "
         "(exit 124); -1: the larger of 300 s and 20x the median step (3x the longest evaluation or checkpoint); "

@@ -143,7 +143,7 @@ void FileWriter::attribute(const std::string& name, const std::string& value) {
   require(attr.valid() && H5Awrite(attr.get(), type.get(), padded.data()) >= 0, where + ": cannot write");
 }
 
-void FileWriter::commit() {
+void FileWriter::commit(const std::function<void()>& before_rename) {
   require(!committed_, "checkpoint " + path_ + ": committed twice");
   ssize_t size = -1;
   {
@@ -155,6 +155,7 @@ void FileWriter::commit() {
   }
   require(size > 0, "checkpoint " + tmp_ + ": cannot flush the in-memory file");
   write_image(tmp_, image_, std::size_t(size));
+  if (before_rename) before_rename();
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   if (ec) throw Error("checkpoint " + tmp_ + ": cannot rename to " + path_ + ": " + ec.message());

@@ -10,6 +10,7 @@
 // nothing. Every HDF5 call holds data::hdf5_mutex(): a writer may run on a thread of its own.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ class FileWriter {
   void scalar(const std::string& name, double value);
   void attribute(const std::string& name, const std::string& value);
   // Writes PATH.tmp, fsyncs it and renames it to PATH; the file is complete once this returns.
-  void commit();
+  // before_rename (a test's hold, debug.hold_checkpoint): called once PATH.tmp is written whole.
+  void commit(const std::function<void()>& before_rename = {});
   const std::string& path() const { return path_; }
 
  private:

@@ -50,7 +50,7 @@ void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Cou
   fingerprint = fp.dump();
 }
 
-void write_stage(const std::string& path, StageSnapshot& s) {
+void write_stage(const std::string& path, StageSnapshot& s, const std::function<void()>& before_rename) {
   FileWriter w(path, &s.image);
   for (const ParamInfo& p : s.params) {
     w.tensor("params/" + p.name, shape_of(p), s.values.data() + p.offset);
@@ -68,7 +68,7 @@ void write_stage(const std::string& path, StageSnapshot& s) {
   w.scalar("scaler/hysteresis_tracker", std::int64_t(c.scaler.hysteresis_tracker));
   w.scalar("scaler/skipped", c.scaler.skipped);
   w.attribute("fingerprint", s.fingerprint);
-  w.commit();
+  w.commit(before_rename);
 }
 
 Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {

@@ -4,6 +4,7 @@
 // the fingerprint of what a resumed run must match), and any cut of the layers into stages loads
 // its tensors by name from whichever file holds them.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,8 @@ struct StageSnapshot {
 
 // Writes and commits a stage's file at `path`, built in snapshot.image (HDF5 calls take
 // data::hdf5_mutex(): safe on a thread of its own beside the data reader).
-void write_stage(const std::string& path, StageSnapshot& snapshot);
+// before_rename: see FileWriter::commit.
+void write_stage(const std::string& path, StageSnapshot& snapshot, const std::function<void()>& before_rename = {});
 
 class Checkpoint {
  public:

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "io/trace_writer.hpp"
@@ -42,6 +43,22 @@ Checkpointing::Checkpointing(const RunConfig& config, const parallel::Topology& 
   dir_ = !config.checkpoint.dir.empty() ? config.checkpoint.dir
          : config.train.out.empty()     ? std::string()
                                         : config.train.out + "/checkpoints";
+  if (const std::string& h = config.debug.hold_checkpoint; !h.empty()) {
+    static const std::regex form("(copy|stage_file|commit):([0-9]+)");
+    std::smatch m;
+    require(std::regex_match(h, m, form), "option debug.hold_checkpoint = '" + h +
+                                              "': expected POINT:STEP, POINT one of copy, stage_file, commit");
+    hold_at_ = m[1] == "copy" ? HoldPoint::copy : m[1] == "stage_file" ? HoldPoint::stage_file : HoldPoint::commit;
+    hold_step_ = std::stoll(m[2]);
+  }
+}
+
+std::function<void()> Checkpointing::hold(int rank, const std::string& checkpoint, const char* point) {
+  return [rank, checkpoint, point] {
+    std::cerr << "[rank " << rank << "] debug.hold_checkpoint: holding " << checkpoint << " at " << point
+              << " until killed" << std::endl;
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
 }
 
 std::vector<std::string> Checkpointing::committed() const {
@@ -231,13 +248,16 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     fs::create_directories(ck, ec);
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
+  if (holds(HoldPoint::copy, counters.next_step)) hold(topo_.rank, ck, "copy")();
   if (data_) gather_parts(be, params, adamw);
   if (topo_.dp_rank == 0) {
     snapshot_->take(be, params, data_ ? nullptr : &adamw, counters, fingerprint);  // the previous write has finished
     const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";
-    next.write = std::async(std::launch::async, [snapshot = snapshot_, file] {
+    std::function<void()> before_rename;
+    if (holds(HoldPoint::stage_file, counters.next_step)) before_rename = hold(topo_.rank, ck, "stage_file");
+    next.write = std::async(std::launch::async, [snapshot = snapshot_, file, before_rename] {
       const auto t = Clock::now();
-      checkpoint::write_stage(file, *snapshot);
+      checkpoint::write_stage(file, *snapshot, before_rename);
       return std::chrono::duration<double>(Clock::now() - t).count();
     });
   }
@@ -285,6 +305,7 @@ void Checkpointing::commit(const InFlight& done, std::ostream& log) {
   // Every writer has finished: commit, point `latest` at it, and only then let the oldest go.
   fail(agree([&] {
     if (topo_.rank != 0) return;
+    if (holds(HoldPoint::commit, done.counters.next_step)) hold(topo_.rank, ck, "commit")();
     const nlohmann::json marker = {{"step", done.counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
                                    {"micro_batch", config_.train.micro_batch},
                                    {"micro_batches", config_.train.micro_batches}};

@@ -92,6 +92,14 @@ class Checkpointing {
   // error ("" when this rank succeeded) and whether any rank failed.
   std::pair<std::string, bool> agree(const std::function<void()>& f);
 
+  // debug.hold_checkpoint: where the write of which checkpoint stops for good (the kill test), and
+  // the stop itself (a line on stderr, then a wait that only a kill ends).
+  enum class HoldPoint { none, copy, stage_file, commit };
+  HoldPoint hold_at_ = HoldPoint::none;
+  std::int64_t hold_step_ = -1;
+  bool holds(HoldPoint point, std::int64_t step) const { return hold_at_ == point && hold_step_ == step; }
+  static std::function<void()> hold(int rank, const std::string& checkpoint, const char* point);
+
   const RunConfig& config_;
   const parallel::Topology& topo_;
   parallel::Communicator& world_;

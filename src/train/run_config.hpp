@@ -44,6 +44,7 @@ struct DebugConfig {
   std::string inject_overflow;  // "RANK:STEP": an inf in that rank's gradients at that step
   std::string perturb_weights;  // "RANK:STEP": that rank's first weight moved after that step's update
   std::string stall_reader;     // "RANK:STEP": that rank's data for that step never arrives (the watchdog's test)
+  std::string hold_checkpoint;  // "POINT:STEP": the write of checkpoint step-STEP stops at POINT for good (the kill test)
   double watchdog_s = -1;       // seconds without progress before a rank aborts the job; -1: automatic; 0: off
 };
 

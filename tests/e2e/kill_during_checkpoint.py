@@ -7,13 +7,18 @@ usage: kill_during_checkpoint.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 
 Rounds: AVTRAIN_KILL_ROUNDS (default 3; CI runs the default, set more on demand, e.g. 20). Each
 round starts the run (a checkpoint every step, --resume auto: a start killed before its first commit
-starts again), watches its checkpoint directory and kills its whole session with SIGKILL at a chosen moment: while a checkpoint is in
-flight (its directory exists uncommitted: the state is being copied out or its file built in memory
-beside training), while a stage file is being written to the disk (a stage-K.h5.tmp exists), while
-the commit marker is (committed.tmp), or at a random time. After each kill every committed checkpoint is read whole with h5py. Then the run is finished
-without kills and compared with a straight run: trace.csv in every column but the measurements,
-layers.csv, and the final checkpoint dataset by dataset. Prints how many rounds ran and how many
-kills landed inside a write. Exit 0 when every check holds.
+starts again) and kills its whole session with SIGKILL. The rounds take the moments in turn:
+  copy        --debug.hold_checkpoint copy:S: the checkpoint's directory made, the state not copied out;
+  stage_file  --debug.hold_checkpoint stage_file:S: its stage file written whole as .tmp, not renamed;
+  commit      --debug.hold_checkpoint commit:S: every stage file written, no committed marker;
+  random      no hold: a kill at a random time (0.5-4 s), wherever it lands.
+A held round waits for the run's line saying it holds step-S (S a step or three past the newest
+committed checkpoint), checks what the disk shows at that point, and kills: the kill is inside that
+write for certain, and the round fails if the hold is not reached. After each kill every committed
+checkpoint is read whole with h5py and step-S is not among them. Then the run is finished without
+kills and compared with a straight run: trace.csv in every column but the measurements, layers.csv,
+and the final checkpoint dataset by dataset. Prints how many rounds ran and how many kills landed
+inside a write (every held round's, at least one). Exit 0 when every check holds.
 """
 import glob
 import json
@@ -92,41 +97,55 @@ def main():
             fail(f"the straight run failed (log {work}/straight.log)")
     ckdir = os.path.join(killed, "checkpoints")
     final_ck = committed(os.path.join(straight, "checkpoints"))[-1]
-    in_write = resumed_checked = anew = 0
+    in_write = held = resumed_checked = anew = 0
+    moments = ["stage_file", "commit", "copy", "random"]
+    last_step = step_of(final_ck)
     for r in range(rounds):
-        if committed(ckdir) and step_of(committed(ckdir)[-1]) == step_of(final_ck):
-            shutil.rmtree(killed)  # a kill came too late: the run is complete, so start another
+        if committed(ckdir) and step_of(committed(ckdir)[-1]) >= last_step - 1:
+            shutil.rmtree(killed)  # too near the end to hold a later write: start another run
             anew += 1
         before = committed(ckdir)
         known_starts = len(starts(killed))
-        moment = rng.choice(["in flight", "stage file", "commit marker", "random"])
-        log = open(os.path.join(work, f"round-{r}.log"), "w")
-        p = run_processes.Session(common + ["--out", killed], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if moment == "random" else 60)
-        skip = rng.randrange(0, 4)  # let a few writes pass first
-        seen_tmp = False
-        while p.poll() is None and time.monotonic() < deadline:
-            pattern = "stage-*.h5.tmp" if moment == "stage file" else "committed.tmp"
-            def seen():
-                if moment == "in flight":
-                    return in_flight(ckdir)
-                return glob.glob(os.path.join(ckdir, "step-*", pattern)) if moment != "random" else []
-            if seen():
-                if skip == 0:
-                    seen_tmp = True
-                    break
-                skip -= 1
-                while seen() and p.poll() is None:
-                    time.sleep(0.0005)
-            time.sleep(0.0005)
+        moment = moments[r % len(moments)]
+        target = (step_of(before[-1]) if before else 0) + rng.randrange(1, 4)
+        target = min(target, last_step - 1)
+        hold = [] if moment == "random" else ["--debug.hold_checkpoint", f"{moment}:{target}"]
+        log_path = os.path.join(work, f"round-{r}.log")
+        log = open(log_path, "w")
+        p = run_processes.Session(common + ["--out", killed] + hold, stdout=log, stderr=subprocess.STDOUT)
+        target_dir = os.path.join(ckdir, f"step-{target:07d}")
+        if hold:
+            line = f"holding {target_dir} at {moment} until killed"
+            deadline = time.monotonic() + 120
+            while p.poll() is None and time.monotonic() < deadline and line not in open(log_path).read():
+                time.sleep(0.005)
+            if line not in open(log_path).read():
+                p.kill_session()
+                fail(f"round {r + 1}: the run never held step-{target:07d} at {moment} (exit {p.poll()}; "
+                     f"log {log_path})")
+            # What the disk shows at the hold.
+            stage_files = glob.glob(os.path.join(target_dir, "stage-*.h5"))
+            shown = {"copy": not stage_files and not glob.glob(os.path.join(target_dir, "stage-*.h5.tmp")),
+                     "stage_file": bool(glob.glob(os.path.join(target_dir, "stage-*.h5.tmp"))) and not stage_files,
+                     "commit": bool(stage_files)}[moment]
+            if not shown or os.path.exists(os.path.join(target_dir, "committed")):
+                p.kill_session()
+                fail(f"round {r + 1}: held at {moment}, but {target_dir} holds {sorted(os.listdir(target_dir))}")
+        else:
+            time.sleep(rng.uniform(0.5, 4.0))
         if p.poll() is None:
             writing = bool(in_flight(ckdir))
             p.kill_session()
             in_write += writing
-            what = f"killed {'inside a write' if writing else 'between writes'} (aimed at: {moment})"
+            held += bool(hold)
+            if hold and not writing:
+                fail(f"round {r + 1}: held at {moment}, yet no checkpoint was in flight at the kill")
+            what = (f"killed inside the write of step-{target:07d}, held at {moment}" if hold else
+                    f"killed at a random time, {'inside a write' if writing else 'between writes'}")
         else:
-            what = f"finished before the kill (aimed at: {moment}, exit {p.returncode})"
-            seen_tmp = False
+            if hold:
+                fail(f"round {r + 1}: the run ended while held (exit {p.returncode}; log {log_path})")
+            what = f"finished before the random kill (exit {p.returncode})"
             p.kill_session()  # whatever the run left
         log.close()
         # A start that got as far as run.json must have resumed from the newest committed checkpoint.
@@ -136,9 +155,13 @@ def main():
                 fail(f"round {r + 1} started at step {now[-1]['step']}, not from {before[-1]}")
             resumed_checked += 1
         done = committed(ckdir)
+        if hold and any(step_of(c) == target for c in done):
+            fail(f"round {r + 1}: step-{target:07d} is committed although its write was killed at {moment}")
         total = sum(read_whole(c) for c in done)
         print(f"round {r + 1}/{rounds}: {what}; {len(done)} committed checkpoint(s), {total} datasets all readable"
               + ("" if not done else f", newest {os.path.basename(done[-1])}"))
+    if rounds >= 1 and (in_write < held or in_write < 1):
+        fail(f"{in_write} kill(s) landed inside a write ({held} held): at least every held one must")
     newest = committed(ckdir)
     final = run_processes.run(common + ["--out", killed], capture_output=True, text=True, timeout=600)
     with open(os.path.join(work, "final.log"), "w") as log:
@@ -155,7 +178,8 @@ def main():
         other = os.path.join(ckdir, last, os.path.basename(stage))
         if datasets(stage) != datasets(other):
             fail(f"{other}: not the straight run's final state")
-    print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write, "
+    print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write "
+          f"({held} of them held there), "
           f"{resumed_checked} seen resuming from the newest committed checkpoint, the final run too; {anew} started "
           f"anew after a round let the run finish; "
           f"the run ended with the straight run's traces and final checkpoint {last}, bit for bit; ok")
