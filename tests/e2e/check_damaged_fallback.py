@@ -3,10 +3,11 @@
 the run ends as the run that was never damaged.
 
 usage: check_damaged_fallback.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
-Trains straight with a checkpoint every 10 steps (all kept); copies the run; changes one byte in the
-middle of every stage file of the copy's newest checkpoint (the last step's) and runs again: the log
-must report the damage and resume from the previous committed checkpoint, and trace.csv must equal
-the straight one's (but the measurements).
+Trains straight with a checkpoint every 10 steps (all kept); copies the run, its trace rows after the
+previous checkpoint spoilt (loss -1: only a resume that writes them again can restore them);
+changes one byte in the middle of every stage file of the copy's newest checkpoint (the last
+step's) and runs again: the log must report the damage and resume from the previous committed
+checkpoint, and trace.csv and layers.csv must equal the straight one's (but the measurements).
 """
 import glob
 import os
@@ -14,7 +15,7 @@ import shutil
 import sys
 
 import run_processes
-from same_run import trace_difference
+from same_run import copy_traces, trace_difference
 
 
 def main():
@@ -27,9 +28,11 @@ def main():
     straight, damaged = os.path.join(work, "straight"), os.path.join(work, "damaged")
     if run_processes.run(command + ["--out", straight], capture_output=True, timeout=600).returncode:
         sys.exit("check_damaged_fallback: the straight run failed")
-    shutil.copytree(straight, damaged)
+    shutil.copytree(os.path.join(straight, "checkpoints"), os.path.join(damaged, "checkpoints"))
     steps = sorted(glob.glob(os.path.join(damaged, "checkpoints", "step-*")))
     newest, previous = steps[-1], steps[-2]
+    step_of = lambda path: int(os.path.basename(path)[len("step-"):])  # noqa: E731
+    copy_traces(straight, damaged, step_of(newest), spoil_from=step_of(previous))
     for path in glob.glob(os.path.join(newest, "stage-*.h5")):
         with open(path, "r+b") as f:
             f.seek(os.path.getsize(path) // 2)

@@ -4,8 +4,9 @@
 usage: check_resume.py WORK [--interval N] -- [MPIRUN ...] AVTRAIN DECK [AVTRAIN OPTIONS...]
 
 Trains the deck straight into WORK/straight with a checkpoint every --interval steps (keeping
-them all); copies its traces and its first checkpoint into WORK/resumed; runs the same command
-there, which resumes from that checkpoint (--resume auto) and drops the copied rows after it; then
+them all); copies into WORK/resumed its first checkpoint and what the run had written when it took
+it (run.json, and the rows of the traces before that step); runs the same command there, which
+resumes from that checkpoint (--resume auto) and writes the rest; then
 checks that trace.csv agrees in every column but the measurements of the process (step_ms,
 data_wait_ms, comm_ms, samples_per_s, mem_peak_mb, bubble), that layers.csv agrees in every column, and
 that the final checkpoints hold the same datasets with the same bits. Exit 0 when they do.
@@ -17,7 +18,7 @@ import subprocess
 import sys
 
 import run_processes
-from same_run import datasets, rows, trace_difference
+from same_run import copy_traces, datasets, rows, trace_difference
 
 
 def fail(message):
@@ -56,8 +57,7 @@ def main():
         fail(f"{ckdir}: expected at least two checkpoints, found {steps}")
     first, last = steps[0], steps[-1]
     os.makedirs(os.path.join(resumed, "checkpoints"))
-    for name in ("run.json", "trace.csv", "layers.csv", "ranks.csv"):
-        shutil.copy(os.path.join(straight, name), resumed)
+    copy_traces(straight, resumed, int(first[len("step-"):]))
     shutil.copytree(os.path.join(ckdir, first), os.path.join(resumed, "checkpoints", first))
     run(common + ["--out", resumed], os.path.join(args.work, "resumed.log"))
     log = open(os.path.join(args.work, "resumed.log")).read()

@@ -4,6 +4,7 @@ state/elapsed_s, the wall time)."""
 import csv
 import glob
 import os
+import shutil
 
 import h5py
 
@@ -48,6 +49,33 @@ def datasets(path):
         f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes())
                      if isinstance(o, h5py.Dataset) and n not in MEASURED_DATASETS else None)
     return out
+
+
+TRACES = ("trace.csv", "layers.csv", "ranks.csv")
+
+
+def copy_traces(src, dst, before, spoil_from=None):
+    """Copies run.json and the rows of steps before `before` of each trace into dst: what a run
+    that stopped there had written. With spoil_from, the rows of steps from spoil_from on get a
+    loss (layers.csv: grad_norm; ranks.csv: grad_norm_local) of -1, so that a comparison passes only if
+    a resume wrote them again."""
+    os.makedirs(dst, exist_ok=True)
+    shutil.copy(os.path.join(src, "run.json"), dst)
+    for name in TRACES:
+        with open(os.path.join(src, name), newline="") as f:
+            lines = f.read().splitlines(keepends=True)
+        header, kept = lines[0], [line for line in lines[1:] if int(line.split(",", 1)[0]) < before]
+        columns = header.rstrip("\r\n").split(",")
+        spoilt = next((c for c in ("loss", "grad_norm", "grad_norm_local") if c in columns), None)
+        if spoil_from is not None and spoilt:
+            col = columns.index(spoilt)
+            for i, line in enumerate(kept):
+                fields = line.rstrip("\r\n").split(",")
+                if int(fields[0]) >= spoil_from:
+                    fields[col] = "-1"
+                    kept[i] = ",".join(fields) + "\n"
+        with open(os.path.join(dst, name), "w", newline="") as f:
+            f.write(header + "".join(kept))
 
 
 def committed(out):
