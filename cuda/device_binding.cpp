@@ -16,11 +16,10 @@ std::string explain(cudaError_t status) {
 }
 
 int visible_devices(const parallel::Topology& t) {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) throw Error(prefix(t) + "no CUDA device is visible (" + explain(status) + ")");
-  require(count > 0, prefix(t) + "no CUDA device is visible (the runtime reports 0 devices)");
-  return count;
+  const DeviceProbe probe = probe_devices();
+  if (!probe.error.empty()) throw Error(prefix(t) + probe.error);  // a driver too old, a device unusable
+  require(probe.count > 0, prefix(t) + "no CUDA device is visible (" + probe.absent + ")");
+  return probe.count;
 }
 
 }  // namespace

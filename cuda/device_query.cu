@@ -23,6 +23,31 @@ int device_count() {
   return count;
 }
 
+DeviceProbe classify_devices(int driver, int runtime, int count_status, int count) {
+  DeviceProbe p;
+  const auto status = cudaError_t(count_status);
+  if (driver == 0) {
+    p.absent = "no CUDA driver installed";
+  } else if (status == cudaErrorNoDevice || (status == cudaSuccess && count <= 0)) {
+    p.absent = "no CUDA device";
+  } else if (status != cudaSuccess) {
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    p.error = std::string("CUDA: cudaGetDeviceCount: ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+              "); the driver supports CUDA " + version(driver) + ", the runtime is " + version(runtime);
+  } else {
+    p.count = count;
+  }
+  return p;
+}
+
+DeviceProbe probe_devices() {
+  int driver = 0, runtime = 0, count = 0;
+  cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+  cudaRuntimeGetVersion(&runtime);
+  const cudaError_t status = driver == 0 ? cudaErrorInsufficientDriver : cudaGetDeviceCount(&count);
+  return classify_devices(driver, runtime, int(status), count);
+}
+
 std::size_t free_memory() {
   std::size_t free = 0, total = 0;
   check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");

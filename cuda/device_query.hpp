@@ -9,6 +9,20 @@ namespace avtrain::cuda {
 // driver or runtime cannot answer (no GPU, no driver).
 int device_count();
 
+// What the CUDA runtime says of this node's devices. Only their absence is a reason to skip a GPU
+// test: no driver installed (cudaDriverGetVersion gives 0) or no device (cudaErrorNoDevice, or a
+// count of 0). Any other answer (a driver older than the runtime, a device that is busy or broken)
+// is an error, which a test must report as a failure.
+struct DeviceProbe {
+  int count = 0;       // devices visible (0 when absent or on error)
+  std::string absent;  // why there is no device, when that is all: "no CUDA driver installed", ...
+  std::string error;   // the runtime's error otherwise, with the driver's and the runtime's versions
+};
+DeviceProbe probe_devices();
+// The rule itself, on the runtime's answers: cudaDriverGetVersion's version (0: no driver), the
+// runtime's version, cudaGetDeviceCount's status (a cudaError_t) and count.
+DeviceProbe classify_devices(int driver_version, int runtime_version, int count_status, int count);
+
 // Bytes free on the current device (cudaMemGetInfo).
 std::size_t free_memory();
 

@@ -17,7 +17,9 @@
 #   5. the quickstart deck on the GPU in FP32 and BF16, 200 steps each, reconciled;
 #   6. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
 #      time, samples/s and model FLOP utilisation against the measured GEMM rate.
-# Without a visible GPU, 3 reports skipped and 4-6 stop at avtrain's one-line "no GPU" message.
+# Without a visible GPU, 3 reports skipped and 4-6 stop at avtrain's one-line "no GPU" message. Only
+# the absence of a GPU is that (no driver installed, no device): any other CUDA error of part 1 (a
+# driver older than the runtime, a device busy or unusable) is a failure, named, never "no GPU".
 # Each part runs under what is left of one budget ($AVTRAIN_GPU_CHECK_SECONDS, default 450 s), so the
 # check ends inside 8 minutes even when a part hangs (that part then fails with "timed out").
 # Exit: 0 every part passed; 1 a part failed; 2 something needed is missing; 3 no GPU is visible

@@ -17,10 +17,13 @@ def run(command):
 
 
 def gpu_count(bin_dir):
-    """CUDA devices this process sees (0 when none or no driver), as cuda_device_check lists them."""
+    """CUDA devices this process sees (0 when none or no driver), as cuda_device_check lists them; any
+    other CUDA error ends the test as a failure, never as skipped."""
     probe = subprocess.run([os.path.join(bin_dir, "cuda_device_check")], capture_output=True, text=True)
     if probe.returncode == 77:
         return 0
+    if probe.returncode != 0:
+        sys.exit(f"cuda_device_check: FAILED ({probe.returncode}): {probe.stdout.strip().splitlines()[-1:]}")
     return sum(line.startswith("device ") for line in probe.stdout.splitlines())
 
 

@@ -1,23 +1,65 @@
 // Lists the CUDA libraries this process loaded (against the versions it was built with) and the CUDA
-// devices it sees. Exit 77 (CTest: skipped) when there is none, so a machine without a GPU reports
-// the gpu tests as skipped, never as passed.
+// devices it sees. Exit 77 (CTest: skipped) only when there is no device to see (no driver installed,
+// no device), so a machine without a GPU reports the gpu tests as skipped, never as passed; any other
+// CUDA error (a driver older than the runtime, a device that cannot be used) exits 1: a failure.
+//   cuda_device_check --self-test: checks that rule on the runtime's possible answers (needs no GPU).
+#include <cuda_runtime.h>
+
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "device_query.hpp"
 
-int main() {
+namespace {
+
+int self_test() {
+  using avtrain::cuda::classify_devices;
+  struct Case {
+    const char* what;
+    int driver, status, count;
+    const char* want;  // skipped | failed | devices
+  };
+  const Case cases[] = {
+      {"no driver installed (this machine: 0, cudaErrorInsufficientDriver)", 0, cudaErrorInsufficientDriver, 0, "skipped"},
+      {"a driver older than the runtime (CUDA 11.0 under a 13 runtime)", 11000, cudaErrorInsufficientDriver, 0, "failed"},
+      {"a driver and no device (cudaErrorNoDevice)", 13000, cudaErrorNoDevice, 0, "skipped"},
+      {"a driver that counts 0 devices", 13000, cudaSuccess, 0, "skipped"},
+      {"devices busy or unavailable", 13000, cudaErrorDevicesUnavailable, 0, "failed"},
+      {"a system not yet ready (fabric manager)", 13000, cudaErrorSystemNotReady, 0, "failed"},
+      {"two devices", 13000, cudaSuccess, 2, "devices"},
+  };
+  int wrong = 0;
+  for (const Case& c : cases) {
+    const auto p = classify_devices(c.driver, 13000, c.status, c.count);
+    const char* got = !p.error.empty() ? "failed" : p.count == 0 ? "skipped" : "devices";
+    const bool ok = std::strcmp(got, c.want) == 0 && (c.count == 0 || p.count == c.count);
+    std::printf("%s: %s%s\n", c.what, got, ok ? "" : " (WRONG)");
+    wrong += !ok;
+  }
+  std::printf("%s\n", wrong ? "cuda_device_check --self-test: FAILED" : "cuda_device_check --self-test: ok");
+  return wrong ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--self-test") == 0) return self_test();
   std::printf("%s\n", avtrain::cuda::describe_libraries().c_str());
-  try {
-    const int count = avtrain::cuda::device_count();
-    if (count == 0) {
-      std::printf("no CUDA device: skipped\n");
-      return 77;
-    }
-    for (int i = 0; i < count; ++i) std::printf("device %d: %s\n", i, avtrain::cuda::describe_device(i).c_str());
-    return 0;
-  } catch (const std::exception& e) {
-    std::printf("%s: skipped\n", e.what());
+  const avtrain::cuda::DeviceProbe probe = avtrain::cuda::probe_devices();
+  if (!probe.error.empty()) {
+    std::printf("CUDA error: %s: FAILED\n", probe.error.c_str());
+    return 1;
+  }
+  if (probe.count == 0) {
+    std::printf("%s: skipped\n", probe.absent.c_str());
     return 77;
   }
+  try {
+    for (int i = 0; i < probe.count; ++i) std::printf("device %d: %s\n", i, avtrain::cuda::describe_device(i).c_str());
+  } catch (const std::exception& e) {
+    std::printf("CUDA error: %s: FAILED\n", e.what());
+    return 1;
+  }
+  return 0;
 }

@@ -1122,13 +1122,14 @@ TEST_F(CudaOps, ReductionsGiveIdenticalBitsWhenRunTwice) {
 }  // namespace avtrain
 
 int main(int argc, char** argv) {
-  try {
-    if (avtrain::cuda::device_count() == 0) {
-      std::printf("no CUDA device: skipped\n");
-      return 77;
-    }
-  } catch (const std::exception& e) {
-    std::printf("no CUDA device: skipped (%s)\n", e.what());
+  // Skipped only without a device to see; any other CUDA error fails (cuda_device_check.cpp).
+  const avtrain::cuda::DeviceProbe probe = avtrain::cuda::probe_devices();
+  if (!probe.error.empty()) {
+    std::printf("CUDA error: %s: FAILED\n", probe.error.c_str());
+    return 1;
+  }
+  if (probe.count == 0) {
+    std::printf("%s: skipped\n", probe.absent.c_str());
     return 77;
   }
   ::testing::InitGoogleTest(&argc, argv);

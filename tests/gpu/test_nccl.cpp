@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "cuda_check.hpp"
+#include "device_query.hpp"
 #include "device_binding.hpp"
 #include "nccl_communicator.hpp"
 #include "parallel/mpi_communicator.hpp"
@@ -351,10 +352,12 @@ TEST(ProcessGroups, PipelineBecomesNcclOneCommunicatorPerDirection) {
   }
 }
 
-// 1 on every rank when every rank sees at least as many devices as there are ranks.
+// On every rank: 1 when every rank sees at least as many devices as there are ranks, 0 when some
+// rank sees too few (skipped), -1 when some rank's CUDA runtime fails otherwise (a failure).
 int enough_devices(int ranks) {
-  int count = 0;
-  const int mine = cudaGetDeviceCount(&count) == cudaSuccess && count >= ranks ? 1 : 0;
+  const DeviceProbe probe = probe_devices();
+  if (!probe.error.empty()) std::printf("CUDA error: %s\n", probe.error.c_str());
+  const int mine = !probe.error.empty() ? -1 : probe.count >= ranks ? 1 : 0;
   int all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all;
@@ -370,7 +373,13 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (!avtrain::cuda::enough_devices(size)) {
+  const int devices = avtrain::cuda::enough_devices(size);
+  if (devices < 0) {
+    if (rank == 0) std::printf("a CUDA error on some rank (printed above): FAILED\n");
+    MPI_Finalize();
+    return 1;
+  }
+  if (devices == 0) {
     if (rank == 0) std::printf("fewer than %d CUDA device(s) visible to some rank: skipped\n", size);
     MPI_Finalize();
     return 77;
