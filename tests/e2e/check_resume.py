@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """Resuming from a checkpoint gives the run that never stopped, bit for bit.
 
-usage: check_resume.py WORK [--interval N] -- [MPIRUN ...] AVTRAIN DECK [AVTRAIN OPTIONS...]
+usage: check_resume.py WORK [--interval N] [--straight "OPTIONS"] [--resumed "OPTIONS"] [--ignore COL,...]
+                       -- [MPIRUN ...] AVTRAIN DECK [AVTRAIN OPTIONS...]
+
+--straight and --resumed add options to one of the two runs only (space-separated), for what a
+resume need not match: e.g. --straight "--train.recompute blocks" --resumed "--train.recompute none"
+--ignore act_mb (what the activations kept measure then differs).
 
 Trains the deck straight into WORK/straight with a checkpoint every --interval steps (keeping
 them all); copies into WORK/resumed its first checkpoint and what the run had written when it took
@@ -42,6 +47,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("work")
     p.add_argument("--interval", type=int, default=4)
+    p.add_argument("--straight", default="", help="options of the straight run alone")
+    p.add_argument("--resumed", default="", help="options of the resumed run alone")
+    p.add_argument("--ignore", default="", help="trace.csv columns not compared, comma-separated")
     args = p.parse_args(argv[:cut])
     command = argv[cut + 1:]
     if len(command) < 2:
@@ -50,7 +58,7 @@ def main():
     os.makedirs(args.work)
     straight, resumed = os.path.join(args.work, "straight"), os.path.join(args.work, "resumed")
     common = command + ["--checkpoint.interval", str(args.interval), "--checkpoint.keep", "1000"]
-    run(common + ["--out", straight], os.path.join(args.work, "straight.log"))
+    run(common + args.straight.split() + ["--out", straight], os.path.join(args.work, "straight.log"))
     ckdir = os.path.join(straight, "checkpoints")
     steps = sorted(d for d in os.listdir(ckdir) if d.startswith("step-"))
     if len(steps) < 2:
@@ -59,12 +67,12 @@ def main():
     os.makedirs(os.path.join(resumed, "checkpoints"))
     copy_traces(straight, resumed, int(first[len("step-"):]))
     shutil.copytree(os.path.join(ckdir, first), os.path.join(resumed, "checkpoints", first))
-    run(common + ["--out", resumed], os.path.join(args.work, "resumed.log"))
+    run(common + args.resumed.split() + ["--out", resumed], os.path.join(args.work, "resumed.log"))
     log = open(os.path.join(args.work, "resumed.log")).read()
     if f"resuming from {os.path.join(resumed, 'checkpoints', first)}" not in log:
         fail(f"the second run did not resume from {first}:\n{log[-2000:]}")
 
-    diff = trace_difference(straight, resumed)
+    diff = trace_difference(straight, resumed, also_ignore=set(filter(None, args.ignore.split(","))))
     if diff:
         fail(diff)
     for stage in sorted(f for f in os.listdir(os.path.join(ckdir, last)) if f.endswith(".h5")):

@@ -2,12 +2,15 @@
 """Checks a run's trace directory, or that two runs have identical traces.
 
 usage: check_traces.py learns RUN_DIR [--min-drop F] [--min-val-acc A]
-       check_traces.py same RUN_A RUN_B COLUMN...
+       check_traces.py same RUN_A RUN_B     the same run bit for bit: every column of trace.csv but the
+                                            process's measurements, layers.csv, the final checkpoint
 """
 import csv
 import json
 import math
 import sys
+
+from same_run import run_difference
 
 TRACE_COLUMNS = ("step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
                  "samples_per_s,mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc").split(",")
@@ -73,16 +76,11 @@ def learns(run, min_drop=0.3, min_val_acc=None):
           f"{len(names)} layer rows per step")
 
 
-def same(run_a, run_b, columns):
-    a = read_csv(f"{run_a}/trace.csv", TRACE_COLUMNS)
-    b = read_csv(f"{run_b}/trace.csv", TRACE_COLUMNS)
-    if len(a) != len(b):
-        fail(f"{run_a} has {len(a)} steps, {run_b} has {len(b)}")
-    for ra, rb in zip(a, b):
-        for c in columns:
-            if ra[c] != rb[c]:
-                fail(f"step {ra['step']}: {c} differs: {ra[c]} vs {rb[c]}")
-    print(f"{run_a} and {run_b}: identical {', '.join(columns)} over {len(a)} steps")
+def same(run_a, run_b):
+    diff, compared = run_difference(run_a, run_b)
+    if diff:
+        fail(diff)
+    print(f"{run_a} and {run_b}: {compared}")
 
 
 def main():
@@ -91,8 +89,8 @@ def main():
         opts = dict(zip(args[2::2], args[3::2]))
         learns(args[1], float(opts.get("--min-drop", 0.3)),
                float(opts["--min-val-acc"]) if "--min-val-acc" in opts else None)
-    elif len(args) >= 4 and args[0] == "same":
-        same(args[1], args[2], args[3:])
+    elif len(args) == 3 and args[0] == "same":
+        same(args[1], args[2])
     else:
         sys.exit(__doc__)
 

@@ -6,7 +6,6 @@ import glob
 import os
 import shutil
 
-import h5py
 
 # Columns that measure the process (time, memory, the measured bubble), not the run.
 MEASURED = {"step_ms", "data_wait_ms", "comm_ms", "samples_per_s", "mem_peak_mb", "bubble"}
@@ -44,11 +43,43 @@ MEASURED_DATASETS = {"state/elapsed_s"}
 
 def datasets(path):
     """Every dataset of an HDF5 file but the measurements: name -> its bytes."""
+    import h5py  # here, so that the trace checks need no h5py
     out = {}
     with h5py.File(path, "r") as f:
         f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes())
                      if isinstance(o, h5py.Dataset) and n not in MEASURED_DATASETS else None)
     return out
+
+
+def run_difference(straight, other, also_ignore=()):
+    """The first difference between two runs, or None: trace.csv (but the measurements and
+    `also_ignore`), layers.csv, and every dataset of their final committed checkpoint's stage files.
+    Returns (difference, what was compared)."""
+    diff = trace_difference(straight, other, also_ignore)
+    if diff:
+        return diff, None
+    a, b = committed(straight), committed(other)
+    if not a or a[-1:] != b[-1:]:
+        return f"final checkpoints {a[-1:] or 'none'} in {straight}, {b[-1:] or 'none'} in {other}", None
+    final = a[-1]
+    files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(straight, "checkpoints", final, "stage-*.h5")))
+    theirs = sorted(os.path.basename(f) for f in glob.glob(os.path.join(other, "checkpoints", final, "stage-*.h5")))
+    if not files or files != theirs:
+        return f"{final}: stage files {files} in {straight}, {theirs} in {other}", None
+    count = 0
+    for name in files:
+        x = datasets(os.path.join(straight, "checkpoints", final, name))
+        y = datasets(os.path.join(other, "checkpoints", final, name))
+        if x.keys() != y.keys():
+            return f"{final}/{name}: datasets {sorted(x.keys() ^ y.keys())[:5]} in one run only", None
+        for key in sorted(x):
+            if x[key] != y[key]:
+                return f"{final}/{name}: dataset {key} differs", None
+        count += len(x)
+    steps = len(rows(os.path.join(straight, "trace.csv")))
+    ignored = ", ".join(sorted(also_ignore))
+    return None, (f"{steps} steps, every column of trace.csv (but the measurements{', ' + ignored if ignored else ''}) "
+                  f"and layers.csv, and {count} datasets of {final} ({len(files)} stage files): bit for bit")
 
 
 TRACES = ("trace.csv", "layers.csv", "ranks.csv")
