@@ -3,18 +3,25 @@
 # seed: the FP32 run, its FP32 twin (the same run with every initial weight moved --twin-ulps ulps
 # up, default 65536: the size of one bf16 rounding step), and each candidate; then the verdict with
 # the band the two FP32 runs draw and with the single-baseline defaults, the JSON reports and a plot.
+# Every seed is trained before any is judged: the FP32 pairs of the other seeds calibrate the
+# segment check as --null pairs (docs/reconcile.md, "Offsets: the segment check").
 #
 #   validation/reconcile-study.sh DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3]
-#       [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--reuse] [-- AVTRAIN_OPTIONS...]
+#       [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
+#       [-- AVTRAIN_OPTIONS...]
 #
 # Writes, under DIR (default runs/study) and for each seed S:
 #   seed-S/fp32, seed-S/fp32-twin, seed-S/CAND      trace directories (and NAME.log, the run's output)
+#   seed-S/fp32-ulps-U                               with --null-ulps: more FP32 runs (initial weights U
+#                                                    ulps up) for the segment check's null, not the band
 #   seed-S/CAND.band.{txt,json,png}                  avtrain-reconcile fp32 fp32-twin CAND, and its plot
 #                                                    (none, with a note, where matplotlib is missing)
 #   seed-S/CAND.single.{txt,json}                    avtrain-reconcile fp32 CAND
 #   summary.txt                                      one line per seed and candidate
 # --ranks R > 1 trains data-parallel on R ranks (--dp R) through jobscripts/mpirun-local.sh.
 # --reuse keeps a run that finished before (seed-S/NAME.done) instead of training it again.
+# The null pairs of seed S: fp32 against every other FP32 run (fp32-twin, fp32-ulps-U) of every
+# seed, but S's own fp32-twin (a BASE run, counted as such).
 # The avtrain program is build/cpu/bin/avtrain unless AVTRAIN names another.
 # Exit 0 when every candidate PASSes against the band of FP32 and its twin, 1 when one FAILs, 2 on bad
 # usage or a run that failed. The single-baseline verdicts are reported beside, not judged: with one
@@ -28,19 +35,19 @@ python=/usr/bin/python3
 avtrain=${AVTRAIN:-$root/build/cpu/bin/avtrain}
 
 die() { echo "$prog: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: $prog DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3] [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--reuse] [-- AVTRAIN_OPTIONS...]"
+[ $# -ge 1 ] || die "usage: $prog DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3] [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse] [-- AVTRAIN_OPTIONS...]"
 deck=$1
 shift
 [ -f "$deck" ] || die "$deck: no such deck"
-out=runs/study data="" seeds=1,2,3 candidates=bf16,fp16 steps="" ranks=1 twin_ulps=65536 reuse=0
+out=runs/study data="" seeds=1,2,3 candidates=bf16,fp16 steps="" ranks=1 twin_ulps=65536 null_ulps="" reuse=0
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --out|--data|--seeds|--candidates|--steps|--ranks|--twin-ulps)
+    --out|--data|--seeds|--candidates|--steps|--ranks|--twin-ulps|--null-ulps)
       [ $# -ge 2 ] || die "$1 needs a value"
       case $1 in
         --out) out=$2 ;; --data) data=$2 ;; --seeds) seeds=$2 ;; --candidates) candidates=$2 ;;
-        --steps) steps=$2 ;; --ranks) ranks=$2 ;; --twin-ulps) twin_ulps=$2 ;;
+        --steps) steps=$2 ;; --ranks) ranks=$2 ;; --twin-ulps) twin_ulps=$2 ;; --null-ulps) null_ulps=$2 ;;
       esac
       shift 2 ;;
     --reuse) reuse=1; shift ;;
@@ -54,6 +61,11 @@ whole --twin-ulps "$twin_ulps" 1
 [ -z "$steps" ] || whole --steps "$steps" 1
 IFS=', ' read -r -a seed_list <<< "$seeds"
 IFS=', ' read -r -a cand_list <<< "$candidates"
+IFS=', ' read -r -a null_list <<< "$null_ulps"
+for u in ${null_list[@]+"${null_list[@]}"}; do
+  whole --null-ulps "$u" 1
+  [ "$u" -ne "$twin_ulps" ] || die "--null-ulps $u: that is the twin (--twin-ulps)"
+done
 [ ${#seed_list[@]} -gt 0 ] || die "--seeds is empty"
 for s in "${seed_list[@]}"; do whole --seeds "$s" 0; done
 for c in "${cand_list[@]}"; do
@@ -104,9 +116,10 @@ mkdir -p "$out"
 summary=$out/summary.txt
 verdicts=0
 {
-  printf '# %s, %s ranks, FP32 twin with train.init_ulps %s; worst difference / allowed (loss grad_norm layer)\n' \
+  printf '# %s, %s ranks, FP32 twin with train.init_ulps %s; worst difference / allowed (loss grad_norm layer),\n' \
     "$deck" "$ranks" "$twin_ulps"
-  printf '%-5s %-5s  %-30s  %s\n' seed cand "band (fp32 + fp32-twin)" "single (fp32)"
+  printf '# then the segment check'"'"'s largest effect size (seg)\n'
+  printf '%-5s %-5s  %-38s  %s\n' seed cand "band (fp32 + fp32-twin)" "single (fp32)"
 } > "$summary"
 for seed in "${seed_list[@]}"; do
   dir=$out/seed-$seed
@@ -114,15 +127,37 @@ for seed in "${seed_list[@]}"; do
   echo "$prog: seed $seed -> $dir"
   train "$dir" fp32 --seed "$seed" --precision fp32
   train "$dir" fp32-twin --seed "$seed" --precision fp32 --train.init_ulps "$twin_ulps"
+  for u in ${null_list[@]+"${null_list[@]}"}; do
+    train "$dir" "fp32-ulps-$u" --seed "$seed" --precision fp32 --train.init_ulps "$u"
+  done
   for cand in "${cand_list[@]}"; do
     train "$dir" "$cand" --seed "$seed" --precision "$cand"
+  done
+done
+
+# null_args S: the segment check's --null pairs for seed S, one a line.
+null_args() {
+  local s x
+  for s in "${seed_list[@]}"; do
+    for x in fp32-twin ${null_list[@]+"${null_list[@]/#/fp32-ulps-}"}; do
+      [ "$s" != "$1" ] || [ "$x" != fp32-twin ] || continue
+      printf '%s\n' "--null=$out/seed-$s/fp32,$out/seed-$s/$x"
+    done
+  done
+}
+
+for seed in "${seed_list[@]}"; do
+  dir=$out/seed-$seed
+  mapfile -t nulls < <(null_args "$seed")
+  echo "$prog: seed $seed: the verdicts, with ${#nulls[@]} FP32 pair(s) of the study beside the BASE runs for the segment check"
+  for cand in "${cand_list[@]}"; do
     line=$(printf '%-5s %-5s ' "$seed" "$cand")
     for mode in band single; do
       bases=("$dir/fp32" "$dir/fp32-twin")
       [ "$mode" = band ] || bases=("$dir/fp32")
       rc=0
-      "$python" "$here/avtrain-reconcile" "${bases[@]}" "$dir/$cand" --json "$dir/$cand.$mode.json" \
-        > "$dir/$cand.$mode.txt" 2>&1 || rc=$?
+      "$python" "$here/avtrain-reconcile" "${bases[@]}" "$dir/$cand" ${nulls[@]+"${nulls[@]}"} \
+        --json "$dir/$cand.$mode.json" > "$dir/$cand.$mode.txt" 2>&1 || rc=$?
       [ "$rc" -le 1 ] || { cat "$dir/$cand.$mode.txt" >&2; die "avtrain-reconcile could not compare $dir/$cand"; }
       [ "$rc" -eq 0 ] || [ "$mode" = single ] || verdicts=1
       line+=" $("$python" - "$dir/$cand.$mode.json" <<'EOF'
@@ -130,14 +165,15 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 worst = lambda k: d["metrics"][k]["worst"]
 layer = max((L["worst"] for L in d["layers"]), default=0.0)
+seg = max((abs(r["effect"]) for r in d["segments"]["rows"] if r["effect"] is not None), default=0.0)
 f = lambda v: "inf" if v is None else f"{v:.2f}"
 first = d["first_step_beyond"]
-print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)}"
+print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)} seg {seg:.1f}"
       + (f" from {first}" if first is not None else "").ljust(12), end="")
 EOF
 )"
       [ "$mode" = single ] || plot "$dir/$cand.band.png" "seed $seed: $cand against fp32 and its twin" \
-        "${bases[@]}" "$dir/$cand"
+        "${bases[@]}" "$dir/$cand" ${nulls[@]+"${nulls[@]}"}
       echo "  $cand, $mode: $(tail -n 1 "$dir/$cand.$mode.txt")"
     done
     echo "$line" >> "$summary"

@@ -204,6 +204,25 @@ def main():
             m = copy.deepcopy(RUN_JSON)
             edit(m)
             return m
+        # the segment check: a twin that wanders x4.5 both ways (a wave of 6 steps) draws a band wide
+        # enough to hold a loss 2.2 times up over the last 30 % (steps 42-59), beyond 4 times the
+        # floor (0.18) of its late segment, which fails it all the same; a CAND that wanders both
+        # ways passes
+        def wave(amp, phase=0.0, offset=1.0, late_from=STEPS):
+            out = copy.deepcopy(base)
+            for r in out[10:]:
+                r["loss"] *= math.exp(amp * math.sin(2 * math.pi * r["step"] / 6 + phase))
+                if r["step"] >= late_from:
+                    r["loss"] *= offset
+            return out
+        write_run(d("wave_twin"), wave(1.5))
+        write_run(d("wave"), wave(0.2, 1.0), mode="bf16")
+        write_run(d("wave_up"), wave(0.2, 1.0, 2.2, 42), mode="bf16")
+        write_run(d("wave_down"), wave(0.2, 1.0, 1 / 2.2, 42), mode="bf16")
+        write_run(d("null_up"), wave(0.0, 0.0, 2.0, 42))  # an FP32 pair whose late part parts by x2
+        seed8 = with_meta(lambda m: m.update(seed=8))
+        write_run(d("seed8"), base, meta=seed8)
+        write_run(d("seed8_up"), wave(0.0, 0.0, 2.0, 42), meta=seed8)
         write_run(d("width"), base, meta=with_meta(lambda m: m["config"].update({"model.width": 32})))
         write_run(d("seed"), base, meta=with_meta(lambda m: m.update(seed=8)))
         write_run(d("data"), base, meta=with_meta(
@@ -304,6 +323,18 @@ def main():
             "band_not_comparable": [d("base"), d("width"), d("inside")],
             "ranks_ok": R("base", "ranks_ok"), "ranks_bad": R("base", "ranks_bad", "--json", d("ranks.json")),
             "bad_window": R("base", "base", "--window", "0"),
+            "seg_up": [d("base"), d("wave_twin"), d("wave_up"), "--json", d("seg_up.json")],
+            "seg_down": [d("base"), d("wave_twin"), d("wave_down")],
+            "seg_wave": [d("base"), d("wave_twin"), d("wave"), "--json", d("seg_wave.json")],
+            "seg_off": [d("base"), d("wave_twin"), d("wave_up"), "--segment-limit", "0"],
+            "seg_single": [d("base"), d("wave_up"), "--tol", "loss=1,0"],  # no FP32 pair: not judged
+            "seg_single_null": [d("base"), d("wave_up"), "--tol", "loss=1,0", "--null", f"{d('base')},{d('wave_twin')}"],
+            "seg_null": [d("base"), d("wave_twin"), d("wave_up"), "--null", f"{d('base')},{d('null_up')}",
+                         "--json", d("seg_null.json")],
+            "seg_null_seed": [d("base"), d("wave_twin"), d("wave_up"), f"--null={d('seed8')},{d('seed8_up')}"],
+            "seg_null_bad": [d("base"), d("wave_twin"), d("wave_up"), "--null", d("base")],
+            "seg_null_width": [d("base"), d("wave_twin"), d("wave_up"), "--null", f"{d('base')},{d('width')}"],
+            "seg_null_mixed": [d("base"), d("wave_twin"), d("wave_up"), "--null", f"{d('base')},{d('seed8')}"],
         }
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
             pending = {name: pool.submit(run_command, cmd) for name, cmd in commands.items()}
@@ -317,7 +348,8 @@ def main():
                 c.check(re.search(stdout_re, out, re.M), f"{name}: stdout lacks /{stdout_re}/\n{out}")
             if stderr_re:
                 c.check(re.search(stderr_re, err, re.M), f"{name}: stderr lacks /{stderr_re}/\n{err}")
-            if rc == 2 and name not in ("bad_window", "band_bad_factor", "bad_tol", "neg_tol"):  # argparse: usage + error
+            if rc == 2 and name not in ("bad_window", "band_bad_factor", "bad_tol", "neg_tol",
+                                        "seg_null_bad"):  # argparse: usage + error
                 c.check(len(err.strip().splitlines()) == 1 and out == "",
                         f"{name}: expected one line on stderr, nothing on stdout\n{out}{err}")
             elif rc in (0, 1):
@@ -367,6 +399,23 @@ def main():
                                r"1024 on rank\(s\) 0,1; 512 on rank\(s\) 2")
         expect("bad_window", 2, stderr_re=r"--window: must be >= 1")
         expect("plot_missing", 2, stderr_re=r"^plot_traces\.py: .*does-not-exist: no such trace directory$")
+        # the segment check: inside the band step by step, a sustained offset fails its segment
+        expect("seg_up", 1, r"^verdict: FAIL \(loss over the late segment \(steps 42-59\) \+120\.0 % against "
+                            r"FP32's center: effect \+4\.38, beyond 4 \(FP32 pairs: [0-9.e-]+ RMS of 1, floor 0\.18\)\)$")
+        expect("seg_up", 1, r"^  late +42-59 +loss +\+0\.7885 +\+120\.0 % .* \*$")
+        expect("seg_up", 1, r"^first step beyond tolerance: 42$")
+        expect("seg_down", 1, r"loss over the late segment \(steps 42-59\) -54\.5 % ")
+        expect("seg_wave", 0, r"^segments: mean log\(cand / center\) .* 1 of the BASE runs, 0 from --null; "
+                              r"effect = mean / max\(their RMS, floor\), beyond 4 fails:$")
+        expect("seg_off", 0, r"not judged \(--segment-limit 0\):$")
+        expect("seg_single", 0, r"none: the floors alone; .*not judged \(no FP32 pair: give two BASE runs or --null A,B\):$")
+        expect("seg_single_null", 1, r"0 of the BASE runs, 1 from --null; .*beyond 4 fails:$")
+        expect("seg_null", 0, r"1 of the BASE runs, 1 from --null")  # FP32 itself parts by x2 there
+        expect("seg_null_seed", 0)  # a pair of another seed calibrates too
+        expect("seg_null_bad", 2, stderr_re=r"--null: .* is not A,B")
+        expect("seg_null_width", 2, stderr_re=r"^avtrain-reconcile: runs are not comparable: --null .*: "
+                                              r"model\.width differs \(64 vs 32\)$")
+        expect("seg_null_mixed", 2, stderr_re=r"not comparable: --null .*: seed differs \(7 vs 8\)$")
 
         # the metric itself: trailing mean, a non-finite value stays in its windows, the floor
         sm = module.smooth([1.0, 2.0, 3.0, 4.0], 2).tolist()
@@ -383,6 +432,10 @@ def main():
         spread = 0.1 / 1.1  # half the runs' spread at step 1, relative to their center there
         c.check(abs(cmp["half"][3] - spread) < 1e-12 and abs(cmp["ratio"][3] - 0.3 / (2 * spread)) < 1e-9,
                 f"compare band: the spread 2 steps before still counts ({cmp['half'].tolist()})")
+        c.check(module.segment_bounds(60) == [("early", 0, 21), ("middle", 21, 42), ("late", 42, 60)]
+                and module.segment_bounds(200)[2] == ("late", 140, 200), f"segment_bounds: {module.segment_bounds(60)}")
+        sg = module.segment_means(np.array([0.1, math.nan, 0.3, -math.inf, 0.5, 0.7]), [("a", 0, 4), ("b", 4, 6), ("c", 6, 6)])
+        c.check(np.allclose(sg[:2], [0.2, 0.6]) and math.isnan(sg[2]), f"segment_means: finite values only, {sg}")
         sh = module.layer_shares(np.array([[3.0, 0.0], [4.0, 2.0]]))
         c.check(sh.tolist() == [[0.6, 0.0], [0.8, 1.0]], f"layer_shares: {sh.tolist()}")
 
@@ -396,7 +449,7 @@ def main():
 
         # --json documents
         docs = {}
-        for name in ("same", "two", "skip", "ranks", "inside", "leaves"):
+        for name in ("same", "two", "skip", "ranks", "inside", "leaves", "seg_up", "seg_wave", "seg_null"):
             try:
                 with open(d(name + ".json")) as f:
                     docs[name] = json.load(f)
@@ -408,7 +461,7 @@ def main():
             c.check(j["verdict"] == "FAIL" and j["reasons"], "two.json: verdict/reasons")
             c.check(j["tolerances"] == {k: list(v) for k, v in module.DEFAULT_TOLERANCES["bf16"].items()},
                     f"two.json: tolerances {j['tolerances']}")
-            c.check(j["mode"] == "single" and j["schema_version"] == 2, "two.json: mode, schema")
+            c.check(j["mode"] == "single" and j["schema_version"] == 3, "two.json: mode, schema")
             c.check(j["cand"]["precision_mode"] == "bf16" and j["bases"][0]["precision_mode"] == "fp32",
                     "two.json: modes")
             c.check({L["name"] for L in j["layers"] if L["exceeds"]} == {"audio.bn", "blocks.0.attn.qkv"},
@@ -440,6 +493,30 @@ def main():
                     and j["tolerance_source"]["loss"] == "band:bf16", "inside.json: band mode")
             c.check(k["verdict"] == "FAIL" and 40 <= k["metrics"]["loss"]["first_step_beyond"] < 50,
                     f"leaves.json: loss first beyond {k['metrics']['loss']['first_step_beyond']}")
+        if "seg_up" in docs and "seg_wave" in docs and "seg_null" in docs:
+            j = docs["seg_up"]
+            late = {r["metric"]: r for r in j["segments"]["rows"] if r["segment"] == "late"}
+            c.check(j["metrics"]["loss"]["first_step_beyond"] is None and j["verdict"] == "FAIL"
+                    and j["first_step_beyond"] == 42, "seg_up.json: inside the band step by step, FAIL by its segment")
+            L = late["loss"]
+            c.check(L["exceeds"] and abs(L["stat"] - math.log(2.2)) < 0.01 and L["scale"] == 0.18
+                    and abs(L["effect"] - L["stat"] / 0.18) < 1e-9 and L["from_step"] == 42 and L["to_step"] == 59
+                    and L["updates"] == 18 and len(L["null"]) == 1 and not late["grad_norm"]["exceeds"],
+                    f"seg_up.json: the late loss row {L}")
+            c.check(j["segments"]["limit"] == 4.0 and j["segments"]["judged"] and j["segments"]["floors"] == {"loss": 0.18, "grad_norm": 0.3}
+                    and j["segments"]["pairs"] == [{"a": d("base"), "b": d("wave_twin"), "source": "base"}]
+                    and [(r["segment"], r["metric"]) for r in j["segments"]["rows"]]
+                    == [(sgm, m) for m in ("loss", "grad_norm") for sgm in ("early", "middle", "late")],
+                    f"seg_up.json: segments {j['segments']['pairs']}")
+            c.check(not any(r["exceeds"] for r in docs["seg_wave"]["segments"]["rows"])
+                    and all(abs(r["effect"]) < 1 for r in docs["seg_wave"]["segments"]["rows"]),
+                    "seg_wave.json: a wander both ways stays far inside")
+            L = [r for r in docs["seg_null"]["segments"]["rows"] if r["segment"] == "late" and r["metric"] == "loss"][0]
+            c.check(len(L["null"]) == 2 and abs(L["null"][1] - math.log(2.0)) < 1e-9
+                    and abs(L["null_rms"] - math.sqrt((L["null"][0] ** 2 + math.log(2.0) ** 2) / 2)) < 1e-9
+                    and L["scale"] == L["null_rms"]
+                    and docs["seg_null"]["segments"]["pairs"][1]["source"] == "null" and not L["exceeds"],
+                    f"seg_null.json: the --null pair joins the null: {L}")
         if "ranks" in docs:
             r = docs["ranks"]["ranks"]
             c.check(not r["cand"]["consistent"] and r["cand"]["inconsistent"][0]["step"] == 17

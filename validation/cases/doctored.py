@@ -2,18 +2,20 @@
 """Doctors a genuine CAND run in known ways and checks that avtrain-reconcile FAILs each copy,
 naming the step where the doctoring starts.
 
-usage: doctored.py --work DIR [--cases NAME,...] [--slack S] BASE_DIR [BASE_DIR ...] CAND_DIR
+usage: doctored.py --work DIR [--cases NAME,...] [--slack S] [--tail F] BASE_DIR [BASE_DIR ...] CAND_DIR
 
 The undoctored CAND must PASS against the BASE runs (the control); each doctored copy (written
 under DIR/NAME) must FAIL, and the first step the report names must lie in [start, start + S]
 where start is the first step the doctoring changed (S = 0 by default: exactly that step). For a
 change in one layer the report must also name that layer first. Exit 0 when every case behaves,
-1 otherwise, 2 on bad input. The cases (on a run of N steps, the tail is the last 30 %):
+1 otherwise, 2 on bad input. The cases (on a run of N steps, the tail is the last 30 %, or the
+last F of the steps with --tail F):
 
   spike        the loss of step 0.6 N times SPIKE (--spike, default 1.2)
   offset5      loss and grad norm times 1.05 over the tail
   offset20     ... times 1.20
   offset50     ... times 1.50 (offsetN: times 1 + N/100, any N)
+  loss20       the loss alone times 1.20 over the tail (lossN: times 1 + N/100, any N)
   drift        loss times 1 + 0.1 * step / (N - 1): a slow drift that reaches 10 % at the end
   nan_last     the loss of the last step is NaN
   grad_norm    the grad norm alone times GNORM (--gnorm, default 1.2) over the tail
@@ -47,6 +49,11 @@ def write(path, header, rows):
         w.writerows(rows)
 
 
+def tail_index(n, fraction):
+    """The first row of the last `fraction` of n rows (as avtrain-reconcile's segments count)."""
+    return min(n - 1, int((1 - fraction) * n))
+
+
 def doctor(cand, out, case, args):
     """Writes the doctored copy of `cand` into `out`; returns the first step it changed."""
     shutil.rmtree(out, ignore_errors=True)
@@ -55,7 +62,7 @@ def doctor(cand, out, case, args):
     col = {h: i for i, h in enumerate(header)}
     steps = [int(r[col["step"]]) for r in rows]
     n = len(steps)
-    tail = steps[int(0.7 * n)]
+    tail = steps[tail_index(n, args.tail)]
 
     def scale(row, name, x):
         row[col[name]] = repr(float(row[col[name]]) * x)
@@ -70,6 +77,9 @@ def doctor(cand, out, case, args):
             x = 1 + int(case[len("offset"):]) / 100
             scale(r, "loss", x)
             scale(r, "grad_norm", x)
+            changed = True
+        elif re.fullmatch(r"loss\d+", case) and s >= tail:
+            scale(r, "loss", 1 + int(case[len("loss"):]) / 100)
             changed = True
         elif case == "drift" and s > steps[0]:
             scale(r, "loss", 1 + 0.1 * (s - steps[0]) / (steps[-1] - steps[0]))
@@ -113,6 +123,7 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--slack", type=int, default=0)
+    p.add_argument("--tail", type=float, default=0.3, help="the doctored tail: the last F of the steps")
     p.add_argument("--spike", type=float, default=1.2)
     p.add_argument("--gnorm", type=float, default=1.2)
     p.add_argument("--layer", default="blocks.1.attn.qkv")
@@ -123,7 +134,9 @@ def main():
     if len(args.runs) < 2:
         p.error("give BASE_DIR [BASE_DIR ...] CAND_DIR")
     cases = args.cases.split(",")
-    unknown = [c for c in cases if c not in CASES and not re.fullmatch(r"offset\d+", c)]
+    unknown = [c for c in cases if c not in CASES and not re.fullmatch(r"(offset|loss)\d+", c)]
+    if not 0 < args.tail < 1:
+        p.error(f"--tail {args.tail}: must lie between 0 and 1")
     if unknown:
         p.error(f"unknown case {unknown[0]} (known: {', '.join(CASES)})")
     bases, cand = args.runs[:-1], args.runs[-1]
