@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 
+#include "device_gate.hpp"
 #include "device_query.hpp"
 
 namespace {
@@ -47,14 +48,7 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--self-test") == 0) return self_test();
   std::printf("%s\n", avtrain::cuda::describe_libraries().c_str());
   const avtrain::cuda::DeviceProbe probe = avtrain::cuda::probe_devices();
-  if (!probe.error.empty()) {
-    std::printf("CUDA error: %s: FAILED\n", probe.error.c_str());
-    return 1;
-  }
-  if (probe.count == 0) {
-    std::printf("%s: skipped\n", probe.absent.c_str());
-    return 77;
-  }
+  if (const int code = avtrain::cuda::device_gate(probe); code != 0) return code;
   try {
     for (int i = 0; i < probe.count; ++i) std::printf("device %d: %s\n", i, avtrain::cuda::describe_device(i).c_str());
   } catch (const std::exception& e) {

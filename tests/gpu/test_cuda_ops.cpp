@@ -23,6 +23,7 @@
 #include "core/buffer.hpp"
 #include "core/keyed_random.hpp"
 #include "cuda_backend.hpp"
+#include "device_gate.hpp"
 #include "device_query.hpp"
 
 namespace avtrain {
@@ -1123,15 +1124,7 @@ TEST_F(CudaOps, ReductionsGiveIdenticalBitsWhenRunTwice) {
 
 int main(int argc, char** argv) {
   // Skipped only without a device to see; any other CUDA error fails (cuda_device_check.cpp).
-  const avtrain::cuda::DeviceProbe probe = avtrain::cuda::probe_devices();
-  if (!probe.error.empty()) {
-    std::printf("CUDA error: %s: FAILED\n", probe.error.c_str());
-    return 1;
-  }
-  if (probe.count == 0) {
-    std::printf("%s: skipped\n", probe.absent.c_str());
-    return 77;
-  }
+  if (const int code = avtrain::cuda::device_gate(avtrain::cuda::probe_devices()); code != 0) return code;
   ::testing::InitGoogleTest(&argc, argv);
   avtrain::g_cpu = avtrain::make_cpu_backend();
   avtrain::g_cpu->set_threads(int(std::max(1u, std::thread::hardware_concurrency())));
