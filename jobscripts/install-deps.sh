@@ -9,7 +9,8 @@ set -euo pipefail
 # debian-archive-keyring (a recommendation, which --no-install-recommends skips), bubblewrap: its
 # minimal-root test. slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
-# python3-matplotlib: the run command's plot (validation/plot_traces.py).
+# python3-matplotlib: the run command's plot (validation/plot_traces.py). python3-venv (--reference):
+# a CMake 4 from PyPI beside Debian's for the bundle's test-file test (validation/bundle/cmake4-venv.sh).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
 # make their media with it.
 packages=(cmake g++ make git pkg-config
@@ -21,7 +22,7 @@ packages=(cmake g++ make git pkg-config
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
 for flag in "$@"; do
   case "$flag" in
-    --reference) packages+=(python3-torch) ;;
+    --reference) packages+=(python3-torch python3-venv) ;;
     --demo) packages+=(espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf) ;;
     *) echo "install-deps.sh: unknown option $flag (--reference, --demo)" >&2; exit 1 ;;
   esac

@@ -60,10 +60,14 @@ def main():
 
     lines = [
         "# Made by validation/gpu-bundle.sh from the cuda build's gpu tests; paths are the bundle's own.",
+        "# ctest reads this file in its own folder, leaving CMAKE_CURRENT_LIST_DIR empty and giving the",
+        "# file's bare name; CMake 4 resolves \".\" against an empty base too, but the file's name against",
+        "# the working folder (checked from 3.25 to 4.4: tests/... bundle_test_file_keeps_every_verdict).",
         "if(CMAKE_CURRENT_LIST_DIR)",
         '  set(tests "${CMAKE_CURRENT_LIST_DIR}")',
         "else()",
-        '  file(REAL_PATH "." tests)  # ctest reads this file in its own folder and leaves the variable empty',
+        '  file(REAL_PATH "${CMAKE_CURRENT_LIST_FILE}" this_file)',
+        '  get_filename_component(tests "${this_file}" DIRECTORY)',
         "endif()",
         'get_filename_component(bundle "${tests}/.." ABSOLUTE)',
         'set(source "${bundle}/share/avtrain")',

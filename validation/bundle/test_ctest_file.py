@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """The bundle's test file keeps what decides a verdict: ctest_file.py on a made-up gpu test list
 whose tests depend on PASS_/FAIL_/SKIP_REGULAR_EXPRESSION, WILL_FAIL and SKIP_RETURN_CODE, then
-`ctest --test-dir BUNDLE/tests` on the file it wrote: each test must pass, fail or be skipped as the
-properties say (dropped, every one of them would end otherwise).
+`ctest --test-dir BUNDLE/tests` on the file it wrote, from another folder, with each CTEST given
+(default: ctest on PATH): each test must pass, fail or be skipped as the properties say (dropped,
+every one of them would end otherwise), and the file must find its own folder under each CMake
+(under CMake 4 a file that did not ran no test: "Not Run").
 
-usage: test_ctest_file.py WORK_DIR
+usage: test_ctest_file.py WORK_DIR [CTEST ...]
 """
 import json
 import os
@@ -28,9 +30,10 @@ CASES = [
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
     work = os.path.abspath(sys.argv[1])
+    ctests = sys.argv[2:] or ["ctest"]
     shutil.rmtree(work, ignore_errors=True)
     build, source, bundle = (os.path.join(work, d) for d in ("build", "source", "bundle"))
     for d in (os.path.join(build, "bin"), source, os.path.join(bundle, "bin"), os.path.join(bundle, "tests")):
@@ -52,15 +55,19 @@ def main():
     if made.returncode or made.stdout.split() != ["say"]:
         sys.exit(f"test_ctest_file: ctest_file.py exit {made.returncode}, programs {made.stdout.split()}:\n{made.stderr}")
     shutil.copy(say, os.path.join(bundle, "bin", "say"))
-    run = subprocess.run(["ctest", "--test-dir", os.path.join(bundle, "tests")], capture_output=True, text=True)
-    got = {m.group(1): m.group(2) for m in re.finditer(r"Test +#\d+: (\S+) \.+\s*\**(Passed|Failed|Skipped|Not Run)",
-                                                       run.stdout)}
-    wrong = [f"{name}: {got.get(name, 'not run')}, expected {want}" for name, _, _, want in CASES
-             if got.get(name) != want]
-    if wrong:
-        sys.exit("test_ctest_file: the bundle's tests do not keep their verdicts:\n  " + "\n  ".join(wrong) +
-                 f"\nctest said:\n{run.stdout}{run.stderr}")
-    print(f"test_ctest_file: {len(CASES)} tests of the bundle's file pass, fail and skip as in the build tree")
+    for ctest in ctests:
+        version = subprocess.run([ctest, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        run = subprocess.run([ctest, "--test-dir", os.path.join(bundle, "tests")], capture_output=True, text=True,
+                             cwd="/")
+        got = {m.group(1): m.group(2)
+               for m in re.finditer(r"Test +#\d+: (\S+) \.+\s*\**(Passed|Failed|Skipped|Not Run)", run.stdout)}
+        wrong = [f"{name}: {got.get(name, 'not run')}, expected {want}" for name, _, _, want in CASES
+                 if got.get(name) != want]
+        if wrong:
+            sys.exit(f"test_ctest_file: under {version} ({ctest}) the bundle's tests do not keep their verdicts:\n  "
+                     + "\n  ".join(wrong) + f"\nctest said:\n{run.stdout}{run.stderr}")
+        print(f"test_ctest_file: {version}: {len(CASES)} tests of the bundle's file pass, fail and skip as in the "
+              f"build tree")
 
 
 if __name__ == "__main__":
