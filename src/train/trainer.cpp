@@ -220,8 +220,7 @@ struct Trainer::Impl {
   // master_part()); else all.
   FlatPart statistics_part() const {
     if (topo.dp == 1) return {0, params.total_size()};
-    if (sharded()) return *own_part();
-    const std::vector<std::size_t> cut = parallel::zero_parts(params.total_size(), topo.dp);
+    const std::vector<std::size_t> cut = sharded() ? parts : parallel::zero_parts(params.total_size(), topo.dp);
     return {cut[std::size_t(topo.dp_rank)], cut[std::size_t(topo.dp_rank) + 1]};
   }
 
@@ -396,13 +395,19 @@ struct Trainer::Impl {
     return stats;
   }
 
-  void add_over_replicas(std::vector<Backend::TensorStats>& stats) {
+  // Both lists of statistics added over the data-parallel group, in one all-reduce.
+  void add_over_replicas(std::vector<Backend::TensorStats>& a, std::vector<Backend::TensorStats>& b) {
     std::vector<double> sums;
-    for (const Backend::TensorStats& t : stats)
-      sums.insert(sums.end(), {t.sum_squares, double(t.nonfinite), double(t.nonzero), double(t.below)});
+    for (const auto* stats : {&a, &b})
+      for (const Backend::TensorStats& t : *stats)
+        sums.insert(sums.end(), {t.sum_squares, double(t.nonfinite), double(t.nonzero), double(t.below)});
     groups.data->all_reduce(sums.data(), sums.size(), parallel::ReduceOp::sum);  // counts exact below 2^53
-    for (std::size_t i = 0; i < stats.size(); ++i)
-      stats[i] = {sums[4 * i], std::size_t(sums[4 * i + 1]), std::size_t(sums[4 * i + 2]), std::size_t(sums[4 * i + 3])};
+    std::size_t i = 0;
+    for (auto* stats : {&a, &b})
+      for (Backend::TensorStats& t : *stats) {
+        t = {sums[i], std::size_t(sums[i + 1]), std::size_t(sums[i + 2]), std::size_t(sums[i + 3])};
+        i += 4;
+      }
   }
 
   std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
@@ -418,10 +423,7 @@ struct Trainer::Impl {
     std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads().data() + part.begin, part, threshold);
     std::vector<Backend::TensorStats> value_stats =
         param_stats(params.masters().data() + (part.begin - params.master_part().begin), part, 0.0f);
-    if (topo.dp > 1) {
-      add_over_replicas(grad_stats);
-      add_over_replicas(value_stats);
-    }
+    if (topo.dp > 1) add_over_replicas(grad_stats, value_stats);
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
       LayerRow r;

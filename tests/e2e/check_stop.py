@@ -102,20 +102,6 @@ def twice(work, command):
           f"the first ended it with {code} after {took:.2f} s; ok")
 
 
-def ranks_of(session_pid):
-    """The avtrain processes (argv[0]) in a session."""
-    out = []
-    for pid in run_processes.session_members(session_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0")[0].decode(errors="replace")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if os.path.basename(argv0) == "avtrain":
-            out.append(pid)
-    return out
-
-
 def budget_stop_accounts_for_the_time(text, stopped, budget_s, slack_s):
     """Rank 0's stop line: the budget was reached (not too late is checked by the caller's clock) and
     not long before (not too early)."""
@@ -180,7 +166,7 @@ def main():
                 what = f"SIGUSR1 to mpirun after step {at}"
             else:
                 sig = signal.SIGTERM if mode == "term" else signal.SIGINT
-                ranks = ranks_of(p.pid)
+                ranks = list(run_processes.avtrain_ranks(p.pid))
                 for pid in ranks:
                     os.kill(pid, sig)
                 what = f"{signal.Signals(sig).name} to each of {len(ranks)} ranks after step {at}"

@@ -29,6 +29,21 @@ def session_members(sid):
     return out
 
 
+def avtrain_ranks(sid):
+    """pid -> MPI rank (OMPI_COMM_WORLD_RANK, 0 without it) of every avtrain process in session `sid`."""
+    out = {}
+    for pid in session_members(sid):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() != "avtrain":
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        ranks = [int(v.split(b"=", 1)[1]) for v in env if v.startswith(b"OMPI_COMM_WORLD_RANK=")]
+        out[pid] = ranks[0] if ranks else 0
+    return out
+
+
 def with_environment(name, value):
     """Process ids (not this one) whose environment holds name=value: what a test and everything it
     started carry, whichever session they moved to."""

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from run_processes import Session  # noqa: E402
+from run_processes import Session, avtrain_ranks  # noqa: E402
 
 NO_PROGRESS = 124
 BOUND_AFTER_WATCHDOG_S = 8.0  # README: the job ends within debug.watchdog_s + 8 s of the stall
@@ -33,25 +33,6 @@ BOUND_AFTER_WATCHDOG_S = 8.0  # README: the job ends within debug.watchdog_s + 8
 def fail(message):
     print(f"check_watchdog: {message}")
     sys.exit(1)
-
-
-def ranks_of(session):
-    """pid -> MPI rank of every avtrain process in the run's session."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            if os.getsid(pid) != session or open(f"/proc/{pid}/comm").read().strip() != "avtrain":
-                continue
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except (OSError, ProcessLookupError):
-            continue
-        for var in env:
-            if var.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[pid] = int(var.split(b"=", 1)[1])
-    return out
 
 
 def names(line, victim):
@@ -77,7 +58,7 @@ def watch(p, mode, out, victim, watchdog_s, log_path):
             if os.path.exists(trace) and sum(1 for _ in open(trace)) > 4:
                 break
             time.sleep(0.01)
-        pids = [pid for pid, rank in ranks_of(p.pid).items() if rank == victim]
+        pids = [pid for pid, rank in avtrain_ranks(p.pid).items() if rank == victim]
         if p.poll() is not None or not pids:
             fail(f"the run ended (or rank {victim} was not found) before it could be stopped; log {log_path}")
         os.kill(pids[0], signal.SIGSTOP)
