@@ -37,6 +37,13 @@ int bind_device(const parallel::Topology& t, bool nccl) {
   return device;
 }
 
+int ranks_sharing_device(const parallel::Topology& t) {
+  const int count = device_count();
+  int sharing = 0;
+  for (int r = 0; r < t.local_size; ++r) sharing += r % count == t.local_rank % count;
+  return sharing > 0 ? sharing : 1;
+}
+
 std::string describe_binding(const parallel::Topology& t, int device) {
   return "rank " + std::to_string(t.rank) + " (node-local " + std::to_string(t.local_rank) + " of " +
          std::to_string(t.local_size) + ") -> GPU " + std::to_string(device) + " of " +

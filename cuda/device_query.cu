@@ -54,6 +54,12 @@ std::size_t free_memory() {
   return free;
 }
 
+std::size_t total_memory() {
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
+}
+
 std::string describe_device(int index) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");

@@ -23,8 +23,9 @@ DeviceProbe probe_devices();
 // runtime's version, cudaGetDeviceCount's status (a cudaError_t) and count.
 DeviceProbe classify_devices(int driver_version, int runtime_version, int count_status, int count);
 
-// Bytes free on the current device (cudaMemGetInfo).
+// Bytes free on the current device, and all its bytes (cudaMemGetInfo).
 std::size_t free_memory();
+std::size_t total_memory();
 
 // "NAME (sm_XY, N GiB)" of device `index`.
 std::string describe_device(int index);

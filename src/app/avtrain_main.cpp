@@ -64,7 +64,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   const avtrain::RunConfig& config = options.config;
   const avtrain::parallel::Topology& topo = groups.topology;
   auto backend = avtrain::make_backend(config, topo);
-  avtrain::reserve_device_memory(config, *backend);
+  avtrain::reserve_device_memory(config, topo, *backend);
   avtrain::TensorMemoryScope tensors_on_the_backend(*backend);
   avtrain::use_device_collectives(config, groups, *backend);
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});

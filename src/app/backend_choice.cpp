@@ -1,11 +1,13 @@
 #include "app/backend_choice.hpp"
 
 #include "core/error.hpp"
+#include "parallel/staged_communicator.hpp"
 #ifdef AVTRAIN_HAVE_CUDA
 #include "cuda_backend.hpp"
 #include "device_binding.hpp"
 #include "device_query.hpp"
 #include "nccl_communicator.hpp"
+#include "pinned_staging.hpp"
 #endif
 
 namespace avtrain {
@@ -22,6 +24,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
     backend->set_threads(c.train.threads);
     return backend;
   }
+  require(!c.debug.stage_comm, "--debug.stage_comm applies to --device cpu: on cuda, --comm mpi stages through host memory");
 #ifdef AVTRAIN_HAVE_CUDA
   const int device = cuda::bind_device(topology, uses_nccl(c));
   return cuda::make_cuda_backend({device, c.device.allow_tf32});
@@ -32,28 +35,34 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
 #endif
 }
 
-void reserve_device_memory(const RunConfig& c, Backend& backend) {
+void reserve_device_memory(const RunConfig& c, const parallel::Topology& topology, Backend& backend) {
   if (backend.host_accessible()) return;
 #ifdef AVTRAIN_HAVE_CUDA
   std::size_t bytes = std::size_t(c.device.arena_mb * 1024 * 1024);
-  if (bytes == 0) bytes = cuda::free_memory() / 10 * 9;
+  // Ranks that share a GPU start together: each takes an equal share of the whole, not of what is
+  // free when it happens to ask, and leaves a fifth of it for its context, cuBLAS and the rest.
+  const int sharing = cuda::ranks_sharing_device(topology);
+  if (bytes == 0) bytes = sharing == 1 ? cuda::free_memory() / 10 * 9 : cuda::total_memory() / std::size_t(sharing) / 10 * 8;
   static_cast<cuda::CudaBackend&>(backend).reserve_arena(bytes, "device.arena_mb");
 #else
   (void)c;
+  (void)topology;
 #endif
 }
 
 void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {
-  if (!uses_nccl(c)) {
-    require(backend.host_accessible() || groups.topology.world == 1,
-            "--device cuda --comm mpi: MPI moves host memory here, the gradients live on the GPU; use --comm nccl");
+  if (backend.host_accessible()) {
+    if (c.debug.stage_comm) parallel::stage_through_host(groups, [](const std::string&) { return parallel::make_late_host_staging(); });
     return;
   }
 #ifdef AVTRAIN_HAVE_CUDA
-  cuda::make_nccl_groups(groups, static_cast<cuda::CudaBackend&>(backend).stream());
+  const cudaStream_t compute = static_cast<cuda::CudaBackend&>(backend).stream();
+  if (uses_nccl(c))
+    cuda::make_nccl_groups(groups, compute);
+  else
+    parallel::stage_through_host(groups, [compute](const std::string& group) { return cuda::make_pinned_staging(compute, group); });
 #else
   (void)groups;
-  (void)backend;
 #endif
 }
 

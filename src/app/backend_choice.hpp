@@ -15,17 +15,19 @@ namespace avtrain {
 std::unique_ptr<Backend> make_backend(const RunConfig& config, const parallel::Topology& topology);
 
 // On a GPU the backend takes its one arena of device memory now (device.arena_mb; 0: 90 % of the
-// free memory): the run's tensors and the backend's scratch come from it, so nothing is allocated
-// on the device inside the step loop. On the CPU nothing happens (tensors live in host memory).
-void reserve_device_memory(const RunConfig& config, Backend& backend);
+// free memory, or, where R ranks of the node share the GPU, 80 % of 1/R of its memory): the run's
+// tensors and the backend's scratch come from it, so nothing is allocated on the device inside the
+// step loop. On the CPU nothing happens (tensors live in host memory).
+void reserve_device_memory(const RunConfig& config, const parallel::Topology& topology, Backend& backend);
 
 // nccl or mpi, after resolving auto.
 bool uses_nccl(const RunConfig& config);
 
-// With NCCL (CUDA only): the data-parallel group and the pipeline group (one communicator per
-// direction) become NCCL communicators over the GPUs, ordered after the backend's compute stream;
-// the world stays MPI (it carries host data). A device backend with MPI collectives is refused
-// when several ranks train: MPI here moves host memory.
+// On CUDA, the data-parallel group and the pipeline group move device memory: with NCCL they become
+// NCCL communicators over the GPUs (the pipeline one per direction), ordered after the backend's
+// compute stream; with MPI they are staged through pinned host memory (StagedCommunicator), which
+// lets ranks share a GPU. The world stays MPI (it carries host data). On the CPU they stay MPI, or
+// are staged through late host copies with --debug.stage_comm (the staging's test without a GPU).
 void use_device_collectives(const RunConfig& config, parallel::ProcessGroups& groups, Backend& backend);
 
 }  // namespace avtrain

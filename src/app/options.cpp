@@ -231,13 +231,16 @@ void bind(OptionTable& t, RunConfig& c) {
         "cpu, or cuda (one GPU per rank: local rank % GPUs on the node); short form --device",
         std::vector<std::string>{"cpu", "cuda"});
   t.add(V, "device.comm", &c.device.comm,
-        "collectives through auto (nccl on cuda, mpi on cpu), mpi or nccl; short form --comm",
+        "collectives through auto (nccl on cuda, mpi on cpu), mpi or nccl (short form --comm); mpi on cuda stages "
+        "through pinned host memory: several ranks may share a GPU, and it is the fallback where NCCL is missing "
+        "or broken",
         std::vector<std::string>{"auto", "mpi", "nccl"});
   t.add(V, "device.allow_tf32", &c.device.allow_tf32,
         "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline); --allow-tf32");
   t.add(V, "device.arena_mb", &c.device.arena_mb,
         "cuda: device memory taken at start for every tensor of the run (no allocation in the step loop); "
-        "0: 90% of the GPU's free memory", kNonNegative);
+        "0: 90% of the GPU's free memory, or 80% of an equal share of its memory where ranks share it (--comm mpi)",
+        kNonNegative);
 
   t.add("[checkpoint] checkpoints", "checkpoint.interval", &c.checkpoint.interval,
         "steps between checkpoints (0: only the last step's)", kAtLeast0);
@@ -261,6 +264,9 @@ void bind(OptionTable& t, RunConfig& c) {
         "seconds a rank may make no progress before it aborts the job with a line naming what it waits for "
         "(exit 124); -1: the larger of 300 s and 20x the median step (3x the longest evaluation or checkpoint); "
         "0: off", Range<double>{-1, 1e9, "-1, 0, or seconds"});
+  t.add("[debug] fault injection for tests", "debug.stage_comm", &c.debug.stage_comm,
+        "cpu: stage the data-parallel and pipeline collectives through host copies, made late, as --comm mpi "
+        "does on cuda (checks that staging on machines without a GPU)");
 }
 
 // Short forms a user types often, and the dotted key each stands for.

@@ -46,6 +46,7 @@ struct DebugConfig {
   std::string stall_reader;     // "RANK:STEP": that rank's data for that step never arrives (the watchdog's test)
   std::string hold_checkpoint;  // "POINT:STEP": the write of checkpoint step-STEP stops at POINT for good (the kill test)
   double watchdog_s = -1;       // seconds without progress before a rank aborts the job; -1: automatic; 0: off
+  bool stage_comm = false;      // cpu: collectives staged through host copies made late, as --comm mpi on cuda
 };
 
 // Which backend a rank runs on, and what its collectives go through.

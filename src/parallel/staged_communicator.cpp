@@ -1,0 +1,313 @@
+#include "parallel/staged_communicator.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace avtrain::parallel {
+
+using Ticket = DeviceStaging::Ticket;
+
+// Host buffers kept for reuse: a request takes the smallest free block that holds it and is not
+// more than twice its size (plus 64 KiB), else a new block.
+class StagedCommunicator::HostPool {
+ public:
+  explicit HostPool(DeviceStaging& staging) : staging_(staging) {}
+  ~HostPool() {
+    for (const Block& b : blocks_) staging_.free_host(b.host);
+  }
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+
+  void* take(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    constexpr std::size_t page = 4096, slack = 64 * 1024;
+    const std::size_t size = (bytes + page - 1) / page * page;
+    Block* best = nullptr;
+    for (Block& b : blocks_)
+      if (!b.used && b.bytes >= size && b.bytes <= 2 * size + slack && (!best || b.bytes < best->bytes)) best = &b;
+    if (!best) best = &blocks_.emplace_back(Block{staging_.allocate_host(size), size, false});
+    best->used = true;
+    return best->host;
+  }
+  void give_back(void* host) noexcept {
+    for (Block& b : blocks_)
+      if (b.host == host) b.used = false;
+  }
+  std::size_t bytes() const {
+    std::size_t total = 0;
+    for (const Block& b : blocks_) total += b.bytes;
+    return total;
+  }
+
+ private:
+  struct Block {
+    void* host;
+    std::size_t bytes;
+    bool used;
+  };
+  DeviceStaging& staging_;
+  std::deque<Block> blocks_;  // a deque: taking a new block leaves the others where they are
+};
+
+struct StagedCommunicator::Operation {
+  enum class Stage { queued, moving, copying_back, done };
+  Stage stage = Stage::queued;
+  Ticket copied = 0;                       // the copy to the host the MPI part waits for
+  std::function<Request()> start;          // the MPI part, on host buffers
+  std::function<Ticket()> finish;          // the copy back (empty: none)
+  std::vector<void*> buffers;              // back to the pool when done
+  Request moving;                          // the MPI part in flight
+  Ticket copied_back = 0;
+};
+
+class StagedCommunicator::Pending final : public Request::Impl {
+ public:
+  Pending(StagedCommunicator& comm, std::shared_ptr<Operation> op) : comm_(comm), op_(std::move(op)) {}
+  // Waits rather than leave a copy or a transfer running over a buffer its owner may free next;
+  // not while an error unwinds (a peer that has stopped never completes it).
+  ~Pending() override {
+    if (op_->stage == Operation::Stage::done || std::uncaught_exceptions() > 0) return;
+    try {
+      comm_.progress(*op_, true);
+    } catch (...) {
+    }
+  }
+  bool test() override { return comm_.progress(*op_, false); }
+  void wait() override { comm_.progress(*op_, true); }
+
+ private:
+  StagedCommunicator& comm_;
+  std::shared_ptr<Operation> op_;
+};
+
+StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<DeviceStaging> staging,
+                                       std::string name)
+    : host_(std::move(host)), staging_(std::move(staging)) {
+  require(host_ && staging_, "internal: a staged communicator needs a host communicator and a staging");
+  pool_ = std::make_unique<HostPool>(*staging_);
+  where_ = "communicator '" + name + "' (rank " + std::to_string(host_->rank()) + " of " +
+           std::to_string(host_->size()) + ", staged through host memory)";
+}
+
+StagedCommunicator::~StagedCommunicator() {
+  // No copy may still write into a host buffer the pool is about to free.
+  if (std::uncaught_exceptions() > 0) return;
+  try {
+    staging_->wait(staging_->last());
+  } catch (...) {
+  }
+}
+
+std::size_t StagedCommunicator::host_bytes() const { return pool_->bytes(); }
+
+void* StagedCommunicator::take(std::size_t bytes) { return pool_->take(bytes); }
+
+Request StagedCommunicator::queue(Ticket copied, std::function<Request()> start, std::function<Ticket()> finish,
+                                  std::vector<void*> buffers) {
+  auto op = std::make_shared<Operation>();
+  op->copied = copied;
+  op->start = std::move(start);
+  op->finish = std::move(finish);
+  op->buffers = std::move(buffers);
+  waiting_.push_back(op);
+  start_ready();
+  return Request(std::make_unique<Pending>(*this, std::move(op)));
+}
+
+void StagedCommunicator::start_ready() {
+  while (!waiting_.empty()) {
+    Operation& op = *waiting_.front();
+    if (!staging_->done(op.copied)) return;
+    op.moving = op.start();
+    op.start = nullptr;
+    op.stage = Operation::Stage::moving;
+    waiting_.pop_front();
+  }
+}
+
+void StagedCommunicator::start_all() {
+  Ticket last = 0;
+  for (const auto& op : waiting_) last = std::max(last, op->copied);
+  staging_->wait(last);
+  start_ready();
+}
+
+bool StagedCommunicator::progress(Operation& op, bool block) {
+  using Stage = Operation::Stage;
+  if (op.stage == Stage::queued && block) {
+    // This one's copy and every queued one's before it: then all of them start, in order.
+    Ticket last = 0;
+    for (const auto& queued : waiting_) {
+      last = std::max(last, queued->copied);
+      if (queued.get() == &op) break;
+    }
+    staging_->wait(last);
+  }
+  start_ready();
+  if (op.stage == Stage::queued) {
+    require(!block, "internal: an operation of the " + where_ + " did not start after its copy completed");
+    return false;
+  }
+  if (op.stage == Stage::moving) {
+    if (block)
+      op.moving.wait();
+    else if (!op.moving.test())
+      return false;
+    op.copied_back = op.finish ? op.finish() : 0;
+    op.stage = Stage::copying_back;
+  }
+  if (op.stage == Stage::copying_back) {
+    if (block)
+      staging_->wait(op.copied_back);
+    else if (!staging_->done(op.copied_back))
+      return false;
+    for (void* b : op.buffers) pool_->give_back(b);
+    op.buffers.clear();
+    op.stage = Stage::done;
+  }
+  return true;
+}
+
+namespace {
+
+std::byte* at(void* p, std::size_t offset) { return static_cast<std::byte*>(p) + offset; }
+
+// A host buffer taken for the length of a blocking call.
+class Held {
+ public:
+  Held(void* host, std::function<void(void*)> give_back) : host_(host), give_back_(std::move(give_back)) {}
+  ~Held() { give_back_(host_); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  void* get() const { return host_; }
+
+ private:
+  void* host_;
+  std::function<void(void*)> give_back_;
+};
+
+}  // namespace
+
+void StagedCommunicator::all_reduce(void* data, std::size_t count, DType type, ReduceOp op) {
+  all_reduce_async(data, count, type, op).wait();
+}
+
+Request StagedCommunicator::all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) {
+  const std::size_t bytes = count * dtype_size(type);
+  void* host = take(bytes);
+  const Ticket copied = bytes ? staging_->to_host(host, data, bytes) : 0;
+  return queue(
+      copied, [this, host, count, type, op] { return host_->all_reduce_async(host, count, type, op); },
+      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, {host});
+}
+
+void StagedCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
+  start_all();
+  host_->all_reduce(data, count, op);
+}
+
+Request StagedCommunicator::reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
+  require_parts(bounds, size(), where_);
+  const std::size_t element = dtype_size(type), bytes = bounds.back() * element;
+  const std::size_t own = bounds[std::size_t(rank())] * element, own_bytes = bounds[std::size_t(rank()) + 1] * element - own;
+  void* host = take(bytes);
+  const Ticket copied = bytes ? staging_->to_host(host, data, bytes) : 0;
+  return queue(
+      copied, [this, host, bounds, type] { return host_->reduce_scatter_async(host, bounds, type); },
+      [this, data, host, own, own_bytes] {
+        return own_bytes ? staging_->to_device(at(data, own), at(host, own), own_bytes) : 0;
+      },
+      {host});
+}
+
+Request StagedCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
+  require_parts(bounds, size(), where_);
+  const std::size_t element = dtype_size(type), bytes = bounds.back() * element;
+  const std::size_t own = bounds[std::size_t(rank())] * element, own_bytes = bounds[std::size_t(rank()) + 1] * element - own;
+  void* host = take(bytes);
+  const Ticket copied = own_bytes ? staging_->to_host(at(host, own), at(data, own), own_bytes) : 0;
+  return queue(
+      copied, [this, host, bounds, type] { return host_->all_gather_async(host, bounds, type); },
+      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, {host});
+}
+
+void StagedCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type,
+                                int root) {
+  require_parts(bounds, size(), where_);
+  require_member(root, size(), where_, "gather root");
+  const std::size_t element = dtype_size(type), total = bounds.back() * element;
+  const std::size_t mine_bytes = (bounds[std::size_t(rank()) + 1] - bounds[std::size_t(rank())]) * element;
+  const auto give_back = [this](void* host) { pool_->give_back(host); };
+  Held host_mine(take(mine_bytes), give_back);
+  Held host_all(rank() == root ? take(total) : nullptr, give_back);
+  if (mine_bytes) staging_->wait(staging_->to_host(host_mine.get(), mine, mine_bytes));
+  start_all();
+  host_->gather(host_mine.get(), host_all.get(), bounds, type, root);
+  if (rank() == root && total) staging_->wait(staging_->to_device(all, host_all.get(), total));
+}
+
+void StagedCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  require_member(root, size(), where_, "broadcast root");
+  Held host(take(bytes), [this](void* h) { pool_->give_back(h); });
+  if (rank() == root && bytes) staging_->wait(staging_->to_host(host.get(), data, bytes));
+  start_all();
+  host_->broadcast(host.get(), bytes, root);
+  if (rank() != root && bytes) staging_->wait(staging_->to_device(data, host.get(), bytes));
+}
+
+void StagedCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
+  send_async(data, bytes, peer, tag).wait();
+}
+
+void StagedCommunicator::recv(void* data, std::size_t bytes, int peer, int tag) {
+  recv_async(data, bytes, peer, tag).wait();
+}
+
+Request StagedCommunicator::send_async(const void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, size(), where_, "send peer");
+  void* host = take(bytes);
+  const Ticket copied = bytes ? staging_->to_host(host, data, bytes) : 0;
+  return queue(
+      copied, [this, host, bytes, peer, tag] { return host_->send_async(host, bytes, peer, tag); }, nullptr, {host});
+}
+
+Request StagedCommunicator::recv_async(void* data, std::size_t bytes, int peer, int tag) {
+  require_member(peer, size(), where_, "recv peer");
+  void* host = take(bytes);
+  // Posted at once: a receive has nothing to copy first, and an early receive never holds up a sender.
+  auto op = std::make_shared<Operation>();
+  op->moving = host_->recv_async(host, bytes, peer, tag);
+  op->stage = Operation::Stage::moving;
+  op->finish = [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; };
+  op->buffers = {host};
+  return Request(std::make_unique<Pending>(*this, std::move(op)));
+}
+
+std::vector<std::string> StagedCommunicator::gather(const std::string& mine, int root) {
+  start_all();
+  return host_->gather(mine, root);
+}
+
+void StagedCommunicator::barrier() {
+  start_all();
+  host_->barrier();
+}
+
+void StagedCommunicator::abort_job(int code) {
+  host_->abort_job(code);
+  std::_Exit(code);  // not reached: the host's abort_job does not return
+}
+
+void stage_through_host(ProcessGroups& groups, const StagingMaker& make) {
+  groups.data = std::make_unique<StagedCommunicator>(std::move(groups.data), make("data-parallel"), "data-parallel");
+  if (groups.pipeline)
+    groups.pipeline = std::make_unique<StagedCommunicator>(std::move(groups.pipeline), make("pipeline"), "pipeline");
+}
+
+}  // namespace avtrain::parallel
