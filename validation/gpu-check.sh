@@ -15,9 +15,12 @@
 #   3. ctest -L gpu: every CUDA op against the CPU op, NCCL, a GPU training run against the CPU's;
 #   4. the GPU's bf16 GEMM rate (avtrain-gemm-peak, 8192^3);
 #   5. the quickstart deck on the GPU in FP32 and BF16, 200 steps each, reconciled;
-#   6. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
+#   6. several ranks on one GPU (--comm mpi): the quickstart at (pp, dp) = (2, 1) and (2, 2) and a
+#      resume of the (2, 2) run at (1, 1), each reconciled against one rank; one rank through MPI
+#      against NCCL (the same bits); step time, exposed communication and bubble of each;
+#   7. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
 #      time, samples/s and model FLOP utilisation against the measured GEMM rate.
-# Without a visible GPU, 3 reports skipped and 4-6 stop at avtrain's one-line "no GPU" message. Only
+# Without a visible GPU, 3 reports skipped and 4-7 stop at avtrain's one-line "no GPU" message. Only
 # the absence of a GPU is that (no driver installed, no device): any other CUDA error of part 1 (a
 # driver older than the runtime, a device busy or unusable) is a failure, named, never "no GPU".
 # Each part runs under what is left of one budget ($AVTRAIN_GPU_CHECK_SECONDS, default 450 s), so the
@@ -30,7 +33,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${AVTRAIN_CHECK_DIR:-$root/runs/gpu-check}
 mkdir -p "$out"
 # Each check trains afresh: a run directory left by an earlier check would be resumed, not rerun.
-rm -rf "$out"/cpu-1rank "$out"/cpu-2ranks "$out"/no-gpu "$out"/quickstart-* "$out"/large
+rm -rf "$out"/cpu-1rank "$out"/cpu-2ranks "$out"/no-gpu "$out"/quickstart-* "$out"/large "$out"/multi-rank.txt
 out=$(cd "$out" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
@@ -182,11 +185,11 @@ else
 fi
 grep -E "Skipped|\*\*\*" "$out/ctest-gpu.log" | head -10
 
-# 4-6 need a GPU: without one, show avtrain's own message and stop there.
+# 4-7 need a GPU: without one, show avtrain's own message and stop there.
 if (( ! gpu )); then
   timed 60 "$out/no-gpu.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --steps 1 --out "$out/no-gpu"
   note "avtrain --device cuda without a GPU (exit $?): $(tail -1 "$out/no-gpu.log")"
-  note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, the large deck"
+  note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, several ranks on one GPU, the large deck"
 else
   # 4. The bf16 GEMM rate of this GPU.
   timed 120 "$out/gemm-peak.log" "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20
@@ -209,7 +212,65 @@ else
     fail "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log" || tail -1 "$out/reconcile.log")"
   fi
 
-  # 6. Throughput on the large deck.
+  # 6. Several ranks on this GPU (--comm mpi, staged through pinned host memory; all on one GPU where
+  # there is one), the quickstart in FP32 with the same micro-batches of 8 in every layout, 200 steps:
+  # one rank through NCCL and through MPI (nothing to communicate: the same bits; the staging's cost
+  # at one rank); (pp, dp) = (2, 1) and (2, 2) through the bundle's mpirun, each reconciled against
+  # one rank over the first 30 steps (FP32 layouts agree to rounding until the different order of the
+  # gradient sums grows, from step ~40 of this deck); the (2, 2) run's checkpoint of step 15 resumed
+  # at (1, 1) to step 30, reconciled the same way. The medians of step time, exposed communication and
+  # bubble go to multi-rank.txt (docs/cuda.md).
+  m8=(--data "$shards" --device cuda --precision fp32 --train.micro_batch 8 --train.log_interval 0 --train.eval_interval 15)
+  multi_failed=""
+  multi() {  # multi NAME RANKS SECONDS OPTIONS...: one run of the quickstart, failures noted
+    local name=$1 ranks=$2 seconds=$3
+    shift 3
+    local launch=("$bin/avtrain")
+    (( ranks > 1 )) && launch=("${mpirun[@]}" -n "$ranks" --bind-to none --oversubscribe "$bin/avtrain")
+    timed "$seconds" "$out/$name.log" "${launch[@]}" "$deck" "${m8[@]}" "$@" --out "$out/$name" ||
+      { multi_failed+=" $name: $(tail -1 "$out/$name.log");"; return 1; }
+  }
+  multi quickstart-m8-nccl 1 90 --steps 200 --train.micro_batches 4
+  multi quickstart-m8-mpi 1 90 --steps 200 --train.micro_batches 4 --comm mpi
+  multi quickstart-m8-pp2 2 120 --steps 200 --train.micro_batches 4 --comm mpi --pp 2
+  multi quickstart-m8-pp2-dp2 4 150 --steps 200 --train.micro_batches 2 --comm mpi --pp 2 --dp 2 \
+    --checkpoint.interval 15 --checkpoint.keep 20
+  if [[ -d $out/quickstart-m8-pp2-dp2/checkpoints/step-0000015 ]]; then
+    timed 120 "$out/quickstart-m8-resumed.log" "$python" "$root/tests/mpi/resume_elsewhere.py" \
+      "$out/quickstart-m8-pp2-dp2" 15 "$out/quickstart-m8-resumed" -- "$bin/avtrain" "$deck" "${m8[@]}" \
+      --steps 30 --train.micro_batches 4 --comm mpi ||
+      multi_failed+=" resume at (1, 1): $(tail -1 "$out/quickstart-m8-resumed.log");"
+  fi
+  if [[ -n $multi_failed ]]; then
+    fail "several ranks on one GPU: FAILED:$multi_failed"
+  else
+    if AVTRAIN_H5PY_OPTIONAL=1 "$python" "$root/tests/mpi/check_layouts.py" identical "$out/quickstart-m8-nccl" \
+         "$out/quickstart-m8-mpi" > "$out/one-rank-mpi-vs-nccl.log" 2>&1; then
+      note "one rank, --comm mpi against nccl: the same bits"
+    else
+      fail "one rank, --comm mpi against nccl: FAILED: $(tail -1 "$out/one-rank-mpi-vs-nccl.log")"
+    fi
+    for run in pp2 pp2-dp2 resumed; do
+      if "$python" "$root/validation/avtrain-reconcile" --steps 30 "$out/quickstart-m8-nccl" "$out/quickstart-m8-$run" \
+           > "$out/reconcile-m8-$run.log" 2>&1; then
+        note "one GPU, $run (--comm mpi) against one rank, 30 steps reconciled: $(grep verdict "$out/reconcile-m8-$run.log")"
+      else
+        fail "one GPU, $run (--comm mpi) against one rank: $(grep verdict "$out/reconcile-m8-$run.log" || tail -1 "$out/reconcile-m8-$run.log")"
+      fi
+    done
+    "$python" - "$out" <<'PY' | tee "$out/multi-rank.txt"
+import csv, statistics, sys
+out = sys.argv[1]
+print("run (quickstart fp32, micro-batches of 8, 200 steps) | ranks on the GPU | step ms | comm ms | bubble | bubble theory")
+for name, ranks in (("nccl", 1), ("mpi", 1), ("pp2", 2), ("pp2-dp2", 4)):
+    rows = list(csv.DictReader(open(f"{out}/quickstart-m8-{name}/trace.csv")))[10:]  # after warm-up
+    med = lambda c: statistics.median(float(r[c]) for r in rows)
+    print(f"{name} | {ranks} | {med('step_ms'):.2f} | {med('comm_ms'):.2f} | {med('bubble'):.3f} | {med('bubble_theory'):.3f}")
+PY
+    note "several ranks on one GPU: $(tail -n +2 "$out/multi-rank.txt" | paste -sd';' -)"
+  fi
+
+  # 7. Throughput on the large deck.
   large=$out/large-shards
   timed 60 "$out/large-shards.log" "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 \
     --sample-rate 16000 --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3
