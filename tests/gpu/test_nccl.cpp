@@ -380,7 +380,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (devices == 0) {
-    if (rank == 0) std::printf("fewer than %d CUDA device(s) visible to some rank: skipped\n", size);
+    if (rank == 0)
+      std::printf("fewer than %d CUDA device(s) visible to some rank: skipped (NCCL needs a GPU per rank; on one GPU "
+                  "the same collectives and transfers run staged, in gpu_layouts_match_staged_mpi)\n", size);
     MPI_Finalize();
     return 77;
   }
