@@ -36,7 +36,8 @@ class DeviceStaging {
 };
 
 // Host memory on both sides (the CPU backend): a copy is made only when done() or wait() gets to it,
-// done() making at most one per call, so every path that reads a host buffer too early is caught.
+// done() making one on every 8th call, so every path that reads a host buffer too early, or
+// polls once and then blocks, is caught.
 std::unique_ptr<DeviceStaging> make_late_host_staging();
 
 }  // namespace avtrain::parallel

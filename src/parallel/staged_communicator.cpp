@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "core/error.hpp"
@@ -12,6 +13,14 @@
 namespace avtrain::parallel {
 
 using Ticket = DeviceStaging::Ticket;
+
+namespace {
+// Every StagedCommunicator of the process (the groups of one rank; made and used on its main thread).
+std::vector<StagedCommunicator*>& live() {
+  static std::vector<StagedCommunicator*> all;
+  return all;
+}
+}  // namespace
 
 // Host buffers kept for reuse: a request takes the smallest free block that holds it and is not
 // more than twice its size (plus 64 KiB), else a new block.
@@ -93,9 +102,11 @@ StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host, std::
   pool_ = std::make_unique<HostPool>(*staging_);
   where_ = "communicator '" + name + "' (rank " + std::to_string(host_->rank()) + " of " +
            std::to_string(host_->size()) + ", staged through host memory)";
+  live().push_back(this);
 }
 
 StagedCommunicator::~StagedCommunicator() {
+  std::erase(live(), this);
   // No copy may still write into a host buffer the pool is about to free.
   if (std::uncaught_exceptions() > 0) return;
   try {
@@ -132,10 +143,16 @@ void StagedCommunicator::start_ready() {
 }
 
 void StagedCommunicator::start_all() {
-  Ticket last = 0;
-  for (const auto& op : waiting_) last = std::max(last, op->copied);
-  staging_->wait(last);
-  start_ready();
+  for (StagedCommunicator* group : live()) {
+    Ticket last = 0;
+    for (const auto& op : group->waiting_) last = std::max(last, op->copied);
+    group->staging_->wait(last);
+    group->start_ready();
+  }
+}
+
+void StagedCommunicator::start_ready_everywhere() {
+  for (StagedCommunicator* group : live()) group->start_ready();
 }
 
 bool StagedCommunicator::progress(Operation& op, bool block) {
@@ -155,10 +172,17 @@ bool StagedCommunicator::progress(Operation& op, bool block) {
     return false;
   }
   if (op.stage == Stage::moving) {
-    if (block)
-      op.moving.wait();
-    else if (!op.moving.test())
+    if (block) {
+      // Not MPI's blocking wait: meanwhile the queued operations of every staged group of this rank
+      // start as their copies complete, for a peer may wait on one of them before it sends what
+      // this waits for (a stage's activation queued behind its copy while it waits for a gradient).
+      while (!op.moving.test()) {
+        start_ready_everywhere();
+        std::this_thread::yield();
+      }
+    } else if (!op.moving.test()) {
       return false;
+    }
     op.copied_back = op.finish ? op.finish() : 0;
     op.stage = Stage::copying_back;
   }

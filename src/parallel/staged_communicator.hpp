@@ -12,9 +12,13 @@
 //
 // Order: the MPI parts of collectives and sends start in the order the calls were made (a queue),
 // so every member starts its collectives in the same order whichever copy finishes first; receives
-// are posted at once (into host memory; nothing to copy first). A blocking call that goes to the
-// host communicator (gather, broadcast, barrier, the double all-reduce) first starts everything
-// queued.
+// are posted at once (into host memory; nothing to copy first).
+//
+// Progress: an MPI part can start only when this rank polls. While a request is waited, the queued
+// operations of every StagedCommunicator of the process keep starting as their copies complete (a
+// peer may need one of them before it can send what the wait is for); a blocking call that goes to
+// the host communicator (gather, broadcast, barrier, the double all-reduce) first starts everything
+// queued in every one of them.
 //
 // Host buffers come from a pool that keeps what it allocated: after the first step a run allocates
 // no more. Requests must not outlive the communicator; one dropped while active waits for its
@@ -71,7 +75,8 @@ class StagedCommunicator final : public Communicator {
   Request queue(DeviceStaging::Ticket copied, std::function<Request()> start,
                 std::function<DeviceStaging::Ticket()> finish, std::vector<void*> buffers);
   void start_ready();  // starts, in order, the queued operations whose copy has completed
-  void start_all();    // waits for every queued copy and starts them all
+  static void start_ready_everywhere();  // start_ready() of every StagedCommunicator of the process
+  static void start_all();  // every StagedCommunicator's queued copies waited for, their MPI parts started
   bool progress(Operation& op, bool block);
   void* take(std::size_t bytes);
 

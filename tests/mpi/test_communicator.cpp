@@ -489,7 +489,7 @@ TEST(StagedCommunicator, ABlockingCallStartsWhatIsQueuedFirst) {
   std::vector<float> x(5000, 1.0f);
   Request pending = comm->all_reduce_async(x.data(), x.size(), DType::f32, ReduceOp::sum);
   if (comm->rank() == 0)
-    for (int i = 0; i < 3; ++i) pending.test();  // rank 0's copy completes and its all-reduce starts; not yet elsewhere
+    for (int i = 0; i < 16; ++i) pending.test();  // rank 0's copy completes and its all-reduce starts; not yet elsewhere
   double d = 1;
   comm->all_reduce(&d, 1, ReduceOp::sum);
   EXPECT_EQ(d, double(size));
