@@ -7,22 +7,23 @@ set -euo pipefail
 
 # patchelf, xz-utils, binutils (objdump, strip): validation/gpu-bundle.sh; debootstrap with
 # debian-archive-keyring (a recommendation, which --no-install-recommends skips), bubblewrap: its
-# minimal-root test. slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
+# minimal-root test; python3-venv: a CMake 4 from PyPI beside Debian's for the bundle tests under
+# both (validation/bundle/cmake4-venv.sh; the cuda preset's bundle test needs it too, and CI builds
+# that preset with this base list alone). slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
-# python3-matplotlib: the run command's plot (validation/plot_traces.py). python3-venv (--reference):
-# a CMake 4 from PyPI beside Debian's for the bundle's test-file test (validation/bundle/cmake4-venv.sh).
+# python3-matplotlib: the run command's plot (validation/plot_traces.py).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
 # make their media with it.
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
           libgtest-dev python3 python3-numpy python3-h5py python3-matplotlib
-          patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap
+          patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap python3-venv
           slurmctld slurmd slurm-client munge
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
 for flag in "$@"; do
   case "$flag" in
-    --reference) packages+=(python3-torch python3-venv) ;;
+    --reference) packages+=(python3-torch) ;;
     --demo) packages+=(espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf) ;;
     *) echo "install-deps.sh: unknown option $flag (--reference, --demo)" >&2; exit 1 ;;
   esac

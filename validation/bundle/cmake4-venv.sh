@@ -10,7 +10,7 @@ if [[ -x $dir/bin/ctest ]] && "$dir/bin/ctest" --version | grep -q "^ctest versi
   exit 0
 fi
 rm -rf "$dir"
-/usr/bin/python3 -m venv "$dir" || { echo "cmake4-venv.sh: python3 -m venv failed (python3-venv: jobscripts/install-deps.sh --reference)" >&2; exit 1; }
+/usr/bin/python3 -m venv "$dir" || { echo "cmake4-venv.sh: python3 -m venv failed (python3-venv: jobscripts/install-deps.sh)" >&2; exit 1; }
 "$dir/bin/pip" install --quiet --disable-pip-version-check "cmake>=4,<5" ||
   { echo "cmake4-venv.sh: pip could not install cmake 4 from PyPI into $dir (no network?)" >&2; exit 1; }
 "$dir/bin/ctest" --version | head -1
