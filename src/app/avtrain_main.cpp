@@ -66,7 +66,8 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   auto backend = avtrain::make_backend(config, topo);
   avtrain::reserve_device_memory(config, topo, *backend);
   avtrain::TensorMemoryScope tensors_on_the_backend(*backend);
-  avtrain::use_device_collectives(config, groups, *backend);
+  const std::string collectives = avtrain::use_device_collectives(config, groups, *backend);
+  if (topo.rank == 0 && !collectives.empty()) std::cout << "[rank 0] collectives: " << collectives << std::endl;
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
   std::unique_ptr<avtrain::data::ShardSet> val_shards;
   if (!config.data.val_dir.empty()) {

@@ -50,19 +50,25 @@ void reserve_device_memory(const RunConfig& c, const parallel::Topology& topolog
 #endif
 }
 
-void use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {
+std::string use_device_collectives(const RunConfig& c, parallel::ProcessGroups& groups, Backend& backend) {
   if (backend.host_accessible()) {
-    if (c.debug.stage_comm) parallel::stage_through_host(groups, [](const std::string&) { return parallel::make_late_host_staging(); });
-    return;
+    if (!c.debug.stage_comm) return "";
+    parallel::stage_through_host(groups, [](const std::string&) { return parallel::make_late_host_staging(); });
+    return "MPI, staged through host copies made late (--debug.stage_comm)";
   }
 #ifdef AVTRAIN_HAVE_CUDA
   const cudaStream_t compute = static_cast<cuda::CudaBackend&>(backend).stream();
-  if (uses_nccl(c))
+  if (uses_nccl(c)) {
     cuda::make_nccl_groups(groups, compute);
-  else
-    parallel::stage_through_host(groups, [compute](const std::string& group) { return cuda::make_pinned_staging(compute, group); });
+    return "NCCL";
+  }
+  parallel::stage_through_host(groups, [compute](const std::string& group) { return cuda::make_pinned_staging(compute, group); });
+  const int sharing = cuda::ranks_sharing_device(groups.topology);
+  return "MPI, staged through pinned host memory (" + std::to_string(sharing) + " rank" + (sharing == 1 ? "" : "s") +
+         " on rank 0's GPU)";
 #else
   (void)groups;
+  return "";
 #endif
 }
 

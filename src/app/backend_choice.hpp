@@ -1,6 +1,7 @@
 #pragma once
 // The backend a rank runs on (--device) and the checks that go with the choice (--comm).
 #include <memory>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "parallel/process_groups.hpp"
@@ -28,6 +29,7 @@ bool uses_nccl(const RunConfig& config);
 // compute stream; with MPI they are staged through pinned host memory (StagedCommunicator), which
 // lets ranks share a GPU. The world stays MPI (it carries host data). On the CPU they stay MPI, or
 // are staged through late host copies with --debug.stage_comm (the staging's test without a GPU).
-void use_device_collectives(const RunConfig& config, parallel::ProcessGroups& groups, Backend& backend);
+// Returns what the groups now go through, for the log ("" for plain MPI on the CPU).
+std::string use_device_collectives(const RunConfig& config, parallel::ProcessGroups& groups, Backend& backend);
 
 }  // namespace avtrain

@@ -48,6 +48,12 @@ class StagedCommunicator::HostPool {
     for (Block& b : blocks_)
       if (b.host == host) b.used = false;
   }
+  // A buffer taken for the length of a blocking call.
+  struct Held {
+    HostPool& pool;
+    void* host;
+    ~Held() { pool.give_back(host); }
+  };
   std::size_t bytes() const {
     std::size_t total = 0;
     for (const Block& b : blocks_) total += b.bytes;
@@ -70,7 +76,7 @@ struct StagedCommunicator::Operation {
   Ticket copied = 0;                       // the copy to the host the MPI part waits for
   std::function<Request()> start;          // the MPI part, on host buffers
   std::function<Ticket()> finish;          // the copy back (empty: none)
-  std::vector<void*> buffers;              // back to the pool when done
+  void* host = nullptr;                    // its host buffer, back to the pool when done
   Request moving;                          // the MPI part in flight
   Ticket copied_back = 0;
 };
@@ -120,12 +126,12 @@ std::size_t StagedCommunicator::host_bytes() const { return pool_->bytes(); }
 void* StagedCommunicator::take(std::size_t bytes) { return pool_->take(bytes); }
 
 Request StagedCommunicator::queue(Ticket copied, std::function<Request()> start, std::function<Ticket()> finish,
-                                  std::vector<void*> buffers) {
+                                  void* host) {
   auto op = std::make_shared<Operation>();
   op->copied = copied;
   op->start = std::move(start);
   op->finish = std::move(finish);
-  op->buffers = std::move(buffers);
+  op->host = host;
   waiting_.push_back(op);
   start_ready();
   return Request(std::make_unique<Pending>(*this, std::move(op)));
@@ -142,11 +148,18 @@ void StagedCommunicator::start_ready() {
   }
 }
 
+Ticket StagedCommunicator::last_queued_copy(const Operation* upto) const {
+  Ticket last = 0;
+  for (const auto& op : waiting_) {
+    last = std::max(last, op->copied);
+    if (op.get() == upto) break;
+  }
+  return last;
+}
+
 void StagedCommunicator::start_all() {
   for (StagedCommunicator* group : live()) {
-    Ticket last = 0;
-    for (const auto& op : group->waiting_) last = std::max(last, op->copied);
-    group->staging_->wait(last);
+    group->staging_->wait(group->last_queued_copy());
     group->start_ready();
   }
 }
@@ -157,15 +170,8 @@ void StagedCommunicator::start_ready_everywhere() {
 
 bool StagedCommunicator::progress(Operation& op, bool block) {
   using Stage = Operation::Stage;
-  if (op.stage == Stage::queued && block) {
-    // This one's copy and every queued one's before it: then all of them start, in order.
-    Ticket last = 0;
-    for (const auto& queued : waiting_) {
-      last = std::max(last, queued->copied);
-      if (queued.get() == &op) break;
-    }
-    staging_->wait(last);
-  }
+  // Blocking: this one's copy and those of every one queued before it; then all of them start, in order.
+  if (op.stage == Stage::queued && block) staging_->wait(last_queued_copy(&op));
   start_ready();
   if (op.stage == Stage::queued) {
     require(!block, "internal: an operation of the " + where_ + " did not start after its copy completed");
@@ -191,8 +197,7 @@ bool StagedCommunicator::progress(Operation& op, bool block) {
       staging_->wait(op.copied_back);
     else if (!staging_->done(op.copied_back))
       return false;
-    for (void* b : op.buffers) pool_->give_back(b);
-    op.buffers.clear();
+    pool_->give_back(op.host);
     op.stage = Stage::done;
   }
   return true;
@@ -201,20 +206,6 @@ bool StagedCommunicator::progress(Operation& op, bool block) {
 namespace {
 
 std::byte* at(void* p, std::size_t offset) { return static_cast<std::byte*>(p) + offset; }
-
-// A host buffer taken for the length of a blocking call.
-class Held {
- public:
-  Held(void* host, std::function<void(void*)> give_back) : host_(host), give_back_(std::move(give_back)) {}
-  ~Held() { give_back_(host_); }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  void* get() const { return host_; }
-
- private:
-  void* host_;
-  std::function<void(void*)> give_back_;
-};
 
 }  // namespace
 
@@ -228,7 +219,7 @@ Request StagedCommunicator::all_reduce_async(void* data, std::size_t count, DTyp
   const Ticket copied = bytes ? staging_->to_host(host, data, bytes) : 0;
   return queue(
       copied, [this, host, count, type, op] { return host_->all_reduce_async(host, count, type, op); },
-      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, {host});
+      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, host);
 }
 
 void StagedCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op) {
@@ -247,7 +238,7 @@ Request StagedCommunicator::reduce_scatter_async(void* data, const std::vector<s
       [this, data, host, own, own_bytes] {
         return own_bytes ? staging_->to_device(at(data, own), at(host, own), own_bytes) : 0;
       },
-      {host});
+      host);
 }
 
 Request StagedCommunicator::all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) {
@@ -258,7 +249,7 @@ Request StagedCommunicator::all_gather_async(void* data, const std::vector<std::
   const Ticket copied = own_bytes ? staging_->to_host(at(host, own), at(data, own), own_bytes) : 0;
   return queue(
       copied, [this, host, bounds, type] { return host_->all_gather_async(host, bounds, type); },
-      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, {host});
+      [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; }, host);
 }
 
 void StagedCommunicator::gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type,
@@ -267,22 +258,21 @@ void StagedCommunicator::gather(const void* mine, void* all, const std::vector<s
   require_member(root, size(), where_, "gather root");
   const std::size_t element = dtype_size(type), total = bounds.back() * element;
   const std::size_t mine_bytes = (bounds[std::size_t(rank()) + 1] - bounds[std::size_t(rank())]) * element;
-  const auto give_back = [this](void* host) { pool_->give_back(host); };
-  Held host_mine(take(mine_bytes), give_back);
-  Held host_all(rank() == root ? take(total) : nullptr, give_back);
-  if (mine_bytes) staging_->wait(staging_->to_host(host_mine.get(), mine, mine_bytes));
+  const HostPool::Held host_mine{*pool_, take(mine_bytes)};
+  const HostPool::Held host_all{*pool_, rank() == root ? take(total) : nullptr};
+  if (mine_bytes) staging_->wait(staging_->to_host(host_mine.host, mine, mine_bytes));
   start_all();
-  host_->gather(host_mine.get(), host_all.get(), bounds, type, root);
-  if (rank() == root && total) staging_->wait(staging_->to_device(all, host_all.get(), total));
+  host_->gather(host_mine.host, host_all.host, bounds, type, root);
+  if (rank() == root && total) staging_->wait(staging_->to_device(all, host_all.host, total));
 }
 
 void StagedCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   require_member(root, size(), where_, "broadcast root");
-  Held host(take(bytes), [this](void* h) { pool_->give_back(h); });
-  if (rank() == root && bytes) staging_->wait(staging_->to_host(host.get(), data, bytes));
+  const HostPool::Held host{*pool_, take(bytes)};
+  if (rank() == root && bytes) staging_->wait(staging_->to_host(host.host, data, bytes));
   start_all();
-  host_->broadcast(host.get(), bytes, root);
-  if (rank() != root && bytes) staging_->wait(staging_->to_device(data, host.get(), bytes));
+  host_->broadcast(host.host, bytes, root);
+  if (rank() != root && bytes) staging_->wait(staging_->to_device(data, host.host, bytes));
 }
 
 void StagedCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
@@ -298,7 +288,7 @@ Request StagedCommunicator::send_async(const void* data, std::size_t bytes, int 
   void* host = take(bytes);
   const Ticket copied = bytes ? staging_->to_host(host, data, bytes) : 0;
   return queue(
-      copied, [this, host, bytes, peer, tag] { return host_->send_async(host, bytes, peer, tag); }, nullptr, {host});
+      copied, [this, host, bytes, peer, tag] { return host_->send_async(host, bytes, peer, tag); }, nullptr, host);
 }
 
 Request StagedCommunicator::recv_async(void* data, std::size_t bytes, int peer, int tag) {
@@ -309,7 +299,7 @@ Request StagedCommunicator::recv_async(void* data, std::size_t bytes, int peer, 
   op->moving = host_->recv_async(host, bytes, peer, tag);
   op->stage = Operation::Stage::moving;
   op->finish = [this, data, host, bytes] { return bytes ? staging_->to_device(data, host, bytes) : 0; };
-  op->buffers = {host};
+  op->host = host;
   return Request(std::make_unique<Pending>(*this, std::move(op)));
 }
 

@@ -71,9 +71,11 @@ class StagedCommunicator final : public Communicator {
   class HostPool;
 
   // An operation whose copy to the host is `copied` (0: none), which `start` then hands to MPI and
-  // `finish` (may be empty) copies back; `buffers` go back to the pool when it completes.
+  // `finish` (may be empty) copies back; its `host` buffer goes back to the pool when it completes.
   Request queue(DeviceStaging::Ticket copied, std::function<Request()> start,
-                std::function<DeviceStaging::Ticket()> finish, std::vector<void*> buffers);
+                std::function<DeviceStaging::Ticket()> finish, void* host);
+  // The newest copy queued so far (up to and including `upto`, when given).
+  DeviceStaging::Ticket last_queued_copy(const Operation* upto = nullptr) const;
   void start_ready();  // starts, in order, the queued operations whose copy has completed
   static void start_ready_everywhere();  // start_ready() of every StagedCommunicator of the process
   static void start_all();  // every StagedCommunicator's queued copies waited for, their MPI parts started

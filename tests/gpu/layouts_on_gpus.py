@@ -41,10 +41,14 @@ def main():
     check = os.path.join(source, "tests", "mpi", "check_layouts.py")
     avtrain = os.path.join(bin_dir, "avtrain")
 
+    said = "collectives: NCCL" if comm == "nccl" else "collectives: MPI, staged through pinned host memory"
+
     def train(name, ranks, extra):
-        run([mpiexec, "-n", str(ranks), "--bind-to", "none", "--oversubscribe", avtrain, deck, "--data", shards,
+        out = run([mpiexec, "-n", str(ranks), "--bind-to", "none", "--oversubscribe", avtrain, deck, "--data", shards,
              "--device", "cuda", "--comm", comm, "--steps", "20", "--checkpoint.interval", "8",
              "--checkpoint.keep", "10", "--train.log_interval", "0", "--out", os.path.join(work, name)] + extra)
+        if said not in out:
+            sys.exit(f"layouts_on_gpus: {name} did not say '{said}': the run did not go through --comm {comm}")
 
     train("pp1_dp1", 1, ["--train.micro_batches", "4"])
     compared = []

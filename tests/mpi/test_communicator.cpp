@@ -469,8 +469,7 @@ TEST(StagedCommunicator, RequestsWaitedInAnyOrderAndTheHostPoolStopsGrowing) {
     for (Request& r : requests) r.wait();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const float expected = float(size * (size - 1) / 2) + float(size) * (float(b) + float(round));
-      EXPECT_EQ(buckets[b].front(), expected) << "round " << round << ", bucket " << b;
-      EXPECT_EQ(buckets[b].back(), expected) << "round " << round << ", bucket " << b;
+      EXPECT_EQ(buckets[b], std::vector<float>(buckets[b].size(), expected)) << "round " << round << ", bucket " << b;
     }
     if (!staged) continue;
     const std::size_t pool = static_cast<StagedCommunicator&>(*comm).host_bytes();
@@ -488,18 +487,14 @@ TEST(StagedCommunicator, ABlockingCallStartsWhatIsQueuedFirst) {
   const int size = comm->size();
   std::vector<float> x(5000, 1.0f);
   Request pending = comm->all_reduce_async(x.data(), x.size(), DType::f32, ReduceOp::sum);
-  if (comm->rank() == 0)
-    for (int i = 0; i < 16; ++i) pending.test();  // rank 0's copy completes and its all-reduce starts; not yet elsewhere
+  // Rank 0 waits for every rank's part before the double all-reduce; the others reach it with theirs
+  // still queued (staged), so unless the blocking call starts it first, both sides wait for good.
+  if (comm->rank() == 0) pending.wait();
   double d = 1;
   comm->all_reduce(&d, 1, ReduceOp::sum);
   EXPECT_EQ(d, double(size));
-  const std::vector<std::string> names = comm->gather("r" + std::to_string(comm->rank()), 0);
-  if (comm->rank() == 0) {
-    EXPECT_EQ(names.size(), std::size_t(size));
-  }
   pending.wait();
-  EXPECT_EQ(x.front(), float(size));
-  EXPECT_EQ(x.back(), float(size));
+  EXPECT_EQ(x, std::vector<float>(x.size(), float(size)));
   comm->barrier();
 }
 
