@@ -11,6 +11,7 @@ usage: check_no_process_left.py MARK          the suite's check
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
 from run_processes import describe, kill_all, with_environment  # noqa: E402
@@ -29,6 +30,11 @@ def self_test():
     mark = f"self-test-{os.getpid()}"
     # A grandchild in a session of its own, its parent gone: what a killed mpirun leaves of a rank.
     subprocess.run(["setsid", "-f", "sleep", "300"], env=dict(os.environ, **{NAME: mark}), check=True)
+    # setsid -f returns once it has forked: until its child has become sleep, /proc may show that
+    # child's environment empty (mid-exec; seen 4 times in 20 in a fresh root). Wait for it to show.
+    deadline = time.monotonic() + 10
+    while not any("sleep 300" in describe(pid) for pid in with_environment(NAME, mark)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     found = leftovers(mark)
     if len(found) != 1 or "sleep 300" not in found[0]:
         print(f"check_no_process_left: the process left on purpose was not found alone: {found}")

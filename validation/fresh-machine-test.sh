@@ -54,6 +54,15 @@ rm -f "$fresh/.made" "$fresh/etc/apt/sources.list"
 cp -r /etc/apt/sources.list.d/. "$fresh/etc/apt/sources.list.d/" 2> /dev/null || true
 [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$fresh/etc/apt/sources.list"
 cp /etc/resolv.conf /etc/hosts "$fresh/etc/"  # the machine's name and DNS, as a machine of its own has
+# The network's trust, as a machine of its own on this network has it: certificate authorities
+# added here (a TLS-inspecting egress proxy's, say) and pip's pointer to the bundle; without them
+# pip in the root cannot reach PyPI (the CMake 4 test's virtual environment), though apt (http) can.
+if [[ -d /usr/local/share/ca-certificates ]]; then
+  mkdir -p "$fresh/usr/local/share/ca-certificates" "$fresh/etc/ssl/certs"
+  cp -r /usr/local/share/ca-certificates/. "$fresh/usr/local/share/ca-certificates/"
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$fresh/etc/ssl/certs/"
+fi
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$fresh/etc/pip.conf"
 printf '#!/bin/sh\nexit 101\n' > "$fresh/usr/sbin/policy-rc.d"  # packages start no service in here
 chmod +x "$fresh/usr/sbin/policy-rc.d"
 git clone -q "$root" "$fresh/root/avtrain"
