@@ -30,10 +30,12 @@ def self_test():
     mark = f"self-test-{os.getpid()}"
     # A grandchild in a session of its own, its parent gone: what a killed mpirun leaves of a rank.
     subprocess.run(["setsid", "-f", "sleep", "300"], env=dict(os.environ, **{NAME: mark}), check=True)
-    # setsid -f returns once it has forked: until its child has become sleep, /proc may show that
-    # child's environment empty (mid-exec; seen 4 times in 20 in a fresh root). Wait for it to show.
+    # setsid -f returns once it has forked: until its child has become sleep (its command line then
+    # reads "sleep 300" alone, not setsid's), /proc may show it mid-exec, with an empty environment
+    # or command line (seen in a fresh root). Wait until it shows as sleep.
     deadline = time.monotonic() + 10
-    while not any("sleep 300" in describe(pid) for pid in with_environment(NAME, mark)) and time.monotonic() < deadline:
+    while (not any(describe(pid) == f"{pid} (sleep 300)" for pid in with_environment(NAME, mark))
+           and time.monotonic() < deadline):
         time.sleep(0.01)
     found = leftovers(mark)
     if len(found) != 1 or "sleep 300" not in found[0]:
