@@ -161,6 +161,17 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
+  if (!p && fuses_attention(compute, hd)) {  // no L x L tensor (cuda_flash_attention.cu)
+    const std::size_t qkv_n = std::size_t(B) * L * 3 * D;
+    const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
+    if (qkv.dtype == DType::f32) {
+      auto* packed = static_cast<std::uint16_t*>(scratch(qkv_n * sizeof(std::uint16_t)));
+      pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+      qkv16 = packed;
+    }
+    flash_forward(compute, qkv16, key_mask, row_stats, ctx, B, L, H, hd);
+    return;
+  }
   const bool packed = compute != DType::f32, keep = p != nullptr;
   const std::size_t elem = dtype_size(compute), qkv_n = std::size_t(B) * L * 3 * D;
   const std::size_t sample_qkv = std::size_t(L) * 3 * D, sample_scores = std::size_t(H) * L * L;
@@ -214,6 +225,28 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
   const Operand p = probs.p;
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
+  if (recompute && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd)) {
+    require_operand(probs.out, compute, "out");
+    // Scratch: dctx packed (rounded, as the unfused products take it), the rows' dot(dctx, ctx), and
+    // qkv packed where it comes in fp32.
+    const std::size_t qkv_n = std::size_t(B) * L * 3 * D, out_n = std::size_t(B) * L * D;
+    const std::size_t o_bytes = aligned(out_n * sizeof(std::uint16_t)), dot_bytes = aligned(std::size_t(B) * H * L * sizeof(float));
+    const std::size_t qkv_bytes = qkv.dtype == DType::f32 ? aligned(qkv_n * sizeof(std::uint16_t)) : 0;
+    char* buf = static_cast<char*>(scratch(o_bytes + dot_bytes + qkv_bytes));
+    auto* o16 = reinterpret_cast<std::uint16_t*>(buf);
+    auto* dot = reinterpret_cast<float*>(buf + o_bytes);
+    const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
+    if (qkv_bytes) {
+      auto* packed = reinterpret_cast<std::uint16_t*>(buf + o_bytes + dot_bytes);
+      pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+      qkv16 = packed;
+    }
+    pack(compute, dctx, o16, out_n);
+    // Issued: S and dP twice (once per kernel), dV, dK, dQ.
+    gemm_flops_ += 14.0 * B * H * double(L) * L * hd;
+    flash_backward(compute, qkv16, probs.key_mask, probs.row_stats, probs.out, o16, dot, dqkv, B, L, H, hd);
+    return;
+  }
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
   const bool packed = compute != DType::f32;
   const std::size_t elem = dtype_size(compute);

@@ -33,6 +33,9 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
+    fused_attention_capable_ = major >= 8;
     host_result(std::size_t(1) << 20);
   } catch (...) {
     // A throwing constructor runs no destructor: release what was made so far.

@@ -17,6 +17,7 @@ namespace avtrain::cuda {
 struct CudaOptions {
   int device = 0;
   bool allow_tf32 = false;  // fp32 products on TF32 tensor cores (--allow-tf32)
+  bool fused = false;       // fused kernels where there are some (device.fused): attention on sm_80 and later
 };
 
 class CudaBackend final : public Backend {
@@ -90,6 +91,7 @@ class CudaBackend final : public Backend {
                          float* ctx, int B, int L, int H, int hd) override;
   void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
                           int B, int L, int H, int hd) override;
+  bool fuses_attention(DType compute, int head_dim) const override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
                     int T, int win, int hop) override;
@@ -132,6 +134,13 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
+  // Fused attention (cuda_flash_attention.cu) on 16-bit q, k, v in qkv's layout; backward reads dctx
+  // packed (dout) and writes each row's dot(dout, out) into `dot` [B, H, L] on its way.
+  void flash_forward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, float* row_stats,
+                     float* ctx, int B, int L, int H, int hd);
+  void flash_backward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, const float* row_stats,
+                      Operand out, const std::uint16_t* dout, float* dot, float* dqkv, int B, int L, int H, int hd);
+
   // cudaMalloc'd memory: the arena's block, or every tensor where no arena is reserved.
   class DeviceMemory final : public TensorMemory {
    public:
@@ -149,6 +158,7 @@ class CudaBackend final : public Backend {
   };
 
   CudaOptions options_;
+  bool fused_attention_capable_ = false;  // the device has sm_80's tensor-core instructions
   DeviceMemory device_memory_{*this};
   std::unique_ptr<ArenaMemory> arena_;
   std::size_t device_allocations_ = 0;

@@ -127,17 +127,31 @@ class Backend : public TensorMemory {
   // What backward reads the probabilities from: p as forward returned it (kept), or p recomputed from
   // q, k, the mask and forward's row statistics (the same scores, the same exponentials, the same
   // roundings: the same bits), then rounded to `kept_as` as a copy kept in that type would have been.
+  // `out` is forward's output ctx as the layer kept it (or null): fused attention's backward reads
+  // each row's dot(dctx, ctx) from it instead of summing dP * P over the keys.
   struct AttentionProbs {
     Operand p{nullptr, DType::f32};
     const std::uint8_t* key_mask = nullptr;
     const float* row_stats = nullptr;
     DType kept_as = DType::f32;
-    static AttentionProbs kept(Operand p) { return {p, nullptr, nullptr, DType::f32}; }
-    static AttentionProbs recomputed(const std::uint8_t* key_mask, const float* row_stats, DType kept_as) {
-      return {{nullptr, DType::f32}, key_mask, row_stats, kept_as};
+    Operand out{nullptr, DType::f32};
+    static AttentionProbs kept(Operand p) { return {p, nullptr, nullptr, DType::f32, {nullptr, DType::f32}}; }
+    static AttentionProbs recomputed(const std::uint8_t* key_mask, const float* row_stats, DType kept_as,
+                                     Operand out = {nullptr, DType::f32}) {
+      return {{nullptr, DType::f32}, key_mask, row_stats, kept_as, out};
     }
     bool recompute() const { return p.data == nullptr; }
   };
+  // True where attention in `compute` with heads of head_dim runs fused (FlashAttention: tiles of q
+  // against streamed k, v with an online softmax; no L x L tensor in memory) when forward is given no
+  // p, and backward then recomputes from the row statistics and reads forward's output (probs.out).
+  // Its results differ from the unfused path's in the roundings of a 16-bit type (p is rounded before
+  // it is normalised; dot(dctx, ctx) replaces rowsum(dP * P)), and repeat bit for bit.
+  virtual bool fuses_attention(DType compute, int head_dim) const {
+    (void)compute;
+    (void)head_dim;
+    return false;
+  }
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
   virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
                                   float* dqkv, int B, int L, int H, int hd) = 0;

@@ -50,6 +50,11 @@ double TransformerBlock::forward_flops(int B, int L) const {
 
 DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
 
+bool TransformerBlock::fused_attention() const {
+  const DType products = attention_products();
+  return products != DType::f32 && be_.fuses_attention(products, hd_);
+}
+
 TransformerBlock::State& TransformerBlock::recomputed_state() {
   if (!ws_.recomputed) ws_.recomputed = std::make_unique<State>();
   return static_cast<State&>(*ws_.recomputed);
@@ -87,7 +92,7 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
   const DType products = attention_products();
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
-  if (recompute_ == Recompute::none) {
+  if (recompute_ == Recompute::none && !fused_attention()) {
     Buffer& p = ws_[kP];
     p.resize(std::size_t(B) * H * L * L);
     be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
@@ -96,7 +101,7 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
       st.p.keep(be_, p, qkv_.dtype());
     else
       st.p.round_and_keep(be_, p, qkv_.dtype());
-  } else {  // backward recomputes p from q, k and these
+  } else {  // backward recomputes p from q, k and these (fused attention: always)
     st.row_stats.resize(std::size_t(B) * H * L * 2);
     be_.attention_forward(products, qkv_in, flow.token_mask.data(), nullptr, st.row_stats.data(), ctx.data(), B, L,
                           H, hd);
@@ -177,10 +182,12 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   // In bf16 the products read the kept 16-bit copies of qkv and p as they are; in fp32, fp32 values.
   const DType products = attention_products();
   const Operand qkv = products == DType::f32 ? fp32(st.qkv.load(be_, ws_[kQkv])) : st.qkv.operand();
-  // p as kept, or recomputed (and rounded to the type a kept copy has).
+  // p as kept, or recomputed (and rounded to the type a kept copy has); fused attention also reads
+  // forward's output as kept.
   const Backend::AttentionProbs p =
-      recompute_ != Recompute::none
-          ? Backend::AttentionProbs::recomputed(flow.token_mask.data(), st.row_stats.data(), qkv_.dtype())
+      recompute_ != Recompute::none || fused_attention()
+          ? Backend::AttentionProbs::recomputed(flow.token_mask.data(), st.row_stats.data(), qkv_.dtype(),
+                                                st.ctx.operand())
           : Backend::AttentionProbs::kept(products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand());
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);

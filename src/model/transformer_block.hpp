@@ -30,6 +30,9 @@ class TransformerBlock final : public Layer {
  private:
   struct State;  // what a micro-batch in flight keeps for backward
   DType attention_products() const;
+  // Attention runs fused on this backend (no p kept whatever train.recompute says: backward
+  // recomputes it from the row statistics).
+  bool fused_attention() const;
   State& recomputed_state();
   // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
   // `out`, the block's output goes there and each module's output is noted (the forward proper);

@@ -54,6 +54,7 @@ struct DeviceConfig {
   std::string backend = "cpu";  // cpu | cuda
   std::string comm = "auto";    // auto (nccl on cuda, mpi on cpu) | mpi | nccl
   bool allow_tf32 = false;      // cuda: fp32 products on TF32 tensor cores (fp32 is then no longer a true baseline)
+  bool fused = false;           // cuda: fused kernels (attention without its L x L probabilities in memory)
   double arena_mb = 0;          // cuda: the tensor arena taken at start; 0: 90 % of the GPU's free memory
 };
 

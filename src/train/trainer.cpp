@@ -208,6 +208,13 @@ struct Trainer::Impl {
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
+  // How the blocks' attention runs: "fused" where their products are bf16 (TransformerBlock) and the
+  // backend fuses them (device.fused), "unfused" otherwise.
+  std::string attention_path() const {
+    if (config.model.depth == 0 || config.model.heads <= 0) return "unfused";
+    const bool bf16 = policy.of("blocks.0.attn.qkv") == DType::bf16;
+    return bf16 && be.fuses_attention(DType::bf16, config.model.width / config.model.heads) ? "fused" : "unfused";
+  }
   bool sharded() const { return !parts.empty(); }
   // The elements of the stage's flat buffers this replica's optimizer updates: its ZeRO part, or all.
   std::optional<FlatPart> own_part() const {
@@ -749,7 +756,9 @@ struct Trainer::Impl {
     for (std::size_t s = 0; s < plan.stages.size(); ++s)
       log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
           << plan.layers[plan.stages[s].last - 1].name << "\n";
-    if (amp()) log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe() << "\n";
+    if (amp())
+      log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe()
+          << ", attention " << attention_path() << "\n";
     log << "[rank 0] " << parameter_memory(run.optimizer) << "\n";
     if (run.first_step >= config.train.steps)
       log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
@@ -876,6 +885,7 @@ struct Trainer::Impl {
     m["precision"] = {{"mode", dtype_name(policy.compute())},
                       {"products", be.gemm_engine(policy.compute())},
                       {"loss_scaling", run.scaler.describe()},
+                      {"attention", attention_path()},
                       {"fp32_modules", fp32_modules}};
     return m;
   }

@@ -3,7 +3,9 @@
 
   FP32: the first step's loss within 1e-5 relative (and its grad norm within 1e-4): the whole
         step - front end, blocks, head, losses, backward - agrees;
-  BF16: 40 steps on each reconcile (avtrain-reconcile PASS).
+  BF16: 40 steps on each reconcile (avtrain-reconcile PASS), on the GPU unfused and with
+        --device.fused 1 (attention in FlashAttention kernels: its log says so);
+  the fused BF16 run twice: the same trace.csv and layers.csv (but the measured columns).
 Exits 77 (CTest: skipped) when the device check finds no GPU.
 
 usage: cpu_vs_gpu.py BIN_DIR SOURCE_DIR WORK_DIR
@@ -43,8 +45,20 @@ def main():
     for device in ("cpu", "cuda"):
         run([avtrain, deck, "--data", shards, "--device", device, "--precision", "bf16", "--steps", "40",
              "--out", os.path.join(work, f"bf16_{device}")])
-    print(run([sys.executable, os.path.join(source, "validation", "avtrain-reconcile"),
-               os.path.join(work, "bf16_cpu"), os.path.join(work, "bf16_cuda")]))
+    reconcile = os.path.join(source, "validation", "avtrain-reconcile")
+    print(run([sys.executable, reconcile, os.path.join(work, "bf16_cpu"), os.path.join(work, "bf16_cuda")]))
+    for name in ("bf16_fused", "bf16_fused_again"):
+        log = run([avtrain, deck, "--data", shards, "--device", "cuda", "--device.fused", "1", "--precision", "bf16",
+                   "--steps", "40", "--out", os.path.join(work, name)])
+        if "attention fused" not in log:
+            sys.exit("cpu_vs_gpu: --device.fused 1 did not run attention fused (no 'attention fused' in the log)")
+    print(run([sys.executable, reconcile, os.path.join(work, "bf16_cpu"), os.path.join(work, "bf16_fused")]))
+    sys.path.insert(0, os.path.join(source, "tests", "e2e"))
+    from same_run import trace_difference
+    diff = trace_difference(os.path.join(work, "bf16_fused"), os.path.join(work, "bf16_fused_again"))
+    if diff:
+        sys.exit(f"cpu_vs_gpu: the fused bf16 run twice differs: {diff}")
+    print("cpu_vs_gpu: fused bf16 twice: the same trace.csv and layers.csv")
     print("cpu_vs_gpu: ok")
 
 

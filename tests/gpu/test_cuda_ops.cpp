@@ -38,6 +38,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // ---------------------------------------------------------------- the two backends
 
 std::unique_ptr<Backend> g_cpu, g_gpu;  // made in main once a device is known to exist
+std::unique_ptr<Backend> g_fused;       // the GPU with device.fused on
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -835,6 +836,141 @@ TEST_F(CudaOps, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaAttention16, ::testing::Values(DType::f16, DType::bf16),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+// ---------------------------------------------------------------- fused attention (device.fused)
+
+// Fused attention (FlashAttention's algorithm, cuda_flash_attention.cu) against the CPU's unfused
+// attention in the same compute type. It rounds p before normalising it and takes each row's
+// dot(dctx, ctx) from ctx as kept in 16 bits, so it agrees to the type's rounding, not bit for bit
+// (a numpy model of the algorithm at these shapes: 2e-3 relative in bf16, 3e-4 in fp16, against the
+// kHalf allowed). Sample 4 has no valid key at all.
+class CudaFusedAttention : public CudaOps, public ::testing::WithParamInterface<DType> {
+ protected:
+  static Backend& fused() { return *g_fused; }
+};
+
+std::vector<std::uint8_t> fused_key_mask(const AttentionShape& s) {
+  std::vector<std::uint8_t> m = key_mask(s);
+  if (s.B > 4)
+    for (int j = 0; j < s.L; ++j) m[sz(4, s.L) + j] = 0;
+  return m;
+}
+
+// Row statistics (max, 1 / sum) within rel of the CPU's, a row without valid keys exactly (-inf, 0).
+::testing::AssertionResult close_row_stats(const std::vector<float>& got, const std::vector<float>& want, double rel) {
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
+    if (!same_inf && !(std::abs(got[i] - want[i]) <= rel * std::max(1.0f, std::abs(want[i]))))
+      return ::testing::AssertionFailure() << "row statistic " << i << ": got " << got[i] << ", want " << want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Entries of x[B, L, parts, H, hd] (parts columns blocks per token) of the tokens where `where`(b, l)
+// holds that are not exactly 0.
+template <typename Where>
+std::size_t nonzero_where(const std::vector<float>& x, const AttentionShape& s, int parts, int part, Where where) {
+  const auto [B, L, H, hd] = s;
+  std::size_t count = 0;
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l)
+      if (where(b, l))
+        for (int c = 0; c < H * hd; ++c) count += x[(sz(b, L) + l) * parts * H * hd + sz(part, H, hd) + c] != 0.0f;
+  return count;
+}
+
+TEST_P(CudaFusedAttention, ForwardAndBackwardMatchCpuWithRaggedMasksAndRepeatBitForBit) {
+  const DType t = GetParam();
+  const AttentionShape shapes[] = {{5, 95, 4, 32}, {5, 197, 6, 64}, {2, 300, 2, 128}, {3, 70, 2, 16}, {1, 1049, 2, 128}};
+  for (const AttentionShape& s : shapes) {
+    const auto [B, L, H, hd] = s;
+    SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
+                 std::to_string(hd));
+    ASSERT_TRUE(fused().fuses_attention(t, hd)) << "device.fused on an sm_80+ GPU does not fuse";
+    EXPECT_FALSE(gpu().fuses_attention(t, hd)) << "fused without device.fused";
+    EXPECT_FALSE(fused().fuses_attention(DType::f32, hd)) << "fp32 fused";
+    const auto mask = fused_key_mask(s);
+    auto qkv = normal(sz(B, L, 3 * H, hd), "fused_attention.qkv", 1.5);
+    cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+    const auto dctx = normal(sz(B, L, H, hd), "fused_attention.dctx");
+    // The CPU, unfused: p kept, then backward from it; the row statistics from a second forward.
+    std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
+    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
+    cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
+                             dqkv.data(), B, L, H, hd);
+
+    // The GPU, fused, reading qkv and the kept ctx as 16-bit copies as the layer hands them over.
+    DevU8 d_mask(fused(), mask);
+    DevF d_qkv(fused(), qkv), d_dctx(fused(), dctx);
+    DeviceBuffer<std::uint16_t> d_qkv16(fused(), qkv.size()), d_ctx16(fused(), ctx.size());
+    fused().pack(t, d_qkv, d_qkv16, qkv.size());
+    struct Result {
+      std::vector<float> ctx, stats, dqkv;
+    };
+    const auto run = [&](Operand qkv_in) {
+      DevF d_ctx(fused(), nans(ctx.size())), d_stats(fused(), nans(stats.size())), d_dqkv(fused(), nans(qkv.size()));
+      fused().attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+      fused().pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
+      fused().attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
+                                 d_dctx, d_dqkv, B, L, H, hd);
+      return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
+    };
+    const Result got = run({d_qkv16.get(), t});
+    EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
+    EXPECT_TRUE(close_row_stats(got.stats, stats, 1e-4)) << "row statistics";
+    EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
+    // A sample without a valid key: ctx and every gradient exactly 0; padded keys: dk, dv exactly 0.
+    if (B > 4) {
+      const auto sample4 = [](int b, int) { return b == 4; };
+      EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, sample4), 0u) << "ctx of a sample without valid keys";
+      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, sample4), 0u) << "dq of a sample without valid keys";
+    }
+    const auto padded = [&](int b, int l) { return mask[sz(b, L) + l] == 0; };
+    EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 1, padded), 0u) << "dk of padded keys";
+    EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 2, padded), 0u) << "dv of padded keys";
+    // Twice: the same bits. qkv in fp32 (packed inside): the same bits as its 16-bit copy.
+    const Result again = run({d_qkv16.get(), t});
+    EXPECT_TRUE(again.ctx == got.ctx && again.stats == got.stats && again.dqkv == got.dqkv) << "not the same bits twice";
+    const Result from32 = run(fp32(d_qkv));
+    EXPECT_TRUE(from32.ctx == got.ctx && from32.dqkv == got.dqkv) << "fp32 qkv differs from its 16-bit copy";
+  }
+}
+
+// Forward given p to keep, or backward given p kept (or no forward output), is not fused: the unfused
+// path's bits.
+TEST_P(CudaFusedAttention, KeptProbabilitiesTakeTheUnfusedPath) {
+  const DType t = GetParam();
+  const AttentionShape s{3, 95, 4, 32};
+  const auto [B, L, H, hd] = s;
+  const auto mask = fused_key_mask(s);
+  auto qkv = normal(sz(B, L, 3 * H, hd), "fused_attention.kept.qkv", 1.5);
+  cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+  const auto dctx = normal(sz(B, L, H, hd), "fused_attention.kept.dctx");
+  std::vector<std::vector<float>> outs;
+  for (Backend* be : {&gpu(), &fused()}) {
+    DevU8 d_mask(*be, mask);
+    DevF d_qkv(*be, qkv), d_dctx(*be, dctx), d_p(*be, nans(sz(B, H, L, L))), d_ctx(*be, nans(dctx.size()));
+    DevF d_stats(*be, nans(sz(B, H, L, 2))), d_dqkv(*be, nans(qkv.size())), d_dqkv_re(*be, nans(qkv.size()));
+    be->attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
+    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H, hd);
+    // The statistics from the unfused forward on both (the fused one's differ in their last bits).
+    be->synchronize();
+    gpu().attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+    gpu().synchronize();
+    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t), d_dctx, d_dqkv_re, B,
+                           L, H, hd);
+    outs.push_back(d_p.download());
+    outs.push_back(d_dqkv.download());
+    outs.push_back(d_dqkv_re.download());
+  }
+  EXPECT_TRUE(outs[0] == outs[3]) << "p";
+  EXPECT_TRUE(outs[1] == outs[4]) << "dqkv from kept p";
+  EXPECT_TRUE(outs[2] == outs[5]) << "dqkv recomputed without forward's output";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaFusedAttention, ::testing::Values(DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // ---------------------------------------------------------------- audio front end and video
 
 TEST_F(CudaOps, FrameSignalMatchesCpu) {
@@ -1132,7 +1268,10 @@ int main(int argc, char** argv) {
   options.device = 0;
   options.allow_tf32 = false;
   avtrain::g_gpu = avtrain::cuda::make_cuda_backend(options);
+  options.fused = true;
+  avtrain::g_fused = avtrain::cuda::make_cuda_backend(options);
   const int rc = RUN_ALL_TESTS();
+  avtrain::g_fused.reset();
   avtrain::g_gpu.reset();
   avtrain::g_cpu.reset();
   return rc;

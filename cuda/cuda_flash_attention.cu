@@ -1,0 +1,533 @@
+// Fused attention (FlashAttention-2's algorithm) for fp16/bf16 products on tensor cores, sm_80 on:
+// no L x L tensor is written to memory. Used when device.fused is on (CudaBackend::fuses_attention).
+//
+// Forward, one block per (64 queries, sample, head), a warp per 16 queries: the block's q rows stay in
+// shared memory while k, v stream through it in tiles of 64 keys; each tile's scores S = scale q k^T
+// (fp32 accumulation), the running row maximum m and sum l of exp(S - m) over the valid keys, P =
+// exp(S - m) rounded to the compute type, and O = O * exp(m_old - m) + P v. At the end ctx = O / l and
+// the row statistics (m, 1 / l): what the unfused path writes, which backward recomputes p from.
+//
+// Backward, deterministic (no atomics): a row pass first gives each query row dot(dO, O) (O: forward's
+// output as the layer kept it); then one kernel per (64 keys, sample, head) streams q, dO to sum
+// dK = scale dS^T q and dV = P^T dO in registers, and one per (64 queries, sample, head) streams k, v
+// to sum dQ = scale dS k, each recomputing P = exp(S - m) / l (rounded) and dS = P (dP - dot), rounded,
+// with dP = dO v^T. Every sum has one order, so a run repeats bit for bit.
+//
+// q, k, v are read where the qkv projection wrote them ([B, L, 3, H, hd], 16-bit), ctx written where the
+// output projection reads it ([B, L, H * hd]), dqkv in qkv's layout: no head-layout copies. The tensor
+// core products go through WMMA fragments (16 x 16 x 16, fp32 accumulators) on padded shared-memory
+// tiles.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "cuda_backend.hpp"
+#include "cuda_check.hpp"
+#include "launch.cuh"
+
+namespace avtrain::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTile = 64;   // queries per block (forward, dQ) and keys per streamed tile; keys per block (dK, dV)
+constexpr int kWarps = 4;   // 16 rows of the block's tile each
+constexpr int kThreadsPerBlock = kWarps * kWarp;
+constexpr int kLdS = kTile + 4;  // fp32 score tiles, padded against bank conflicts
+constexpr int kLdP = kTile + 8;  // 16-bit probability / dS tiles
+
+template <DType T>
+struct Element;
+template <>
+struct Element<DType::f16> {
+  using type = half;
+};
+template <>
+struct Element<DType::bf16> {
+  using type = __nv_bfloat16;
+};
+
+template <DType T>
+__device__ std::uint16_t to_16(float v) {
+  if constexpr (T == DType::bf16) return float_to_bf16(v);
+  else return float_to_half(v);
+}
+template <DType T>
+__device__ float from_16(std::uint16_t h) {
+  if constexpr (T == DType::bf16) return bf16_to_float(h);
+  else return half_to_float(h);
+}
+
+using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+template <DType T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, typename Element<T>::type, wmma::row_major>;
+template <DType T>
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, typename Element<T>::type, wmma::row_major>;
+template <DType T>
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, typename Element<T>::type, wmma::col_major>;
+
+template <DType T>
+__device__ const typename Element<T>::type* as_elem(const std::uint16_t* p) {
+  return reinterpret_cast<const typename Element<T>::type*>(p);
+}
+
+// acc (16 x 16) += a (16 x K, row-major, lda) * b (K x 16), b row-major (ldb) or, with b_is_transposed,
+// read as the transpose of a row-major (16 x K) tile: b[k][n] = bt[n * ldb + k].
+template <DType T, int K, bool b_is_transposed>
+__device__ void mma_tile(FragAcc& acc, const std::uint16_t* a, int lda, const std::uint16_t* b, int ldb) {
+#pragma unroll
+  for (int k = 0; k < K; k += 16) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, as_elem<T>(a + k), lda);
+    if constexpr (b_is_transposed) {
+      FragBCol<T> fb;
+      wmma::load_matrix_sync(fb, as_elem<T>(b + k), ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    } else {
+      FragBRow<T> fb;
+      wmma::load_matrix_sync(fb, as_elem<T>(b + std::size_t(k) * ldb), ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+  }
+}
+
+// The block copies rows [row0, row0 + 64) of a 16-bit matrix (row stride `stride` elements, HD
+// columns) into a shared tile of leading dimension ld, 16 bytes at a time; rows past `rows` are zeros.
+template <int HD>
+__device__ void load_tile(std::uint16_t* dst, int ld, const std::uint16_t* src, std::size_t stride, int row0,
+                          int rows) {
+  constexpr int chunks = HD / 8;
+  for (int i = threadIdx.x; i < kTile * chunks; i += kThreadsPerBlock) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(src + std::size_t(row0 + r) * stride + c);
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+  }
+}
+
+// Shared memory of the forward kernel, in elements of 16 bits (every piece a multiple of 32 bytes).
+template <int HD>
+struct ForwardLayout {
+  static constexpr int ldh = HD + 8, ldo = HD + 4;
+  static constexpr int q = 0, k = q + kTile * ldh, v = k + kTile * ldh;
+  static constexpr int s = v + kTile * ldh;              // per warp: 16 x kLdS fp32
+  static constexpr int p = s + kWarps * 16 * kLdS * 2;   // per warp: 16 x kLdP 16-bit
+  static constexpr int o = p + kWarps * 16 * kLdP;       // per warp: 16 x ldo fp32
+  static constexpr int rows = o + kWarps * 16 * ldo * 2; // per warp: 16 fp32 (a per-row factor)
+  static constexpr int mask = rows + kWarps * 16 * 2;    // kTile bytes
+  static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
+};
+
+template <DType T, int HD>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    flash_forward_kernel(const std::uint16_t* qkv, const std::uint8_t* key_mask, float* ctx, float* stats, int L, int H,
+                         float scale) {
+  using Lay = ForwardLayout<HD>;
+  constexpr int ldh = Lay::ldh, ldo = Lay::ldo;
+  extern __shared__ __align__(128) std::uint16_t smem[];
+  std::uint16_t* q_s = smem + Lay::q;
+  std::uint16_t* k_s = smem + Lay::k;
+  std::uint16_t* v_s = smem + Lay::v;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
+  std::uint16_t* p_w = smem + Lay::p + warp * 16 * kLdP;
+  float* o_w = reinterpret_cast<float*>(smem + Lay::o) + warp * 16 * ldo;
+  float* row_w = reinterpret_cast<float*>(smem + Lay::rows) + warp * 16;
+  auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
+
+  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const int q0 = blockIdx.x * kTile;
+  const std::size_t stride = std::size_t(3) * D;
+  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
+  const std::uint8_t* mask = key_mask + std::size_t(b) * L;
+
+  load_tile<HD>(q_s, ldh, base, stride, q0, L);
+  for (int i = lane; i < 16 * ldo; i += kWarp) o_w[i] = 0.0f;
+  // Lanes 2r and 2r + 1 keep row r's running statistics and share its columns.
+  const int r = lane / 2, half_lane = lane % 2;
+  float m_run = -INFINITY, l_run = 0.0f;
+
+  for (int k0 = 0; k0 < L; k0 += kTile) {
+    __syncthreads();  // every warp is done with the previous tile
+    load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
+    load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
+    if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? mask[k0 + threadIdx.x] : 0;
+    __syncthreads();
+    // S = q k^T for this warp's 16 rows, fp32.
+#pragma unroll
+    for (int n = 0; n < kTile; n += 16) {
+      FragAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      mma_tile<T, HD, true>(acc, q_s + warp * 16 * ldh, ldh, k_s + n * ldh, ldh);
+      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax over the valid keys of the tile; P = exp(S - m) rounded to the compute type.
+    const float* srow = s_w + r * kLdS;
+    float tile_max = -INFINITY;
+    for (int c = half_lane; c < kTile; c += 2)
+      if (mask_s[c]) tile_max = fmaxf(tile_max, srow[c] * scale);
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = fmaxf(m_run, tile_max);
+    const float alpha = m_new == -INFINITY ? 1.0f : expf(m_run - m_new);
+    float sum = 0.0f;
+    for (int c = half_lane; c < kTile; c += 2) {
+      const float e = mask_s[c] && m_new != -INFINITY ? expf(srow[c] * scale - m_new) : 0.0f;
+      p_w[r * kLdP + c] = to_16<T>(e);
+      sum += e;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l_run = l_run * alpha + sum;
+    m_run = m_new;
+    if (half_lane == 0) row_w[r] = alpha;
+    __syncwarp();
+    for (int i = lane; i < 16 * HD; i += kWarp) o_w[(i / HD) * ldo + i % HD] *= row_w[i / HD];
+    __syncwarp();
+    // O += P v.
+#pragma unroll
+    for (int n = 0; n < HD; n += 16) {
+      FragAcc acc;
+      wmma::load_matrix_sync(acc, o_w + n, ldo, wmma::mem_row_major);
+      mma_tile<T, kTile, false>(acc, p_w, kLdP, v_s + n, ldh);
+      wmma::store_matrix_sync(o_w + n, acc, ldo, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  // ctx = O / l; a row without a valid key is 0 with statistics (-inf, 0), as the unfused path's.
+  const float inv = l_run > 0.0f ? 1.0f / l_run : 0.0f;
+  if (half_lane == 0) row_w[r] = inv;
+  const int q_row = q0 + warp * 16 + r;
+  if (stats && half_lane == 0 && q_row < L) {
+    const std::size_t at = std::size_t(bh) * L + q_row;
+    stats[2 * at] = m_run;
+    stats[2 * at + 1] = inv;
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * HD; i += kWarp) {
+    const int row = i / HD, c = i % HD, q = q0 + warp * 16 + row;
+    if (q < L) ctx[(std::size_t(b) * L + q) * D + std::size_t(h) * HD + c] = o_w[row * ldo + c] * row_w[row];
+  }
+}
+
+// dot[b, h, l] = sum over the head's columns of dO (packed) * O (forward's output, 16-bit or fp32).
+template <DType T>
+__global__ void row_dot_kernel(const std::uint16_t* dout, const std::uint16_t* out16, const float* out32, float* dot,
+                               int L, int H, int hd, std::size_t rows) {
+  const std::size_t row = std::size_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;  // (b, l, h)
+  if (row >= rows) return;
+  const std::size_t at = row * hd;
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < hd; c += kWarp)
+    sum += from_16<T>(dout[at + c]) * (out16 ? from_16<T>(out16[at + c]) : out32[at + c]);
+  sum = warp_sum(sum);
+  if (threadIdx.x == 0) {
+    const std::size_t h = row % H, bl = row / H, b = bl / L, l = bl % L;
+    dot[(b * H + h) * L + l] = sum;
+  }
+}
+
+// Shared memory of the two backward kernels: the block's own 64 rows of two matrices (fixed), two
+// streamed tiles, per-row numbers of the rows the scores are taken against, and per warp an fp32
+// score tile and two 16-bit tiles (P, dS).
+template <int HD>
+struct BackwardLayout {
+  static constexpr int ldh = HD + 8;
+  static constexpr int own_a = 0, own_b = own_a + kTile * ldh;
+  static constexpr int tile_a = own_b + kTile * ldh, tile_b = tile_a + kTile * ldh;
+  static constexpr int s = tile_b + kTile * ldh;          // per warp: 16 x kLdS fp32
+  static constexpr int p = s + kWarps * 16 * kLdS * 2;    // per warp: 16 x kLdP
+  static constexpr int ds = p + kWarps * 16 * kLdP;       // per warp: 16 x kLdP
+  static constexpr int numbers = ds + kWarps * 16 * kLdP; // 3 x kTile fp32: m, 1 / l, dot (or their use)
+  static constexpr int mask = numbers + 3 * kTile * 2;    // kTile bytes
+  static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
+};
+
+// The warp's 16 x HD accumulators, scaled, to rows [row0, row0 + 16) of a matrix of row stride
+// `stride` (rows past `rows` left alone), through the warp's fp32 tile.
+template <int HD>
+__device__ void store_rows(const FragAcc (&acc)[HD / 16], float* s_w, float scale, float* out, std::size_t stride,
+                           int row0, int rows) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int n = 0; n < HD / 16; ++n) {
+    wmma::store_matrix_sync(s_w, acc[n], kLdS, wmma::mem_row_major);
+    __syncwarp();
+    for (int i = lane; i < 256; i += kWarp) {
+      const int r = i / 16, c = i % 16;
+      if (row0 + r < rows) out[std::size_t(row0 + r) * stride + n * 16 + c] = s_w[r * kLdS + c] * scale;
+    }
+    __syncwarp();
+  }
+}
+
+// dK and dV of 64 keys: q, dO and the queries' numbers stream by in tiles of 64 queries.
+template <DType T, int HD>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    flash_dkdv_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
+                      const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
+  using Lay = BackwardLayout<HD>;
+  constexpr int ldh = Lay::ldh;
+  extern __shared__ __align__(128) std::uint16_t smem[];
+  std::uint16_t* k_s = smem + Lay::own_a;
+  std::uint16_t* v_s = smem + Lay::own_b;
+  std::uint16_t* q_s = smem + Lay::tile_a;
+  std::uint16_t* do_s = smem + Lay::tile_b;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
+  std::uint16_t* p_w = smem + Lay::p + warp * 16 * kLdP;
+  std::uint16_t* ds_w = smem + Lay::ds + warp * 16 * kLdP;
+  float* m_s = reinterpret_cast<float*>(smem + Lay::numbers);
+  float* inv_s = m_s + kTile;
+  float* dot_s = inv_s + kTile;
+  auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
+
+  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const int k0 = blockIdx.x * kTile;
+  const std::size_t stride = std::size_t(3) * D;
+  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
+  const std::uint16_t* dbase = dout + std::size_t(b) * L * D + std::size_t(h) * HD;
+  load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
+  load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
+  if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
+
+  FragAcc dk[HD / 16], dv[HD / 16];
+#pragma unroll
+  for (int n = 0; n < HD / 16; ++n) wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dv[n], 0.0f);
+
+  for (int q0 = 0; q0 < L; q0 += kTile) {
+    __syncthreads();
+    load_tile<HD>(q_s, ldh, base, stride, q0, L);
+    load_tile<HD>(do_s, ldh, dbase, D, q0, L);
+    if (threadIdx.x < kTile) {
+      const int q = q0 + threadIdx.x;
+      const std::size_t at = std::size_t(bh) * L + q;
+      const bool in = q < L;
+      m_s[threadIdx.x] = in ? stats[2 * at] : 0.0f;
+      inv_s[threadIdx.x] = in ? stats[2 * at + 1] : 0.0f;
+      dot_s[threadIdx.x] = in ? dot[at] : 0.0f;
+    }
+    __syncthreads();
+    // S^T (this warp's 16 keys x 64 queries) = k q^T.
+#pragma unroll
+    for (int n = 0; n < kTile; n += 16) {
+      FragAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      mma_tile<T, HD, true>(acc, k_s + warp * 16 * ldh, ldh, q_s + n * ldh, ldh);
+      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // P^T = exp(S^T - m) / l over valid keys, rounded as forward's P is kept.
+    for (int i = lane; i < 16 * kTile; i += kWarp) {
+      const int kr = i / kTile, qc = i % kTile;
+      const float p = mask_s[warp * 16 + kr] && inv_s[qc] > 0.0f
+                          ? expf(s_w[kr * kLdS + qc] * scale - m_s[qc]) * inv_s[qc] : 0.0f;
+      p_w[kr * kLdP + qc] = to_16<T>(p);
+    }
+    __syncwarp();
+    // dV += P^T dO.
+#pragma unroll
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dv[n], p_w, kLdP, do_s + n * 16, ldh);
+    // dP^T = v dO^T.
+#pragma unroll
+    for (int n = 0; n < kTile; n += 16) {
+      FragAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      mma_tile<T, HD, true>(acc, v_s + warp * 16 * ldh, ldh, do_s + n * ldh, ldh);
+      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // dS^T = P^T (dP^T - dot), rounded.
+    for (int i = lane; i < 16 * kTile; i += kWarp) {
+      const int kr = i / kTile, qc = i % kTile;
+      ds_w[kr * kLdP + qc] = to_16<T>(from_16<T>(p_w[kr * kLdP + qc]) * (s_w[kr * kLdS + qc] - dot_s[qc]));
+    }
+    __syncwarp();
+    // dK += dS^T q (scaled at the end).
+#pragma unroll
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dk[n], ds_w, kLdP, q_s + n * 16, ldh);
+  }
+  float* out = dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
+  store_rows<HD>(dk, s_w, scale, out + D, stride, k0 + warp * 16, L);
+  store_rows<HD>(dv, s_w, 1.0f, out + 2 * D, stride, k0 + warp * 16, L);
+}
+
+// dQ of 64 queries: k, v stream by in tiles of 64 keys.
+template <DType T, int HD>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    flash_dq_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
+                    const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
+  using Lay = BackwardLayout<HD>;
+  constexpr int ldh = Lay::ldh;
+  extern __shared__ __align__(128) std::uint16_t smem[];
+  std::uint16_t* q_s = smem + Lay::own_a;
+  std::uint16_t* do_s = smem + Lay::own_b;
+  std::uint16_t* k_s = smem + Lay::tile_a;
+  std::uint16_t* v_s = smem + Lay::tile_b;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
+  std::uint16_t* p_w = smem + Lay::p + warp * 16 * kLdP;
+  std::uint16_t* ds_w = smem + Lay::ds + warp * 16 * kLdP;
+  float* m_s = reinterpret_cast<float*>(smem + Lay::numbers);
+  float* inv_s = m_s + kTile;
+  float* dot_s = inv_s + kTile;
+  auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
+
+  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const int q0 = blockIdx.x * kTile;
+  const std::size_t stride = std::size_t(3) * D;
+  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
+  load_tile<HD>(q_s, ldh, base, stride, q0, L);
+  load_tile<HD>(do_s, ldh, dout + std::size_t(b) * L * D + std::size_t(h) * HD, D, q0, L);
+  if (threadIdx.x < kTile) {
+    const int q = q0 + threadIdx.x;
+    const std::size_t at = std::size_t(bh) * L + q;
+    const bool in = q < L;
+    m_s[threadIdx.x] = in ? stats[2 * at] : 0.0f;
+    inv_s[threadIdx.x] = in ? stats[2 * at + 1] : 0.0f;
+    dot_s[threadIdx.x] = in ? dot[at] : 0.0f;
+  }
+  const float* m_w = m_s + warp * 16;
+  const float* inv_w = inv_s + warp * 16;
+  const float* dot_w = dot_s + warp * 16;
+
+  FragAcc dq[HD / 16];
+#pragma unroll
+  for (int n = 0; n < HD / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+
+  for (int k0 = 0; k0 < L; k0 += kTile) {
+    __syncthreads();
+    load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
+    load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
+    if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
+    __syncthreads();
+    // S = q k^T (this warp's 16 queries x 64 keys).
+#pragma unroll
+    for (int n = 0; n < kTile; n += 16) {
+      FragAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      mma_tile<T, HD, true>(acc, q_s + warp * 16 * ldh, ldh, k_s + n * ldh, ldh);
+      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int i = lane; i < 16 * kTile; i += kWarp) {
+      const int qr = i / kTile, kc = i % kTile;
+      const float p = mask_s[kc] && inv_w[qr] > 0.0f ? expf(s_w[qr * kLdS + kc] * scale - m_w[qr]) * inv_w[qr] : 0.0f;
+      p_w[qr * kLdP + kc] = to_16<T>(p);
+    }
+    __syncwarp();
+    // dP = dO v^T.
+#pragma unroll
+    for (int n = 0; n < kTile; n += 16) {
+      FragAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      mma_tile<T, HD, true>(acc, do_s + warp * 16 * ldh, ldh, v_s + n * ldh, ldh);
+      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int i = lane; i < 16 * kTile; i += kWarp) {
+      const int qr = i / kTile, kc = i % kTile;
+      ds_w[qr * kLdP + kc] = to_16<T>(from_16<T>(p_w[qr * kLdP + kc]) * (s_w[qr * kLdS + kc] - dot_w[qr]));
+    }
+    __syncwarp();
+    // dQ += dS k (scaled at the end).
+#pragma unroll
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dq[n], ds_w, kLdP, k_s + n * 16, ldh);
+  }
+  store_rows<HD>(dq, s_w, scale, dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD, stride, q0 + warp * 16, L);
+}
+
+// A kernel's dynamic shared memory past the default 48 KiB (an attribute of the function: set at each
+// launch, a host-side call of a microsecond).
+template <typename Kernel>
+void allow_shared(Kernel kernel, std::size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+struct FlashArgs {
+  const std::uint16_t* qkv;
+  const std::uint8_t* key_mask;
+  int B, L, H;
+  float scale;
+  cudaStream_t stream;
+};
+
+template <DType T, int HD>
+void forward_for(const FlashArgs& a, float* ctx, float* stats) {
+  const std::size_t bytes = ForwardLayout<HD>::bytes;
+  allow_shared(flash_forward_kernel<T, HD>, bytes);
+  const dim3 grid((a.L + kTile - 1) / kTile, a.B * a.H);
+  flash_forward_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, a.key_mask, ctx, stats, a.L, a.H,
+                                                                           a.scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <DType T, int HD>
+void backward_for(const FlashArgs& a, const std::uint16_t* dout, const float* stats, const float* dot, float* dqkv) {
+  const std::size_t bytes = BackwardLayout<HD>::bytes;
+  allow_shared(flash_dkdv_kernel<T, HD>, bytes);
+  allow_shared(flash_dq_kernel<T, HD>, bytes);
+  const dim3 grid((a.L + kTile - 1) / kTile, a.B * a.H);
+  flash_dkdv_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot, dqkv,
+                                                                        a.L, a.H, a.scale);
+  CUDA_CHECK_LAUNCH();
+  flash_dq_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot, dqkv, a.L,
+                                                                      a.H, a.scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The head dimensions with a kernel: multiples of 16 the tiles fit in shared memory with.
+template <DType T, typename Run>
+void by_head_dim(int hd, Run&& run) {
+  switch (hd) {
+    case 16: return run(std::integral_constant<int, 16>{});
+    case 32: return run(std::integral_constant<int, 32>{});
+    case 64: return run(std::integral_constant<int, 64>{});
+    case 128: return run(std::integral_constant<int, 128>{});
+    default: throw Error("internal: fused attention has no kernel for head dimension " + std::to_string(hd));
+  }
+}
+
+}  // namespace
+
+bool CudaBackend::fuses_attention(DType compute, int head_dim) const {
+  return options_.fused && compute != DType::f32 && fused_attention_capable_ &&
+         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128);
+}
+
+void CudaBackend::flash_forward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, float* row_stats,
+                                float* ctx, int B, int L, int H, int hd) {
+  const FlashArgs a{qkv, key_mask, B, L, H, 1.0f / std::sqrt(float(hd)), stream_};
+  if (compute == DType::bf16)
+    by_head_dim<DType::bf16>(hd, [&](auto HD) { forward_for<DType::bf16, decltype(HD)::value>(a, ctx, row_stats); });
+  else
+    by_head_dim<DType::f16>(hd, [&](auto HD) { forward_for<DType::f16, decltype(HD)::value>(a, ctx, row_stats); });
+}
+
+void CudaBackend::flash_backward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask,
+                                 const float* row_stats, Operand out, const std::uint16_t* dout, float* dot, float* dqkv,
+                                 int B, int L, int H, int hd) {
+  const std::size_t rows = std::size_t(B) * L * H;
+  const auto* out16 = out.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(out.data);
+  const auto* out32 = out.dtype == DType::f32 ? static_cast<const float*>(out.data) : nullptr;
+  if (compute == DType::bf16)
+    row_dot_kernel<DType::bf16><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(dout, out16, out32, dot, L, H,
+                                                                                             hd, rows);
+  else
+    row_dot_kernel<DType::f16><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(dout, out16, out32, dot, L, H,
+                                                                                            hd, rows);
+  CUDA_CHECK_LAUNCH();
+  const FlashArgs a{qkv, key_mask, B, L, H, 1.0f / std::sqrt(float(hd)), stream_};
+  if (compute == DType::bf16)
+    by_head_dim<DType::bf16>(hd, [&](auto HD) { backward_for<DType::bf16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv); });
+  else
+    by_head_dim<DType::f16>(hd, [&](auto HD) { backward_for<DType::f16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv); });
+}
+
+}  // namespace avtrain::cuda
