@@ -150,6 +150,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   load_tile<HD>(q_s, ldh, base, stride, q0, L);
   for (int i = lane; i < 16 * ldo; i += kWarp) o_w[i] = 0.0f;
+  __syncthreads();
+  // The warp's q rows stay in registers for every key tile.
+  FragA<T> q_frag[HD / 16];
+#pragma unroll
+  for (int k = 0; k < HD / 16; ++k) wmma::load_matrix_sync(q_frag[k], as_elem<T>(q_s + warp * 16 * ldh + k * 16), ldh);
   // Lanes 2r and 2r + 1 keep row r's running statistics and share its columns.
   const int r = lane / 2, half_lane = lane % 2;
   float m_run = -INFINITY, l_run = 0.0f;
@@ -165,7 +170,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     for (int n = 0; n < kTile; n += 16) {
       FragAcc acc;
       wmma::fill_fragment(acc, 0.0f);
-      mma_tile<T, HD, true>(acc, q_s + warp * 16 * ldh, ldh, k_s + n * ldh, ldh);
+#pragma unroll
+      for (int k = 0; k < HD / 16; ++k) {
+        FragBCol<T> kf;
+        wmma::load_matrix_sync(kf, as_elem<T>(k_s + n * ldh + k * 16), ldh);
+        wmma::mma_sync(acc, q_frag[k], kf, acc);
+      }
       wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
     }
     __syncwarp();
