@@ -18,13 +18,20 @@
 #   6. several ranks on one GPU (--comm mpi): the quickstart at (pp, dp) = (2, 1) and (2, 2) and a
 #      resume of the (2, 2) run at (1, 1), each reconciled against one rank; one rank through MPI
 #      against NCCL (the same bits); step time, exposed communication and bubble of each;
-#   7. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16: step
-#      time, samples/s and model FLOP utilisation against the measured GEMM rate.
+#   7. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16, with
+#      --device.fused 0 and 1: step time, samples/s and model FLOP utilisation against the measured
+#      GEMM rate; the two reconciled;
+#   8. the PyTorch peer on the same shapes (validation/torch_avnet.py bench --device cuda, bf16
+#      autocast, eager) where python has torch: its step time and avtrain's speed over it;
+#   9. where ncu is: the kernel time of one large-deck step at depth 2, fused and (budget left) not,
+#      grouped by kind (validation/ncu_summary.py) into ncu-fused.txt / ncu-unfused.txt.
+# AVTRAIN_GPU_CHECK_PARTS (default "2 3 4 5 6 7 8 9") picks the parts to run after 0 and 1: a rerun
+# of what a fix touched spends the GPU's minutes on it alone.
 # Without a visible GPU, 3 reports skipped and 4-7 stop at avtrain's one-line "no GPU" message. Only
 # the absence of a GPU is that (no driver installed, no device): any other CUDA error of part 1 (a
 # driver older than the runtime, a device busy or unusable) is a failure, named, never "no GPU".
-# Each part runs under what is left of one budget ($AVTRAIN_GPU_CHECK_SECONDS, default 450 s), so the
-# check ends inside 8 minutes even when a part hangs (that part then fails with "timed out").
+# Each part runs under what is left of one budget ($AVTRAIN_GPU_CHECK_SECONDS, default 540 s), so the
+# check ends inside 9.5 minutes even when a part hangs (that part then fails with "timed out").
 # Exit: 0 every part passed; 1 a part failed; 2 something needed is missing; 3 no GPU is visible
 # (the CPU parts passed). Logs, shard sets and runs go under $AVTRAIN_CHECK_DIR (default
 # runs/gpu-check); summary.txt there holds the summary printed at the end.
@@ -33,7 +40,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${AVTRAIN_CHECK_DIR:-$root/runs/gpu-check}
 mkdir -p "$out"
 # Each check trains afresh: a run directory left by an earlier check would be resumed, not rerun.
-rm -rf "$out"/cpu-1rank "$out"/cpu-2ranks "$out"/no-gpu "$out"/quickstart-* "$out"/large "$out"/multi-rank.txt
+rm -rf "$out"/cpu-1rank "$out"/cpu-2ranks "$out"/no-gpu "$out"/quickstart-* "$out"/large "$out"/large-fused* \
+  "$out"/large-unfused* "$out"/ncu-* "$out"/multi-rank.txt "$out"/throughput.txt "$out"/pytorch-*
 out=$(cd "$out" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
@@ -44,7 +52,9 @@ fail() { failed=1; note "$1"; }
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start ))s"; }
 # Every part runs under what is left of one budget, so the whole check ends inside it.
-budget=${AVTRAIN_GPU_CHECK_SECONDS:-450}
+budget=${AVTRAIN_GPU_CHECK_SECONDS:-540}
+parts=" ${AVTRAIN_GPU_CHECK_PARTS:-2 3 4 5 6 7 8 9} "
+want() { [[ $parts == *" $1 "* ]]; }
 limit() { local left=$(( start + budget - $(date +%s) )); (( left < 1 )) && left=1; (( left < $1 )) && echo "$left" || echo "$1"; }
 timed() {  # timed SECONDS LOG COMMAND...: the command with at most SECONDS of the budget, output to LOG
   local seconds log=$2 rc
@@ -164,6 +174,7 @@ fi
 deck=$root/inputs/quickstart.ini
 cpu_args=(--data "$shards" --device cpu --steps 3 --train.micro_batch 16 --threads 1)
 cpu_failed=""
+if want 2; then
 timed 120 "$out/cpu-1rank.log" "$bin/avtrain" "$deck" "${cpu_args[@]}" --train.micro_batches 2 --out "$out/cpu-1rank" ||
   cpu_failed=$out/cpu-1rank.log
 [[ -n $cpu_failed ]] || timed 120 "$out/cpu-2ranks.log" "${mpirun[@]}" -n 2 --bind-to none "$bin/avtrain" "$deck" \
@@ -175,41 +186,52 @@ elif "$python" "$root/validation/avtrain-reconcile" "$out/cpu-1rank" "$out/cpu-2
 else
   fail "CPU, 1 rank against 2 ranks: reconcile FAILED: $(grep verdict "$out/cpu-reconcile.log" || tail -1 "$out/cpu-reconcile.log")"
 fi
+fi
 
 # 3. The gpu tests (skipped, never passed, without a GPU).
-if timed 330 "$out/ctest-gpu.log" "${gpu_tests[@]}" -L gpu; then
+if ! want 3; then
+  :
+elif timed 330 "$out/ctest-gpu.log" "${gpu_tests[@]}" -L gpu; then
   note "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)$(grep -c '(Skipped)' "$out/ctest-gpu.log" | sed 's/^0$//; s/.\+/, & skipped/') ($(elapsed))"
 else
   fail "ctest -L gpu: FAILED: $(grep -E 'tests passed|tests failed|timed out after' "$out/ctest-gpu.log" | tail -1)"
   grep -E "Failure|FAILED|Expected|Which is|relative|error" "$out/ctest-gpu.log" | head -40
 fi
-grep -E "Skipped|\*\*\*" "$out/ctest-gpu.log" | head -10
+want 3 && grep -E "Skipped|\*\*\*" "$out/ctest-gpu.log" | head -10
 
-# 4-7 need a GPU: without one, show avtrain's own message and stop there.
+# 4-9 need a GPU: without one, show avtrain's own message and stop there.
 if (( ! gpu )); then
   timed 60 "$out/no-gpu.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --steps 1 --out "$out/no-gpu"
   note "avtrain --device cuda without a GPU (exit $?): $(tail -1 "$out/no-gpu.log")"
-  note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, several ranks on one GPU, the large deck"
+  note "not run without a GPU: the bf16 GEMM rate, the quickstart on the GPU, several ranks on one GPU, the large deck, the PyTorch peer, ncu"
 else
-  # 4. The bf16 GEMM rate of this GPU.
-  timed 120 "$out/gemm-peak.log" "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20
-  cat "$out/gemm-peak.log"
-  peak=$(sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' "$out/gemm-peak.log")
-  if [[ -n $peak ]]; then note "bf16 GEMM 8192^3: $peak TFLOP/s"; else fail "bf16 GEMM: FAILED: $(tail -1 "$out/gemm-peak.log")"; fi
+  # 4. The bf16 GEMM rate of this GPU (parts 7 and 8 hold the large deck against it).
+  peak=""
+  if want 4 || want 7; then
+    timed 120 "$out/gemm-peak.log" "$bin/avtrain-gemm-peak" --device cuda --dtype bf16 --n 8192 --repeats 20
+    cat "$out/gemm-peak.log"
+    peak=$(sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' "$out/gemm-peak.log")
+    if [[ -n $peak ]]; then note "bf16 GEMM 8192^3: $peak TFLOP/s"; else fail "bf16 GEMM: FAILED: $(tail -1 "$out/gemm-peak.log")"; fi
+  fi
 
-  # 5. Quickstart on the GPU, FP32 and BF16, reconciled.
-  for p in fp32 bf16; do
-    if timed 150 "$out/quickstart-$p.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision "$p" \
-         --steps 200 --out "$out/quickstart-$p"; then
+  # 5. Quickstart on the GPU, FP32 and BF16 (unfused and --device.fused 1), each BF16 run reconciled
+  # against FP32.
+  if want 5; then
+  for p in fp32 bf16 bf16-fused; do
+    if timed 150 "$out/quickstart-$p.log" "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision "${p%-fused}" \
+         --device.fused "$([[ $p == *fused ]] && echo 1 || echo 0)" --steps 200 --out "$out/quickstart-$p"; then
       note "quickstart $p on the GPU: $(grep 'done:' "$out/quickstart-$p.log")"
     else
       fail "quickstart $p on the GPU: FAILED: $(tail -1 "$out/quickstart-$p.log")"
     fi
   done
-  if "$python" "$root/validation/avtrain-reconcile" "$out/quickstart-fp32" "$out/quickstart-bf16" > "$out/reconcile.log" 2>&1; then
-    note "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log")"
-  else
-    fail "reconcile fp32 vs bf16 (GPU): $(grep verdict "$out/reconcile.log" || tail -1 "$out/reconcile.log")"
+  for p in bf16 bf16-fused; do
+    if "$python" "$root/validation/avtrain-reconcile" "$out/quickstart-fp32" "$out/quickstart-$p" > "$out/reconcile-$p.log" 2>&1; then
+      note "reconcile fp32 vs $p (GPU): $(grep verdict "$out/reconcile-$p.log")"
+    else
+      fail "reconcile fp32 vs $p (GPU): $(grep verdict "$out/reconcile-$p.log" || tail -1 "$out/reconcile-$p.log")"
+    fi
+  done
   fi
 
   # 6. Several ranks on this GPU (--comm mpi, staged through pinned host memory; all on one GPU where
@@ -220,6 +242,7 @@ else
   # gradient sums grows, from step ~40 of this deck); the (2, 2) run's checkpoint of step 15 resumed
   # at (1, 1) to step 30, reconciled the same way. The medians of step time, exposed communication and
   # bubble go to multi-rank.txt (docs/cuda.md).
+  if want 6; then
   m8=(--data "$shards" --device cuda --precision fp32 --train.micro_batch 8 --train.log_interval 0 --train.eval_interval 15)
   multi_failed=""
   multi() {  # multi NAME RANKS SECONDS OPTIONS...: one run of the quickstart, failures noted
@@ -270,27 +293,91 @@ PY
     note "several ranks on one GPU: $(tail -n +2 "$out/multi-rank.txt" | paste -sd';' -)"
   fi
 
-  # 7. Throughput on the large deck.
+  fi
+
+  # 7. The large deck, BF16, unfused and fused (--device.fused); the two reconciled.
   large=$out/large-shards
-  timed 60 "$out/large-shards.log" "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 \
-    --sample-rate 16000 --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3
-  if timed 240 "$out/large.log" "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --out "$out/large"; then
-    "$python" - "$out" "${peak:-0}" <<'PY' | tee "$out/throughput.txt"
+  if want 7 || want 9; then
+    timed 60 "$out/large-shards.log" "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 \
+      --sample-rate 16000 --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3
+  fi
+  large_ok=()
+  if want 7; then
+    for fused in 0 1; do
+      name=large-$( (( fused )) && echo fused || echo unfused)
+      if timed 150 "$out/$name.log" "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda \
+           --device.fused "$fused" --steps 20 --out "$out/$name"; then
+        large_ok+=("$name")
+      else
+        fail "large deck on the GPU, --device.fused $fused: FAILED: $(tail -1 "$out/$name.log")"
+      fi
+    done
+    if (( ${#large_ok[@]} )); then
+      "$python" - "$out" "${peak:-0}" "${large_ok[@]}" <<'PY' | tee "$out/throughput.txt"
 import csv, json, statistics, sys
-out, peak = sys.argv[1], float(sys.argv[2])
-rows = list(csv.DictReader(open(f"{out}/large/trace.csv")))[5:]  # after warm-up
-step_ms = statistics.median(float(r["step_ms"]) for r in rows)
-samples = statistics.median(float(r["samples_per_s"]) for r in rows)
-# Model FLOPs per step (run.json): 3 x the forward's matrix-product FLOPs (backward = 2 x forward).
-flops = json.load(open(f"{out}/large/run.json"))["model"]["train_flops_per_step"]
-tflops = flops / 1e12 / (step_ms / 1e3)
-mfu = tflops / peak if peak else float("nan")
-print(f"large deck (bf16): step {step_ms:.1f} ms, {samples:.1f} samples/s, {tflops:.1f} TFLOP/s model, "
-      f"MFU {mfu:.1%} of the measured bf16 GEMM rate {peak:.1f} TFLOP/s")
+out, peak, names = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+for name in names:
+    rows = list(csv.DictReader(open(f"{out}/{name}/trace.csv")))[5:]  # after warm-up
+    step_ms = statistics.median(float(r["step_ms"]) for r in rows)
+    samples = statistics.median(float(r["samples_per_s"]) for r in rows)
+    # Model FLOPs per step (run.json): 3 x the forward's matrix-product FLOPs (backward = 2 x forward).
+    run = json.load(open(f"{out}/{name}/run.json"))
+    tflops = run["model"]["train_flops_per_step"] / 1e12 / (step_ms / 1e3)
+    mfu = tflops / peak if peak else float("nan")
+    print(f"{name} ({run['precision']['mode']}, attention {run['precision'].get('attention', '?')}): step {step_ms:.1f} ms, {samples:.1f} "
+          f"samples/s, {tflops:.1f} TFLOP/s model, MFU {mfu:.1%} of the measured bf16 GEMM rate {peak:.1f} TFLOP/s")
 PY
-    note "large deck: $(tail -1 "$out/throughput.txt")"
-  else
-    fail "large deck on the GPU: FAILED: $(tail -1 "$out/large.log")"
+      while read -r line; do note "$line"; done < "$out/throughput.txt"
+    fi
+    if (( ${#large_ok[@]} == 2 )); then
+      if "$python" "$root/validation/avtrain-reconcile" "$out/large-unfused" "$out/large-fused" > "$out/reconcile-large.log" 2>&1; then
+        note "large deck, fused against unfused, reconciled: $(grep verdict "$out/reconcile-large.log")"
+      else
+        fail "large deck, fused against unfused: $(grep verdict "$out/reconcile-large.log" || tail -1 "$out/reconcile-large.log")"
+      fi
+    fi
+  fi
+
+  # 8. The PyTorch peer: the project's AVNet port, eager, bf16 autocast, on the large deck's shapes.
+  if want 8; then
+    if ! "$python" -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+      note "PyTorch peer: not run ($python has no torch with CUDA)"
+    elif timed 150 "$out/pytorch-large.log" "$python" "$root/validation/torch_avnet.py" bench --device cuda \
+           --autocast bf16 --width 2048 --depth 24 --heads 16 --mlp-ratio 4 --window 512 --hop 128 --mel 128 \
+           --tubelet 2 --patch 16 --batch 8 --audio-samples 64000 --sample-rate 16000 --frames 16 --height 160 \
+           --width-px 160 --channels 3 --warmup 3 --steps 10; then
+      torch_ms=$(sed -n 's/.*"median_step_ms": \([0-9.]*\).*/\1/p' "$out/pytorch-large.log" | tail -1)
+      note "PyTorch eager, large deck shapes, bf16 autocast: $torch_ms ms per step ($(grep -o '"torch": "[^"]*"' "$out/pytorch-large.log" | tail -1))"
+      for name in "${large_ok[@]}"; do
+        ms=$(sed -n "s/^$name .*step \([0-9.]*\) ms.*/\1/p" "$out/throughput.txt")
+        [[ -n $ms && -n $torch_ms ]] &&
+          note "$name against PyTorch eager: $(awk -v a="$ms" -v t="$torch_ms" 'BEGIN { printf "%.2fx PyTorch'"'"'s speed (%s ms against %s ms)", t / a, a, t }')"
+      done
+    else
+      fail "PyTorch peer: FAILED: $(tail -1 "$out/pytorch-large.log")"
+    fi
+  fi
+
+  # 9. Kernel time of one large-deck step at depth 2 under ncu, fused first, unfused when the budget allows.
+  if want 9; then
+    if ! command -v ncu > /dev/null; then
+      note "ncu: not on this node, no kernel profile"
+    else
+      for fused in 1 0; do
+        name=ncu-$( (( fused )) && echo fused || echo unfused)
+        (( $(limit 1000) >= 100 )) || { note "$name: not run (under 100 s of the budget left)"; continue; }
+        if timed 200 "$out/$name.csv" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+             "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --device.fused "$fused" \
+             --model.depth 2 --steps 1 --out "$out/$name-run" &&
+           "$python" "$root/validation/ncu_summary.py" "$out/$name.csv" \
+             "large deck at depth 2, one bf16 step, --device.fused $fused" > "$out/$name.txt" 2>&1; then
+          cat "$out/$name.txt"
+          note "$name: $(head -1 "$out/$name.txt"); largest group: $(sed -n 4p "$out/$name.txt")"
+        else
+          fail "$name: FAILED: $(tail -1 "$out/$name.txt" 2> /dev/null || tail -1 "$out/$name.csv")"
+        fi
+      done
+    fi
   fi
 fi
 

@@ -15,7 +15,8 @@ Modes:
              from the shards with h5py; compare with eval.json (exit 1 beyond 1e-5 relative, or when more samples are classed
              otherwise than near ties, top two logits within 1e-4, can explain).
 
-Run with Debian's interpreter (/usr/bin/python3), which has torch, numpy and h5py.
+Run with Debian's interpreter (/usr/bin/python3), which has torch, numpy and h5py (bench needs no h5py:
+`bench --device cuda` is gpu-check's PyTorch peer on GPU nodes, which have torch but often no h5py).
 """
 import argparse
 import contextlib
@@ -27,8 +28,11 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import h5py
 import numpy as np
+try:
+    import h5py
+except ImportError:  # bench needs none: GPU nodes have torch, often no h5py
+    h5py = None
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -229,7 +233,7 @@ class AudioStem(nn.Module):
         self.bn = MaskedBatchNorm(cfg.width)
 
     def forward(self, audio, token_mask, audio_len):
-        with torch.autocast("cpu", enabled=False):
+        with torch.autocast(audio.device.type, enabled=False):
             logmel = self.frontend(audio, audio_len)
         return F.gelu(self.bn(self.conv(logmel), token_mask))
 
@@ -404,7 +408,8 @@ def make_adamw(model, lr, weight_decay=0.05):
 
 def training_step(model, optimiser, batch, clip_norm, autocast_dtype=None):
     optimiser.zero_grad(set_to_none=True)
-    autocast = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    autocast = torch.autocast(device, dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
     with autocast:
         loss, _, _, _ = model(batch)
     loss.backward()
@@ -434,21 +439,32 @@ def run_bench(args):
     cfg = config_from_args(args, audio_samples=args.audio_samples, sample_rate=args.sample_rate, frames=args.frames,
                            height=args.height, width_px=args.width_px, channels=args.channels,
                            num_classes=args.classes)
-    model = AVNet(cfg).train()
+    device = torch.device(args.device)
+    # FP32 stays FP32 on a GPU too (avtrain's products take TF32 only under --allow-tf32).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = AVNet(cfg).to(device).train()
     optimiser = make_adamw(model, lr=args.lr, weight_decay=args.weight_decay)
     batch = random_full_length_batch(cfg, args.batch, torch.Generator().manual_seed(args.seed))
+    batch = {k: v.to(device) for k, v in batch.items()}
     autocast_dtype = torch.bfloat16 if args.autocast == "bf16" else None
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step_ms = []
     for step in range(args.warmup + args.steps):
+        sync()
         start = time.perf_counter()
         training_step(model, optimiser, batch, args.clip_norm, autocast_dtype)
+        sync()
         if step >= args.warmup:
             step_ms.append((time.perf_counter() - start) * 1e3)
     print(json.dumps({
         "framework": "pytorch",
         "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "precision": "bf16-autocast" if autocast_dtype is not None else "fp32",
         "median_step_ms": round(statistics.median(step_ms), 3),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "batch": args.batch,
         "steps": args.steps,
         "threads": args.threads,
     }))
@@ -668,6 +684,7 @@ def parse_args(argv=None):
     bench.add_argument("--warmup", type=int, default=3)
     bench.add_argument("--steps", type=int, default=10)
     bench.add_argument("--autocast", choices=["bf16"], default=None)
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     bench.add_argument("--lr", type=float, default=2e-3)
     bench.add_argument("--weight-decay", type=float, default=0.05)
     bench.add_argument("--clip-norm", type=float, default=1.0)
@@ -689,6 +706,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.mode != "bench" and h5py is None:
+        raise SystemExit(f"torch_avnet.py {args.mode}: needs the h5py module (apt-get install python3-h5py)")
     {"bench": run_bench, "reference": run_reference, "evaluate": run_evaluate}[args.mode](args)
 
 
