@@ -57,10 +57,12 @@ std::size_t total_bytes(const T&... tensors) {
 struct Workspace {
   static constexpr int kSlots = 10;
   Buffer slot[kSlots];
+  // A gradient's 16-bit copy, written as it is rounded, read by the two products of one backward.
+  Buffer16 grad16;
   std::unique_ptr<LayerState> recomputed;
   Buffer& operator[](int i) { return slot[i]; }
   std::size_t bytes() const {
-    std::size_t n = recomputed ? recomputed->bytes() : 0;
+    std::size_t n = (recomputed ? recomputed->bytes() : 0) + grad16.bytes();
     for (const Buffer& b : slot) n += b.bytes();
     return n;
   }

@@ -8,9 +8,9 @@ LayerNorm::LayerNorm(ParamStore& params, std::string module, int dim, DType dtyp
   beta_ = params.add(module_, "bias", {dim}, Init::zeros, 0, false);
 }
 
-void LayerNorm::forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows) {
+void LayerNorm::forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows, std::uint16_t* y16) {
   be.layernorm_forward(x, params_.value(gamma_), params_.value(beta_), y, mean, rstd, rows, dim_, eps_);
-  be.round_to(dtype_, y, nullptr, std::size_t(rows) * dim_);
+  be.round_to(dtype_, y, y16, std::size_t(rows) * dim_);
 }
 
 void LayerNorm::backward(Backend& be, const float* x, const float* dy, const float* mean,

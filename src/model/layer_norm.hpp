@@ -12,7 +12,8 @@ namespace avtrain {
 class LayerNorm {
  public:
   LayerNorm(ParamStore& params, std::string module, int dim, DType dtype, float eps = 1e-5f);
-  void forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows);
+  // y rounded to the module's type, and its 16-bit patterns to y16 in the same pass when not null.
+  void forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows, std::uint16_t* y16 = nullptr);
   void backward(Backend& be, const float* x, const float* dy, const float* mean, const float* rstd,
                 float* dx, int rows);
   const std::string& module() const { return module_; }

@@ -9,22 +9,23 @@ Linear::Linear(ParamStore& params, std::string module, int in, int out, float in
   if (bias) bias_ = params.add(module_, "bias", {out}, Init::zeros, 0, false);
 }
 
-void Linear::forward(Backend& be, Operand x, float* y, int rows) {
+void Linear::forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* y16) {
   // Start from the bias and accumulate (beta = 1): no separate pass to zero y or to add the bias.
   if (bias_ >= 0) be.fill_rows(y, params_.value(bias_), rows, out_);
   be.gemm(dtype_, Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.operand(weight_), in_,
           bias_ >= 0 ? 1.0f : 0.0f, y, out_);
-  be.round_to(dtype_, y, nullptr, std::size_t(rows) * out_);
+  be.round_to(dtype_, y, y16, std::size_t(rows) * out_);
 }
 
-void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows) {
+void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {
+  const Operand dy_in = dy16 && dtype_ != DType::f32 ? Operand{dy16, dtype_} : fp32(dy);
   if (dtype_ == DType::f32) {
     be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 1.0f,
             params_.grad(weight_), in_);
     if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
   } else {
     dw_.resize(std::size_t(out_) * in_);
-    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 0.0f, dw_.data(), in_);
+    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy_in, out_, x, in_, 0.0f, dw_.data(), in_);
     be.round_to(dtype_, dw_.data(), nullptr, dw_.size());
     be.add(params_.grad(weight_), dw_.data(), dw_.size());
     if (bias_ >= 0) {
@@ -36,7 +37,7 @@ void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int ro
     }
   }
   if (!dx) return;
-  be.gemm(dtype_, Trans::no, Trans::no, rows, in_, out_, 1.0f, fp32(dy), out_, params_.operand(weight_), in_, 0.0f,
+  be.gemm(dtype_, Trans::no, Trans::no, rows, in_, out_, 1.0f, dy_in, out_, params_.operand(weight_), in_, 0.0f,
           dx, in_);
   be.round_to(dtype_, dx, nullptr, std::size_t(rows) * in_);
 }

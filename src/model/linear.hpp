@@ -15,11 +15,13 @@ class Linear {
  public:
   Linear(ParamStore& params, std::string module, int in, int out, float init_std, DType dtype,
          bool bias = true);
-  // x: values exact in the module's type; y: written, rounded to it.
-  void forward(Backend& be, Operand x, float* y, int rows);
+  // x: values exact in the module's type; y: written, rounded to it, and its 16-bit patterns to
+  // y16 in the same pass when that is not null (16-bit types).
+  void forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* y16 = nullptr);
   // Accumulates dW, db; writes dx (rounded to the module's type) when it is not null. dy's values
-  // must be exact in the module's type.
-  void backward(Backend& be, Operand x, const float* dy, float* dx, int rows);
+  // must be exact in the module's type; dy16, when not null, holds their 16-bit patterns, which the
+  // products then read (as they are: no packing of dy for each).
+  void backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16 = nullptr);
   const std::string& module() const { return module_; }
   DType dtype() const { return dtype_; }
 

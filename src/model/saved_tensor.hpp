@@ -16,6 +16,21 @@ class SavedTensor {
   const float* keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, false); }
   // Rounds `values` to `dtype` in place, then keeps them (one pass for 16-bit types).
   const float* round_and_keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, true); }
+  // Keeps `values` as `write(packed)` leaves them: an op that rounds them to `dtype` and writes their
+  // 16-bit patterns to `packed` as it goes (no pass of its own; null for fp32, then swapped in).
+  template <typename Write>
+  const float* keep_written(Buffer& values, DType dtype, Write&& write) {
+    dtype_ = dtype;
+    size_ = values.size();
+    if (dtype == DType::f32) {
+      write(static_cast<std::uint16_t*>(nullptr));
+      std::swap(f32_, values);
+      return f32_.data();
+    }
+    packed_.resize(size_);
+    write(packed_.data());
+    return values.data();
+  }
   // The values in fp32: this tensor's own storage, or unpacked into `scratch`.
   const float* load(Backend& be, Buffer& scratch) const {
     if (dtype_ == DType::f32) return f32_.data();

@@ -50,6 +50,13 @@ double TransformerBlock::forward_flops(int B, int L) const {
 
 DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
 
+const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy, std::size_t count) {
+  if (layer.dtype() == DType::f32) return nullptr;
+  ws_.grad16.resize(count);
+  be_.round_to(layer.dtype(), dy, ws_.grad16.data(), count);
+  return ws_.grad16.data();
+}
+
 bool TransformerBlock::fused_attention() const {
   const DType products = attention_products();
   return products != DType::f32 && be_.fuses_attention(products, hd_);
@@ -78,15 +85,17 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   a.resize(n);
   st.ln1_mean.resize(rows);
   st.ln1_rstd.resize(rows);
-  ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows);
-  note(ln1_.module(), a.data(), n);
-  st.a.keep(be_, a, ln1_.dtype());
+  st.a.keep_written(a, ln1_.dtype(), [&](std::uint16_t* a16) {
+    ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
+    note(ln1_.module(), a.data(), n);
+  });
 
   Buffer& qkv = ws_[kQkv];
   qkv.resize(3 * n);
-  qkv_.forward(be_, st.a.operand(), qkv.data(), rows);
-  note(qkv_.module(), qkv.data(), 3 * n);
-  const float* qkv_values = st.qkv.keep(be_, qkv, qkv_.dtype());
+  const float* qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), [&](std::uint16_t* qkv16) {
+    qkv_.forward(be_, st.a.operand(), qkv.data(), rows, qkv16);
+    note(qkv_.module(), qkv.data(), 3 * n);
+  });
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
@@ -119,15 +128,17 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   b.resize(n);
   st.ln2_mean.resize(rows);
   st.ln2_rstd.resize(rows);
-  ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows);
-  note(ln2_.module(), b.data(), n);
-  st.b.keep(be_, b, ln2_.dtype());
+  st.b.keep_written(b, ln2_.dtype(), [&](std::uint16_t* b16) {
+    ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
+    note(ln2_.module(), b.data(), n);
+  });
 
   Buffer& f1 = ws_[kF1];
   f1.resize(nh);
-  fc1_.forward(be_, st.b.operand(), f1.data(), rows);
-  note(fc1_.module(), f1.data(), nh);
-  const float* f1_values = st.f1.keep(be_, f1, fc1_.dtype());
+  const float* f1_values = st.f1.keep_written(f1, fc1_.dtype(), [&](std::uint16_t* f1_16) {
+    fc1_.forward(be_, st.b.operand(), f1.data(), rows, f1_16);
+    note(fc1_.module(), f1.data(), nh);
+  });
   Buffer& g = ws_[kG];
   g.resize(nh);
   be_.gelu_forward(f1_values, g.data(), nh);
@@ -155,17 +166,16 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   // Each gradient is rounded to the type of the value it is the gradient of; workspace slots are
   // reused once what they held has been read.
   Buffer& dout = flow.dx;
-  be_.round_to(fc2_.dtype(), dout.data(), nullptr, n);
   Buffer& dg = ws_[kG];
   dg.resize(nh);
-  fc2_.backward(be_, st.g.operand(), dout.data(), dg.data(), rows);
+  fc2_.backward(be_, st.g.operand(), dout.data(), dg.data(), rows, round_grad(fc2_, dout.data(), n));
   note_gradient(be_, flow, fc2_.module(), dg.data(), nh);
   const float* f1 = st.f1.load(be_, ws_[kF1]);
   be_.gelu_backward(dg.data(), f1, dg.data(), nh);  // d(f1), in place
-  be_.round_to(fc1_.dtype(), dg.data(), nullptr, nh);
+  const std::uint16_t* dg16 = round_grad(fc1_, dg.data(), nh);
   Buffer& db = ws_[kB];
   db.resize(n);
-  fc1_.backward(be_, st.b.operand(), dg.data(), db.data(), rows);
+  fc1_.backward(be_, st.b.operand(), dg.data(), db.data(), rows, dg16);
   note_gradient(be_, flow, fc1_.module(), db.data(), n);
 
   const float* h = st.h.load(be_, ws_[kH]);
@@ -173,11 +183,11 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   dh.resize(n);
   ln2_.backward(be_, h, db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
   be_.add(dh.data(), dout.data(), n);  // dh = dout + d(ln2 path)
-  be_.round_to(proj_.dtype(), dh.data(), nullptr, n);
+  const std::uint16_t* dh16 = round_grad(proj_, dh.data(), n);
   note_gradient(be_, flow, ln2_.module(), dh.data(), n);
 
   Buffer& dctx = db;
-  proj_.backward(be_, st.ctx.operand(), dh.data(), dctx.data(), rows);
+  proj_.backward(be_, st.ctx.operand(), dh.data(), dctx.data(), rows, dh16);
   note_gradient(be_, flow, proj_.module(), dctx.data(), n);
   // In bf16 the products read the kept 16-bit copies of qkv and p as they are; in fp32, fp32 values.
   const DType products = attention_products();
@@ -192,11 +202,11 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
   be_.attention_backward(products, qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
-  be_.round_to(qkv_.dtype(), dqkv.data(), nullptr, 3 * n);
+  const std::uint16_t* dqkv16 = round_grad(qkv_, dqkv.data(), 3 * n);
   note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
   Buffer& da = ws_[kF1];
   da.resize(n);
-  qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows);
+  qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows, dqkv16);
   note_gradient(be_, flow, qkv_.module(), da.data(), n);
   const float* x = x_again ? x_again : kept.x.load(be_, ws_[kQkv]);
   ln1_.backward(be_, x, da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
