@@ -1,7 +1,9 @@
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; the CPU's formula
-// and order of operations.
+// and order of operations. adamw_tensors (device.fused): every tensor of an update in a few launches
+// (multi-tensor apply), the gradient factor and the working copies in the same pass.
 #include <cmath>
 
+#include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "launch.cuh"
@@ -9,31 +11,109 @@
 namespace avtrain::cuda {
 
 namespace {
-__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                             float beta2, float one_minus_beta1, float one_minus_beta2, float bc1, float bc2, float eps,
+
+struct AdamWConstants {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bc1, bc2, eps;
+};
+
+AdamWConstants constants(float lr, float beta1, float beta2, float eps, int step) {
+  // On the host as the CPU computes them, so the corrections are the same floats.
+  return {lr, beta1, beta2, 1.0f - beta1, 1.0f - beta2, 1.0f - std::pow(beta1, float(step)),
+          1.0f - std::pow(beta2, float(step)), eps};
+}
+
+// One element's update (both kernels: the same expression, the same bits): m, v updated, w returned.
+__device__ __forceinline__ float adamw_element(float wi, float gi, float& m, float& v, const AdamWConstants& c,
+                                               float weight_decay) {
+  const float mi = c.beta1 * m + c.one_minus_beta1 * gi;
+  const float vi = c.beta2 * v + c.one_minus_beta2 * gi * gi;
+  m = mi;
+  v = vi;
+  const float mhat = mi / c.bc1, vhat = vi / c.bc2;
+  return wi - c.lr * (mhat / (sqrtf(vhat) + c.eps) + weight_decay * wi);
+}
+
+__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, std::size_t n, AdamWConstants c,
                              float weight_decay) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const float gi = g[i];
-    const float mi = beta1 * m[i] + one_minus_beta1 * gi;
-    const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi / bc1, vhat = vi / bc2;
-    const float wi = w[i];
-    w[i] = wi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * wi);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) w[i] = adamw_element(w[i], g[i], m[i], v[i], c, weight_decay);
+}
+
+// Up to kTensorsPerLaunch tensors of one update, by value in the kernel's parameters (under 4 KiB):
+// each is cut into chunks of kChunk elements, a block per chunk.
+constexpr int kTensorsPerLaunch = 48;
+constexpr int kChunk = 4096;
+struct TensorBatch {
+  int count;
+  unsigned block_start[kTensorsPerLaunch + 1];  // the first block of each tensor; [count]: all blocks
+  unsigned long long offset[kTensorsPerLaunch], size[kTensorsPerLaunch];
+  void* copy[kTensorsPerLaunch];
+  float weight_decay[kTensorsPerLaunch];
+  DType copy_type[kTensorsPerLaunch];
+};
+
+__global__ void adamw_tensors_kernel(float* w, float* g, float* m, float* v, TensorBatch batch, AdamWConstants c,
+                                     float grad_factor) {
+  int t = 0;
+  while (t + 1 < batch.count && blockIdx.x >= batch.block_start[t + 1]) ++t;
+  const std::size_t first = std::size_t(blockIdx.x - batch.block_start[t]) * kChunk;
+  const std::size_t end = std::min<std::size_t>(batch.size[t], first + kChunk);
+  const std::size_t at = batch.offset[t];
+  const float wd = batch.weight_decay[t];
+  const DType type = batch.copy_type[t];
+  void* copy = batch.copy[t];
+  for (std::size_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+    float gi = g[at + i];
+    if (grad_factor != 1.0f) {  // as scale() leaves them
+      gi *= grad_factor;
+      g[at + i] = gi;
+    }
+    const float wi = adamw_element(w[at + i], gi, m[at + i], v[at + i], c, wd);
+    w[at + i] = wi;
+    if (!copy) continue;
+    if (type == DType::f32) static_cast<float*>(copy)[i] = wi;
+    else static_cast<std::uint16_t*>(copy)[i] = type == DType::bf16 ? float_to_bf16(wi) : float_to_half(wi);
   }
 }
+
 }  // namespace
 
 void CudaBackend::adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int step) {
   if (n == 0) return;
-  // On the host as the CPU computes them, so the corrections are the same floats.
-  const float bc1 = 1.0f - std::pow(beta1, float(step));
-  const float bc2 = 1.0f - std::pow(beta2, float(step));
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, lr, beta1, beta2, 1.0f - beta1, 1.0f - beta2,
-                                                         bc1, bc2, eps, weight_decay);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, constants(lr, beta1, beta2, eps, step),
+                                                         weight_decay);
   CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
+                                float beta1, float beta2, float eps, float grad_factor, int step) {
+  if (!options_.fused) {
+    Backend::adamw_tensors(w, g, m, v, tensors, count, lr, beta1, beta2, eps, grad_factor, step);
+    return;
+  }
+  const AdamWConstants c = constants(lr, beta1, beta2, eps, step);
+  TensorBatch batch{};
+  const auto launch = [&] {
+    if (batch.count == 0) return;
+    adamw_tensors_kernel<<<batch.block_start[batch.count], kThreads, 0, stream_>>>(w, g, m, v, batch, c, grad_factor);
+    CUDA_CHECK_LAUNCH();
+    batch = TensorBatch{};
+  };
+  for (int i = 0; i < count; ++i) {
+    const AdamWTensor& t = tensors[i];
+    if (t.size == 0) continue;
+    const int k = batch.count;
+    batch.offset[k] = t.offset;
+    batch.size[k] = t.size;
+    batch.copy[k] = t.copy;
+    batch.weight_decay[k] = t.weight_decay;
+    batch.copy_type[k] = t.copy_type;
+    batch.block_start[k + 1] = batch.block_start[k] + unsigned((t.size + kChunk - 1) / kChunk);
+    ++batch.count;
+    // A launch per full batch, or before the block count could pass what a grid holds.
+    if (batch.count == kTensorsPerLaunch || batch.block_start[batch.count] > (1u << 30)) launch();
+  }
+  launch();
 }
 
 }  // namespace avtrain::cuda

@@ -123,6 +123,8 @@ class CudaBackend final : public Backend {
 
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
+  void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
+                     float beta1, float beta2, float eps, float grad_factor, int step) override;
 
   // Device scratch of at least `bytes` for an op's temporaries (grows, from the arena once there is
   // one, never shrinks; not shared between ops in flight: every op that uses it is ordered on the

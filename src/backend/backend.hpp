@@ -204,6 +204,19 @@ class Backend : public TensorMemory {
   // ---- optimizer: AdamW on fp32 master weights, bias-corrected; decay applied as w -= lr*wd*w.
   virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int step) = 0;
+  // One AdamW update of many tensors (multi-tensor apply). Tensor t is elements [offset, offset + size)
+  // of w, g, m, v; its gradients are first multiplied by grad_factor (the unscale and the clip: as
+  // scale() does, in place), and its new masters then go to its copy: their 16-bit patterns in
+  // copy_type (a working copy), fp32 values, or nowhere (copy null). The default runs scale, adamw
+  // and pack or copy per tensor; a backend may fuse them into one pass with the same bits.
+  struct AdamWTensor {
+    std::size_t offset, size;
+    float weight_decay;
+    void* copy;
+    DType copy_type;
+  };
+  virtual void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
+                             float beta1, float beta2, float eps, float grad_factor, int step);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

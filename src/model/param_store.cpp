@@ -172,11 +172,17 @@ void ParamStore::refresh(Backend& be, FlatPart part) {
     const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
     if (mine.size() == 0) continue;
     const float* from = masters().data() + (mine.begin - held.begin);
-    if (p.working != DType::f32)
-      be.pack(p.working, from, working_.data() + p.working_offset + (mine.begin - p.offset), mine.size());
-    else if (split_ && p.trainable)
-      be.copy(values_.data() + p.value_offset + (mine.begin - p.offset), from, mine.size() * sizeof(float));
+    const CopyTarget to = copy_target(p, mine);
+    if (!to.data) continue;
+    if (to.type == DType::f32) be.copy(to.data, from, mine.size() * sizeof(float));
+    else be.pack(to.type, from, static_cast<std::uint16_t*>(to.data), mine.size());
   }
+}
+
+ParamStore::CopyTarget ParamStore::copy_target(const ParamInfo& p, FlatPart mine) {
+  if (p.working != DType::f32) return {working_.data() + p.working_offset + (mine.begin - p.offset), p.working};
+  if (split_ && p.trainable) return {values_.data() + p.value_offset + (mine.begin - p.offset), DType::f32};
+  return {nullptr, DType::f32};
 }
 
 std::size_t ParamStore::trainable_count() const {

@@ -66,6 +66,13 @@ class ParamStore {
   // From the masters of `part` (within master_part()), after an update: their working copies and,
   // when the masters are split, the fp32 values of the trainable parameters among them.
   void refresh(Backend& be, FlatPart part);
+  // Where refresh() puts the masters of `mine` (elements of parameter p): its working copy (16-bit
+  // patterns of `type`), its fp32 values (masters split, trainable), or nowhere (data null).
+  struct CopyTarget {
+    void* data;
+    DType type;
+  };
+  CopyTarget copy_target(const ParamInfo& p, FlatPart mine);
   // refresh() of every master this store has (after allocation, a load and every update).
   void refresh_working(Backend& be) { refresh(be, master_part()); }
   // Every parameter's values from the host, laid out at the flat offsets (total_size() values):

@@ -15,18 +15,23 @@ AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::op
   });
 }
 
-void AdamW::step(float lr) {
+void AdamW::step(float lr, float grad_factor) {
   ++t_;
-  for (ParamId id = 0; id < ParamId(params_.params().size()); ++id) {
-    const ParamInfo& p = params_.info(id);
-    if (!p.trainable) continue;
-    const FlatPart mine = part_.overlap(p.offset, p.offset + p.size);
-    if (mine.size() == 0) continue;
-    const std::size_t at = mine.begin - part_.begin;
-    be_.adamw(params_.masters().data() + (mine.begin - params_.master_part().begin), params_.grads().data() + mine.begin,
-              m_.data() + at, v_.data() + at, mine.size(), lr, config_.beta1, config_.beta2, config_.eps,
-              p.weight_decay ? config_.weight_decay : 0.0f, t_);
+  // Tensor elements are indexed from part().begin in all four buffers.
+  const FlatPart held = params_.master_part();
+  if (tensors_.empty()) {
+    for (const ParamInfo& p : params_.params()) {
+      if (!p.trainable) continue;
+      const FlatPart mine = part_.overlap(p.offset, p.offset + p.size);
+      if (mine.size() == 0) continue;
+      const ParamStore::CopyTarget to = params_.copy_target(p, mine);
+      tensors_.push_back({mine.begin - part_.begin, mine.size(), p.weight_decay ? float(config_.weight_decay) : 0.0f, to.data,
+                          to.type});
+    }
   }
+  be_.adamw_tensors(params_.masters().data() + (part_.begin - held.begin), params_.grads().data() + part_.begin,
+                    m_.data(), v_.data(), tensors_.data(), int(tensors_.size()), lr, config_.beta1, config_.beta2,
+                    config_.eps, grad_factor, t_);
 }
 
 }  // namespace avtrain

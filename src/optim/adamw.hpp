@@ -3,6 +3,7 @@
 // where the parameter asks for it (not norms, not biases). Under parallel.zero each replica runs it
 // on its own part of the flat buffers.
 #include <optional>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
@@ -16,9 +17,10 @@ class AdamW {
   // `part`: the flat elements it updates and keeps moments for (a ZeRO replica's, within the
   // masters `params` holds); default every element.
   AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt);
-  // One update of the part's elements from params.grads() (elementwise: a part's result is the
-  // same bits as the whole's).
-  void step(float lr);
+  // One update of the part's elements from params.grads() times grad_factor (the unscale and the
+  // clip, applied in the same pass), and the new masters to their working copies (what
+  // ParamStore::refresh does for the part). Elementwise: a part's result is the same bits as the whole's.
+  void step(float lr, float grad_factor = 1.0f);
   // The state a checkpoint holds: the moments of the part (laid out as the ParamStore's values,
   // from part().begin) and the number of updates taken (bias correction).
   Buffer& first_moments() { return m_; }
@@ -33,6 +35,7 @@ class AdamW {
   OptimConfig config_;
   FlatPart part_;
   Buffer m_, v_;
+  std::vector<Backend::AdamWTensor> tensors_;  // the trainable tensors of the part, made at the first step
   int t_ = 0;
 };
 

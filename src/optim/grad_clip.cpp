@@ -7,13 +7,8 @@ float clip_factor(double norm, float max_norm) {
   return float(max_norm / (norm + 1e-6));
 }
 
-float unscale_and_clip(Backend& be, ParamStore& params, double norm, double loss_scale, float max_norm) {
-  const float clip = clip_factor(norm, max_norm);
-  const float factor = float(double(clip) / loss_scale);
-  if (factor == 1.0f) return clip;
-  // One pass over the flat buffer: the gradients of buffers that are not trained are zero and stay so.
-  be.scale(params.grads().data(), params.total_size(), factor);
-  return clip;
+float grad_factor(double norm, double loss_scale, float max_norm) {
+  return float(double(clip_factor(norm, max_norm)) / loss_scale);
 }
 
 }  // namespace avtrain

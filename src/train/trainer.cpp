@@ -969,10 +969,10 @@ struct Trainer::Impl {
     u.applied = run.scaler.update(a.found_inf, w.step);
     const auto t_opt = Clock::now();
     if (u.applied) {
-      unscale_and_clip(be, params, a.grad_norm, w.loss_scale, config.optim.clip_norm);
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
-      run.optimizer.step(u.lr);
-      params.refresh_working(be);  // under ZeRO, of this replica's part
+      // Unscaled, clipped and updated in one pass, the working copies (under ZeRO, of this replica's
+      // part) written in it.
+      run.optimizer.step(u.lr, grad_factor(a.grad_norm, w.loss_scale, config.optim.clip_norm));
     }
     watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
     end_step();

@@ -1208,6 +1208,57 @@ TEST_F(CudaOps, InfoNceLossMatchesCpuAndAccumulatesGradients) {
 
 // ---------------------------------------------------------------- optimizer
 
+// adamw_tensors under device.fused (one pass: the gradient factor, the update, the copies) against the
+// separate ops of the unfused backend (scale, adamw, pack or copy per tensor): the same bits, over tensors
+// of odd sizes and offsets, copies in bf16, fp16, fp32 and none, more tensors than one launch takes,
+// with and without a factor.
+TEST_F(CudaOps, AdamWTensorsFusedGiveTheBitsOfTheSeparateOps) {
+  std::vector<Backend::AdamWTensor> tensors;
+  std::size_t n = 0, copy16 = 0, copy32 = 0;
+  for (int t = 0; t < 61; ++t) {
+    const std::size_t size = t == 7 ? 300001 : std::size_t(1 + (t * 7919) % 5003);
+    const DType type = t % 4 == 0 ? DType::bf16 : t % 4 == 1 ? DType::f16 : DType::f32;
+    tensors.push_back({n + 3, size, t % 3 ? 0.05f : 0.0f, nullptr, type});
+    n += size + 5;
+    if (t % 4 == 3) continue;  // no copy
+    (type == DType::f32 ? copy32 : copy16) += size;
+  }
+  struct State {
+    DevF w, g, m, v, c32;
+    DeviceBuffer<std::uint16_t> c16;
+  };
+  const auto make = [&](Backend& be) {
+    return std::unique_ptr<State>(new State{DevF(be, normal(n, "adamw_tensors.w", 0.05)), DevF(be, nans(n)),
+                                            DevF(be, std::vector<float>(n, 0.0f)), DevF(be, std::vector<float>(n, 0.0f)),
+                                            DevF(be, nans(copy32)), DeviceBuffer<std::uint16_t>(be, copy16)});
+  };
+  auto separate = make(gpu()), fused_state = make(*g_fused);
+  for (int step = 1; step <= 3; ++step) {
+    const float factor = step == 2 ? 1.0f : 0.37f;
+    const auto g = normal(n, "adamw_tensors.g" + std::to_string(step), 0.01);
+    for (const auto& [be, st] : {std::pair{&gpu(), separate.get()}, std::pair{g_fused.get(), fused_state.get()}}) {
+      st->g.upload(g);
+      std::vector<Backend::AdamWTensor> with_copies = tensors;
+      std::size_t at16 = 0, at32 = 0;
+      for (std::size_t t = 0; t < with_copies.size(); ++t) {
+        if (t % 4 == 3) continue;
+        auto& x = with_copies[t];
+        if (x.copy_type == DType::f32) x.copy = st->c32.get() + at32, at32 += x.size;
+        else x.copy = st->c16.get() + at16, at16 += x.size;
+      }
+      be->adamw_tensors(st->w, st->g, st->m, st->v, with_copies.data(), int(with_copies.size()), 2e-3f, 0.9f, 0.95f,
+                        1e-8f, factor, step);
+    }
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_TRUE(separate->w.download() == fused_state->w.download()) << "w";
+    EXPECT_TRUE(separate->g.download() == fused_state->g.download()) << "g";
+    EXPECT_TRUE(separate->m.download() == fused_state->m.download()) << "m";
+    EXPECT_TRUE(separate->v.download() == fused_state->v.download()) << "v";
+    EXPECT_TRUE(separate->c32.download() == fused_state->c32.download()) << "fp32 copies";
+    EXPECT_TRUE(separate->c16.download() == fused_state->c16.download()) << "16-bit copies";
+  }
+}
+
 TEST_F(CudaOps, AdamWMatchesCpuOverSeveralSteps) {
   const std::size_t n = 100003;
   const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.05f;

@@ -26,6 +26,7 @@
 #include "data/sampler.hpp"
 #include "io/trace_writer.hpp"
 #include "model/param_store.hpp"
+#include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
 #include "train/rank_report.hpp"
@@ -192,41 +193,57 @@ struct TwoParams {
   }
 };
 
-TEST(ClipGradients, ScalesAGlobalNormAboveMaxNormDownToMaxNorm) {
-  auto be = make_cpu_backend();
+TEST(ClipGradients, TheFactorBringsAGlobalNormAboveMaxNormDownToMaxNorm) {
   TwoParams p;
   const double norm = p.norm();
   ASSERT_GT(norm, 2.0);
-  const auto before = p.grads();
-  const float factor = unscale_and_clip(*be, p.store, norm, 1.0, 1.0f);
-  EXPECT_NEAR(p.norm(), 1.0, 1e-5);
-  EXPECT_NEAR(factor, 1.0 / norm, 1e-6);
-  const auto after = p.grads();
-  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] * factor) << i;
+  EXPECT_NEAR(grad_factor(norm, 1.0, 1.0f), 1.0 / norm, 1e-6);
+  EXPECT_EQ(grad_factor(norm, 1.0, float(norm) * 2.0f), 1.0f);  // below max_norm: untouched
+  EXPECT_EQ(grad_factor(norm, 1.0, 0.0f), 1.0f);                 // 0 turns clipping off
 }
 
-TEST(ClipGradients, LeavesANormBelowMaxNormOrWithClippingOffUntouched) {
-  auto be = make_cpu_backend();
-  TwoParams p;
-  const auto before = p.grads();
-  EXPECT_EQ(unscale_and_clip(*be, p.store, p.norm(), 1.0, float(p.norm()) * 2.0f), 1.0f);
-  EXPECT_EQ(unscale_and_clip(*be, p.store, p.norm(), 1.0, 0.0f), 1.0f);  // 0 turns clipping off
-  EXPECT_EQ(p.grads(), before);
-}
-
-// Scaled gradients are divided by the scale in the same pass; clipping looks at the unscaled norm.
-TEST(ClipGradients, UnscalesAndClipsInOnePass) {
-  auto be = make_cpu_backend();
+// Scaled gradients are divided by the scale by the same factor; clipping looks at the unscaled norm.
+TEST(ClipGradients, TheFactorUnscalesAndClipsAtOnce) {
   TwoParams p;
   const double norm = p.norm();
-  const auto before = p.grads();
-  const float factor = unscale_and_clip(*be, p.store, norm / 4.0, 4.0, float(norm / 8.0));
-  EXPECT_NEAR(factor, 0.5, 1e-6);
-  const auto after = p.grads();
-  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] * (factor / 4.0f)) << i;
-  TwoParams q;
-  EXPECT_EQ(unscale_and_clip(*be, q.store, q.norm() / 256.0, 256.0, 0.0f), 1.0f);  // no clip: unscale only
-  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(q.grads()[i], before[i] / 256.0f) << i;
+  EXPECT_NEAR(grad_factor(norm / 4.0, 4.0, float(norm / 8.0)), 0.5 / 4.0, 1e-6);
+  EXPECT_EQ(grad_factor(norm / 256.0, 256.0, 0.0f), 1.0f / 256.0f);  // no clip: unscale only
+}
+
+// AdamW::step(lr, factor): the gradients times the factor, the update and the working copies, in one
+// call with the bits of scale(), then step(lr) and refresh() one after the other.
+TEST(ClipGradients, AdamWStepWithAFactorIsScaleThenStepThenRefreshBitForBit) {
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  OptimConfig config;
+  for (const DType working : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(working));
+    ParamStore a_store, b_store;
+    for (ParamStore* s : {&a_store, &b_store}) {
+      const ParamId w = s->add("m", "weight", {7, 9}, Init::normal, 0.5f, true);
+      s->add("m", "bias", {9}, Init::normal, 0.5f, false);
+      s->set_working_dtype(w, working);
+      s->allocate(3);
+      s->refresh_working(*be);
+      for (ParamId id : {0, 1})
+        for (std::size_t i = 0; i < s->info(id).size; ++i) s->grad(id)[i] = std::sin(float(i + 100 * id)) * 3.0f;
+    }
+    AdamW one(*be, a_store, config), apart(*be, b_store, config);
+    for (int step = 0; step < 3; ++step) {
+      const float factor = step == 1 ? 1.0f : 0.37f;
+      one.step(1e-2f, factor);
+      if (factor != 1.0f) be->scale(b_store.grads().data(), b_store.total_size(), factor);
+      apart.step(1e-2f);
+      EXPECT_EQ(std::memcmp(a_store.values().data(), b_store.values().data(), a_store.values().bytes()), 0) << step;
+      for (ParamId id : {0, 1})  // the parameters' gradients, scaled alike (padding between them aside)
+        EXPECT_EQ(std::memcmp(a_store.grad(id), b_store.grad(id), a_store.info(id).size * sizeof(float)), 0) << step;
+      // The working copies are the new masters, packed.
+      std::vector<std::uint16_t> packed(a_store.info(0).size);
+      if (working != DType::f32) {
+        be->pack(working, a_store.value(0), packed.data(), packed.size());
+        EXPECT_EQ(std::memcmp(a_store.working().data(), packed.data(), packed.size() * 2), 0) << step;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- ParamStore
