@@ -24,7 +24,9 @@
 #   8. the PyTorch peer on the same shapes (validation/torch_avnet.py bench --device cuda, bf16
 #      autocast, eager) where python has torch: its step time and avtrain's speed over it;
 #   9. where ncu is: the kernel time of one large-deck step at depth 2, fused and (budget left) not,
-#      grouped by kind (validation/ncu_summary.py) into ncu-fused.txt / ncu-unfused.txt.
+#      grouped by kind (validation/ncu_summary.py) into ncu-fused.txt / ncu-unfused.txt; and the
+#      launch cost of the quickstart: its kernel time per step (3 steps under ncu) against part 5's
+#      step time, the rest being launches and the host.
 # AVTRAIN_GPU_CHECK_PARTS (default "2 3 4 5 6 7 8 9") picks the parts to run after 0 and 1: a rerun
 # of what a fix touched spends the GPU's minutes on it alone.
 # Without a visible GPU, 3 reports skipped and 4-7 stop at avtrain's one-line "no GPU" message. Only
@@ -377,6 +379,29 @@ PY
           fail "$name: FAILED: $(tail -1 "$out/$name.txt" 2> /dev/null || tail -1 "$out/$name.csv")"
         fi
       done
+      if [[ -f $out/quickstart-bf16-fused/trace.csv ]] && (( $(limit 1000) >= 60 )); then
+        if timed 120 "$out/ncu-quickstart.csv" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+             "$bin/avtrain" "$deck" --data "$shards" --device cuda --precision bf16 --device.fused 1 --steps 3 \
+             --train.eval_interval 0 --out "$out/ncu-quickstart-run" &&
+           "$python" "$root/validation/ncu_summary.py" "$out/ncu-quickstart.csv" "quickstart, 3 bf16 steps, fused" \
+             > "$out/ncu-quickstart.txt" 2>&1; then
+          "$python" - "$out" <<'PY' | tee -a "$out/ncu-quickstart.txt"
+import csv, re, statistics, sys
+out = sys.argv[1]
+head = open(f"{out}/ncu-quickstart.txt").readline()
+kernel_ms = float(re.search(r": ([0-9.]+) ms of kernel time, ([0-9]+) launches", head).group(1)) / 3
+launches = int(re.search(r"([0-9]+) launches", head).group(1)) / 3
+rows = list(csv.DictReader(open(f"{out}/quickstart-bf16-fused/trace.csv")))[10:]
+step_ms = statistics.median(float(r["step_ms"]) for r in rows)
+print(f"quickstart bf16 fused: {kernel_ms:.2f} ms of kernels and ~{launches:.0f} launches per step (3 steps, "
+      f"initialisation included) against a {step_ms:.2f} ms step: {max(0.0, 1 - kernel_ms / step_ms):.0%} of the "
+      f"step is launches and the host")
+PY
+          note "$(tail -1 "$out/ncu-quickstart.txt")"
+        else
+          fail "ncu quickstart: FAILED: $(tail -1 "$out/ncu-quickstart.txt" 2> /dev/null || tail -1 "$out/ncu-quickstart.csv")"
+        fi
+      fi
     fi
   fi
 fi
