@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check, for a GPU node in well under 8 minutes. It runs avtrain from the GPU
+# The one prepared GPU check, for a GPU node in well under 10 minutes. It runs avtrain from the GPU
 # bundle (validation/gpu-bundle.sh) when there is one, so the node needs only the NVIDIA driver,
 # CUDA's cuBLAS and NCCL, python3 with numpy, and ctest; without a bundle it builds the cuda preset.
 #   bash validation/gpu-check.sh                       from the source tree: uses $AVTRAIN_BUNDLE (a
