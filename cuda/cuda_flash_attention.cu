@@ -112,6 +112,12 @@ __device__ void load_tile(std::uint16_t* dst, int ld, const std::uint16_t* src, 
   }
 }
 
+// The mask of keys [k0, k0 + 64) of sample b; keys past L masked.
+__device__ void load_key_mask(std::uint8_t* mask_s, const std::uint8_t* key_mask, int b, int L, int k0) {
+  if (threadIdx.x < kTile)
+    mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
+}
+
 // Shared memory of the forward kernel, in elements of 16 bits (every piece a multiple of 32 bytes).
 template <int HD>
 struct ForwardLayout {
@@ -146,7 +152,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int q0 = blockIdx.x * kTile;
   const std::size_t stride = std::size_t(3) * D;
   const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  const std::uint8_t* mask = key_mask + std::size_t(b) * L;
 
   load_tile<HD>(q_s, ldh, base, stride, q0, L);
   for (int i = lane; i < 16 * ldo; i += kWarp) o_w[i] = 0.0f;
@@ -163,7 +168,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     __syncthreads();  // every warp is done with the previous tile
     load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
     load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
-    if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? mask[k0 + threadIdx.x] : 0;
+    load_key_mask(mask_s, key_mask, b, L, k0);
     __syncthreads();
     // S = q k^T for this warp's 16 rows, fp32.
 #pragma unroll
@@ -244,8 +249,8 @@ __global__ void row_dot_kernel(const std::uint16_t* dout, const std::uint16_t* o
 }
 
 // Shared memory of the two backward kernels: the block's own 64 rows of two matrices (fixed), two
-// streamed tiles, per-row numbers of the rows the scores are taken against, and per warp an fp32
-// score tile and two 16-bit tiles (P, dS).
+// streamed tiles, per-row numbers of the query rows, the key mask of the keys in play, and per warp
+// an fp32 score tile and two 16-bit tiles (P, dS).
 template <int HD>
 struct BackwardLayout {
   static constexpr int ldh = HD + 8;
@@ -254,10 +259,99 @@ struct BackwardLayout {
   static constexpr int s = tile_b + kTile * ldh;          // per warp: 16 x kLdS fp32
   static constexpr int p = s + kWarps * 16 * kLdS * 2;    // per warp: 16 x kLdP
   static constexpr int ds = p + kWarps * 16 * kLdP;       // per warp: 16 x kLdP
-  static constexpr int numbers = ds + kWarps * 16 * kLdP; // 3 x kTile fp32: m, 1 / l, dot (or their use)
+  static constexpr int numbers = ds + kWarps * 16 * kLdP; // 3 x kTile fp32: m, 1 / l, dot
   static constexpr int mask = numbers + 3 * kTile * 2;    // kTile bytes
   static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
 };
+
+// That memory, carved; the warp's own tiles for the calling warp.
+template <int HD>
+struct BackwardTiles {
+  using Lay = BackwardLayout<HD>;
+  std::uint16_t *own_a, *own_b, *tile_a, *tile_b, *p_w, *ds_w;
+  float *s_w, *m, *inv, *dot;
+  std::uint8_t* mask;
+  __device__ explicit BackwardTiles(std::uint16_t* smem) {
+    const int warp = threadIdx.x / kWarp;
+    own_a = smem + Lay::own_a;
+    own_b = smem + Lay::own_b;
+    tile_a = smem + Lay::tile_a;
+    tile_b = smem + Lay::tile_b;
+    s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
+    p_w = smem + Lay::p + warp * 16 * kLdP;
+    ds_w = smem + Lay::ds + warp * 16 * kLdP;
+    m = reinterpret_cast<float*>(smem + Lay::numbers);
+    inv = m + kTile;
+    dot = inv + kTile;
+    mask = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
+  }
+};
+
+// The numbers of query rows [q0, q0 + 64) of (sample, head) bh: m and 1 / l from forward's row
+// statistics and dot(dO, O); rows past L get 1 / l = 0, so their p is 0.
+template <int HD>
+__device__ void load_query_numbers(const BackwardTiles<HD>& t, const float* stats, const float* dot, int bh, int L,
+                                   int q0) {
+  if (threadIdx.x >= kTile) return;
+  const int q = q0 + threadIdx.x;
+  const std::size_t at = std::size_t(bh) * L + q;
+  const bool in = q < L;
+  t.m[threadIdx.x] = in ? stats[2 * at] : 0.0f;
+  t.inv[threadIdx.x] = in ? stats[2 * at + 1] : 0.0f;
+  t.dot[threadIdx.x] = in ? dot[at] : 0.0f;
+}
+
+// s_w (16 x 64, fp32) = the warp's 16 rows of a times the 64 rows of the tile b, transposed.
+template <DType T, int HD>
+__device__ void rows_by_tile(float* s_w, const std::uint16_t* a_rows, const std::uint16_t* b_tile) {
+  constexpr int ldh = HD + 8;
+#pragma unroll
+  for (int n = 0; n < kTile; n += 16) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    mma_tile<T, HD, true>(acc, a_rows, ldh, b_tile + n * ldh, ldh);
+    wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
+  }
+  __syncwarp();
+}
+
+// Element (r, c) of the warp's 16 x 64 tile: its query (a row of the numbers) and whether its key is
+// valid. dK, dV work S^T (keys are the warp's rows, queries the columns); dQ works S.
+template <bool kQueriesAreColumns>
+struct TileIndex {
+  int query;
+  bool valid;
+  template <int HD>
+  __device__ TileIndex(const BackwardTiles<HD>& t, int r, int c) {
+    const int warp_row = threadIdx.x / kWarp * 16 + r;
+    query = kQueriesAreColumns ? c : warp_row;
+    valid = t.mask[kQueriesAreColumns ? warp_row : c] != 0;
+  }
+};
+
+// p_w = P = exp(scale S - m) / l over valid keys, rounded as forward's kept P would be, from s_w.
+template <DType T, bool kQueriesAreColumns, int HD>
+__device__ void tile_probabilities(const BackwardTiles<HD>& t, float scale) {
+  for (int i = threadIdx.x % kWarp; i < 16 * kTile; i += kWarp) {
+    const int r = i / kTile, c = i % kTile;
+    const TileIndex<kQueriesAreColumns> at(t, r, c);
+    const float inv = t.inv[at.query];
+    const float p = at.valid && inv > 0.0f ? expf(t.s_w[r * kLdS + c] * scale - t.m[at.query]) * inv : 0.0f;
+    t.p_w[r * kLdP + c] = to_16<T>(p);
+  }
+  __syncwarp();
+}
+
+// ds_w = dS = P (dP - dot), rounded, with dP in s_w.
+template <DType T, bool kQueriesAreColumns, int HD>
+__device__ void tile_score_gradients(const BackwardTiles<HD>& t) {
+  for (int i = threadIdx.x % kWarp; i < 16 * kTile; i += kWarp) {
+    const int r = i / kTile, c = i % kTile;
+    const TileIndex<kQueriesAreColumns> at(t, r, c);
+    t.ds_w[r * kLdP + c] = to_16<T>(from_16<T>(t.p_w[r * kLdP + c]) * (t.s_w[r * kLdS + c] - t.dot[at.query]));
+  }
+  __syncwarp();
+}
 
 // The warp's 16 x HD accumulators, scaled, to rows [row0, row0 + 16) of a matrix of row stride
 // `stride` (rows past `rows` left alone), through the warp's fp32 tile.
@@ -277,35 +371,23 @@ __device__ void store_rows(const FragAcc (&acc)[HD / 16], float* s_w, float scal
   }
 }
 
-// dK and dV of 64 keys: q, dO and the queries' numbers stream by in tiles of 64 queries.
+// dK and dV of 64 keys (own: k, v): q and dO stream by (tiles: q, dO) in tiles of 64 queries.
 template <DType T, int HD>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     flash_dkdv_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
                       const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
-  using Lay = BackwardLayout<HD>;
-  constexpr int ldh = Lay::ldh;
+  constexpr int ldh = BackwardLayout<HD>::ldh;
   extern __shared__ __align__(128) std::uint16_t smem[];
-  std::uint16_t* k_s = smem + Lay::own_a;
-  std::uint16_t* v_s = smem + Lay::own_b;
-  std::uint16_t* q_s = smem + Lay::tile_a;
-  std::uint16_t* do_s = smem + Lay::tile_b;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  float* s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
-  std::uint16_t* p_w = smem + Lay::p + warp * 16 * kLdP;
-  std::uint16_t* ds_w = smem + Lay::ds + warp * 16 * kLdP;
-  float* m_s = reinterpret_cast<float*>(smem + Lay::numbers);
-  float* inv_s = m_s + kTile;
-  float* dot_s = inv_s + kTile;
-  auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
-
+  const BackwardTiles<HD> t(smem);
+  const int warp = threadIdx.x / kWarp;
   const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
   const int k0 = blockIdx.x * kTile;
   const std::size_t stride = std::size_t(3) * D;
   const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
   const std::uint16_t* dbase = dout + std::size_t(b) * L * D + std::size_t(h) * HD;
-  load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
-  load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
-  if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
+  load_tile<HD>(t.own_a, ldh, base + D, stride, k0, L);
+  load_tile<HD>(t.own_b, ldh, base + 2 * D, stride, k0, L);
+  load_key_mask(t.mask, key_mask, b, L, k0);
 
   FragAcc dk[HD / 16], dv[HD / 16];
 #pragma unroll
@@ -313,99 +395,40 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int q0 = 0; q0 < L; q0 += kTile) {
     __syncthreads();
-    load_tile<HD>(q_s, ldh, base, stride, q0, L);
-    load_tile<HD>(do_s, ldh, dbase, D, q0, L);
-    if (threadIdx.x < kTile) {
-      const int q = q0 + threadIdx.x;
-      const std::size_t at = std::size_t(bh) * L + q;
-      const bool in = q < L;
-      m_s[threadIdx.x] = in ? stats[2 * at] : 0.0f;
-      inv_s[threadIdx.x] = in ? stats[2 * at + 1] : 0.0f;
-      dot_s[threadIdx.x] = in ? dot[at] : 0.0f;
-    }
+    load_tile<HD>(t.tile_a, ldh, base, stride, q0, L);
+    load_tile<HD>(t.tile_b, ldh, dbase, D, q0, L);
+    load_query_numbers(t, stats, dot, bh, L, q0);
     __syncthreads();
-    // S^T (this warp's 16 keys x 64 queries) = k q^T.
+    rows_by_tile<T, HD>(t.s_w, t.own_a + warp * 16 * ldh, t.tile_a);  // S^T = k q^T
+    tile_probabilities<T, true>(t, scale);                           // P^T
 #pragma unroll
-    for (int n = 0; n < kTile; n += 16) {
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      mma_tile<T, HD, true>(acc, k_s + warp * 16 * ldh, ldh, q_s + n * ldh, ldh);
-      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // P^T = exp(S^T - m) / l over valid keys, rounded as forward's P is kept.
-    for (int i = lane; i < 16 * kTile; i += kWarp) {
-      const int kr = i / kTile, qc = i % kTile;
-      const float p = mask_s[warp * 16 + kr] && inv_s[qc] > 0.0f
-                          ? expf(s_w[kr * kLdS + qc] * scale - m_s[qc]) * inv_s[qc] : 0.0f;
-      p_w[kr * kLdP + qc] = to_16<T>(p);
-    }
-    __syncwarp();
-    // dV += P^T dO.
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dv[n], t.p_w, kLdP, t.tile_b + n * 16, ldh);  // dV += P^T dO
+    rows_by_tile<T, HD>(t.s_w, t.own_b + warp * 16 * ldh, t.tile_b);  // dP^T = v dO^T
+    tile_score_gradients<T, true>(t);                                // dS^T
 #pragma unroll
-    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dv[n], p_w, kLdP, do_s + n * 16, ldh);
-    // dP^T = v dO^T.
-#pragma unroll
-    for (int n = 0; n < kTile; n += 16) {
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      mma_tile<T, HD, true>(acc, v_s + warp * 16 * ldh, ldh, do_s + n * ldh, ldh);
-      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // dS^T = P^T (dP^T - dot), rounded.
-    for (int i = lane; i < 16 * kTile; i += kWarp) {
-      const int kr = i / kTile, qc = i % kTile;
-      ds_w[kr * kLdP + qc] = to_16<T>(from_16<T>(p_w[kr * kLdP + qc]) * (s_w[kr * kLdS + qc] - dot_s[qc]));
-    }
-    __syncwarp();
-    // dK += dS^T q (scaled at the end).
-#pragma unroll
-    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dk[n], ds_w, kLdP, q_s + n * 16, ldh);
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dk[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dK += dS^T q
   }
   float* out = dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  store_rows<HD>(dk, s_w, scale, out + D, stride, k0 + warp * 16, L);
-  store_rows<HD>(dv, s_w, 1.0f, out + 2 * D, stride, k0 + warp * 16, L);
+  store_rows<HD>(dk, t.s_w, scale, out + D, stride, k0 + warp * 16, L);
+  store_rows<HD>(dv, t.s_w, 1.0f, out + 2 * D, stride, k0 + warp * 16, L);
 }
 
-// dQ of 64 queries: k, v stream by in tiles of 64 keys.
+// dQ of 64 queries (own: q, dO): k and v stream by (tiles: k, v) in tiles of 64 keys.
 template <DType T, int HD>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     flash_dq_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
                     const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
-  using Lay = BackwardLayout<HD>;
-  constexpr int ldh = Lay::ldh;
+  constexpr int ldh = BackwardLayout<HD>::ldh;
   extern __shared__ __align__(128) std::uint16_t smem[];
-  std::uint16_t* q_s = smem + Lay::own_a;
-  std::uint16_t* do_s = smem + Lay::own_b;
-  std::uint16_t* k_s = smem + Lay::tile_a;
-  std::uint16_t* v_s = smem + Lay::tile_b;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  float* s_w = reinterpret_cast<float*>(smem + Lay::s) + warp * 16 * kLdS;
-  std::uint16_t* p_w = smem + Lay::p + warp * 16 * kLdP;
-  std::uint16_t* ds_w = smem + Lay::ds + warp * 16 * kLdP;
-  float* m_s = reinterpret_cast<float*>(smem + Lay::numbers);
-  float* inv_s = m_s + kTile;
-  float* dot_s = inv_s + kTile;
-  auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
-
+  const BackwardTiles<HD> t(smem);
+  const int warp = threadIdx.x / kWarp;
   const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
   const int q0 = blockIdx.x * kTile;
   const std::size_t stride = std::size_t(3) * D;
   const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  load_tile<HD>(q_s, ldh, base, stride, q0, L);
-  load_tile<HD>(do_s, ldh, dout + std::size_t(b) * L * D + std::size_t(h) * HD, D, q0, L);
-  if (threadIdx.x < kTile) {
-    const int q = q0 + threadIdx.x;
-    const std::size_t at = std::size_t(bh) * L + q;
-    const bool in = q < L;
-    m_s[threadIdx.x] = in ? stats[2 * at] : 0.0f;
-    inv_s[threadIdx.x] = in ? stats[2 * at + 1] : 0.0f;
-    dot_s[threadIdx.x] = in ? dot[at] : 0.0f;
-  }
-  const float* m_w = m_s + warp * 16;
-  const float* inv_w = inv_s + warp * 16;
-  const float* dot_w = dot_s + warp * 16;
+  load_tile<HD>(t.own_a, ldh, base, stride, q0, L);
+  load_tile<HD>(t.own_b, ldh, dout + std::size_t(b) * L * D + std::size_t(h) * HD, D, q0, L);
+  load_query_numbers(t, stats, dot, bh, L, q0);
 
   FragAcc dq[HD / 16];
 #pragma unroll
@@ -413,44 +436,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int k0 = 0; k0 < L; k0 += kTile) {
     __syncthreads();
-    load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
-    load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
-    if (threadIdx.x < kTile) mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
+    load_tile<HD>(t.tile_a, ldh, base + D, stride, k0, L);
+    load_tile<HD>(t.tile_b, ldh, base + 2 * D, stride, k0, L);
+    load_key_mask(t.mask, key_mask, b, L, k0);
     __syncthreads();
-    // S = q k^T (this warp's 16 queries x 64 keys).
+    rows_by_tile<T, HD>(t.s_w, t.own_a + warp * 16 * ldh, t.tile_a);  // S = q k^T
+    tile_probabilities<T, false>(t, scale);                          // P
+    rows_by_tile<T, HD>(t.s_w, t.own_b + warp * 16 * ldh, t.tile_b);  // dP = dO v^T
+    tile_score_gradients<T, false>(t);                               // dS
 #pragma unroll
-    for (int n = 0; n < kTile; n += 16) {
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      mma_tile<T, HD, true>(acc, q_s + warp * 16 * ldh, ldh, k_s + n * ldh, ldh);
-      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    for (int i = lane; i < 16 * kTile; i += kWarp) {
-      const int qr = i / kTile, kc = i % kTile;
-      const float p = mask_s[kc] && inv_w[qr] > 0.0f ? expf(s_w[qr * kLdS + kc] * scale - m_w[qr]) * inv_w[qr] : 0.0f;
-      p_w[qr * kLdP + kc] = to_16<T>(p);
-    }
-    __syncwarp();
-    // dP = dO v^T.
-#pragma unroll
-    for (int n = 0; n < kTile; n += 16) {
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      mma_tile<T, HD, true>(acc, do_s + warp * 16 * ldh, ldh, v_s + n * ldh, ldh);
-      wmma::store_matrix_sync(s_w + n, acc, kLdS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    for (int i = lane; i < 16 * kTile; i += kWarp) {
-      const int qr = i / kTile, kc = i % kTile;
-      ds_w[qr * kLdP + kc] = to_16<T>(from_16<T>(p_w[qr * kLdP + kc]) * (s_w[qr * kLdS + kc] - dot_w[qr]));
-    }
-    __syncwarp();
-    // dQ += dS k (scaled at the end).
-#pragma unroll
-    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dq[n], ds_w, kLdP, k_s + n * 16, ldh);
+    for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dq[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dQ += dS k
   }
-  store_rows<HD>(dq, s_w, scale, dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD, stride, q0 + warp * 16, L);
+  store_rows<HD>(dq, t.s_w, scale, dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD, stride, q0 + warp * 16, L);
 }
 
 // A kernel's dynamic shared memory past the default 48 KiB (an attribute of the function: set at each
