@@ -72,6 +72,12 @@ class CudaBackend final : public Backend {
   void abs_max_into(const float* x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
 
+  void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
+                      int in, int out) override;
+  void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n) override;
+  void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n) override;
+  void accumulate_rounded(DType type, float* acc, float* x, std::size_t n) override;
+
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
   void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,

@@ -3,6 +3,7 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "elementwise_math.cuh"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -43,23 +44,13 @@ __global__ void bias_grad_kernel(const float* dy, float* dbias, int rows, int co
   if (threadIdx.y == 0 && c < cols) dbias[c] += partial[0][threadIdx.x];
 }
 
-constexpr float kSqrtHalf = 0.70710678118654752f, kInvSqrt2Pi = 0.3989422804014327f;
-
 __global__ void gelu_forward_kernel(const float* x, float* y, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + erff(v * kSqrtHalf));
-  }
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = gelu(x[i]);
 }
 
 // d/dx x*Phi(x) = Phi(x) + x*phi(x); dx may be x: each element is read before it is written.
 __global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = x[i];
-    const float cdf = 0.5f * (1.0f + erff(v * kSqrtHalf));
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
-  }
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * gelu_grad(x[i]);
 }
 }  // namespace
 

@@ -90,6 +90,22 @@ class Backend : public TensorMemory {
   virtual void abs_max_into(const float* x, std::size_t n, float* result) = 0;
   virtual void sum_squares_into(const float* x, std::size_t n, double* result) = 0;
 
+  // ---- fused passes: one op for what the layers would otherwise do in several passes over memory.
+  // Each default runs the separate ops (their bits); a backend may fuse them (CUDA: device.fused).
+  // `type` is a module's type: results are rounded to it, their 16-bit patterns also written to the
+  // `*16` pointer when that is not null (fp32: nothing rounded, nothing written there).
+  // The linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T (+ bias), products in `type`,
+  // rounded. Default: fill_rows (the bias), gemm with beta 1, round_to.
+  virtual void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
+                              int rows, int in, int out);
+  // y = round(y + x) (a residual). Default: add, round_to.
+  virtual void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n);
+  // y = round(gelu(x)). Default: gelu_forward, round_to.
+  virtual void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n);
+  // acc += round(x) (a micro-batch's gradient in the module's type added to the fp32 main grads);
+  // x is scratch: left rounded or as it was. Default: round_to, add.
+  virtual void accumulate_rounded(DType type, float* acc, float* x, std::size_t n);
+
   // ---- normalisation; statistics always in fp32
   virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                                  float* mean, float* rstd, int rows, int dim, float eps) = 0;

@@ -10,11 +10,8 @@ Linear::Linear(ParamStore& params, std::string module, int in, int out, float in
 }
 
 void Linear::forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* y16) {
-  // Start from the bias and accumulate (beta = 1): no separate pass to zero y or to add the bias.
-  if (bias_ >= 0) be.fill_rows(y, params_.value(bias_), rows, out_);
-  be.gemm(dtype_, Trans::no, Trans::yes, rows, out_, in_, 1.0f, x, in_, params_.operand(weight_), in_,
-          bias_ >= 0 ? 1.0f : 0.0f, y, out_);
-  be.round_to(dtype_, y, y16, std::size_t(rows) * out_);
+  be.linear_forward(dtype_, x, params_.operand(weight_), bias_ >= 0 ? params_.value(bias_) : nullptr, y, y16, rows,
+                    in_, out_);
 }
 
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {
@@ -26,14 +23,12 @@ void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int ro
   } else {
     dw_.resize(std::size_t(out_) * in_);
     be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy_in, out_, x, in_, 0.0f, dw_.data(), in_);
-    be.round_to(dtype_, dw_.data(), nullptr, dw_.size());
-    be.add(params_.grad(weight_), dw_.data(), dw_.size());
+    be.accumulate_rounded(dtype_, params_.grad(weight_), dw_.data(), dw_.size());
     if (bias_ >= 0) {
       db_.resize(out_);
       db_.zero();
       be.bias_grad(dy, db_.data(), rows, out_);
-      be.round_to(dtype_, db_.data(), nullptr, db_.size());
-      be.add(params_.grad(bias_), db_.data(), db_.size());
+      be.accumulate_rounded(dtype_, params_.grad(bias_), db_.data(), db_.size());
     }
   }
   if (!dx) return;

@@ -50,11 +50,15 @@ double TransformerBlock::forward_flops(int B, int L) const {
 
 DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
 
-const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy, std::size_t count) {
-  if (layer.dtype() == DType::f32) return nullptr;
-  ws_.grad16.resize(count);
-  be_.round_to(layer.dtype(), dy, ws_.grad16.data(), count);
-  return ws_.grad16.data();
+const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus) {
+  std::uint16_t* dy16 = nullptr;
+  if (layer.dtype() != DType::f32) {
+    ws_.grad16.resize(count);
+    dy16 = ws_.grad16.data();
+  }
+  if (plus) be_.add_round(layer.dtype(), dy, plus, dy16, count);
+  else be_.round_to(layer.dtype(), dy, dy16, count);
+  return dy16;
 }
 
 bool TransformerBlock::fused_attention() const {
@@ -121,8 +125,9 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   h.resize(n);
   proj_.forward(be_, st.ctx.operand(), h.data(), rows);
   note(proj_.module(), h.data(), n);
-  be_.add(h.data(), x, n);
-  const float* h_values = st.h.round_and_keep(be_, h, proj_.dtype());
+  const float* h_values = st.h.keep_written(h, proj_.dtype(), [&](std::uint16_t* h16) {
+    be_.add_round(proj_.dtype(), h.data(), x, h16, n);  // the residual
+  });
 
   Buffer& b = ws_[kB];
   b.resize(n);
@@ -141,15 +146,13 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   });
   Buffer& g = ws_[kG];
   g.resize(nh);
-  be_.gelu_forward(f1_values, g.data(), nh);
-  st.g.round_and_keep(be_, g, fc1_.dtype());
+  st.g.keep_written(g, fc1_.dtype(), [&](std::uint16_t* g16) { be_.gelu_round(fc1_.dtype(), f1_values, g.data(), g16, nh); });
   if (!out) return;
 
   out->resize(n);  // in fp32, x's storage was taken over: `out` is another buffer
   fc2_.forward(be_, st.g.operand(), out->data(), rows);
   note(fc2_.module(), out->data(), n);
-  be_.add(out->data(), h_values, n);
-  be_.round_to(fc2_.dtype(), out->data(), nullptr, n);
+  be_.add_round(fc2_.dtype(), out->data(), h_values, nullptr, n);  // the residual
 }
 
 void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
@@ -182,8 +185,7 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   Buffer& dh = ws_[kA];
   dh.resize(n);
   ln2_.backward(be_, h, db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
-  be_.add(dh.data(), dout.data(), n);  // dh = dout + d(ln2 path)
-  const std::uint16_t* dh16 = round_grad(proj_, dh.data(), n);
+  const std::uint16_t* dh16 = round_grad(proj_, dh.data(), n, dout.data());  // dh = dout + d(ln2 path)
   note_gradient(be_, flow, ln2_.module(), dh.data(), n);
 
   Buffer& dctx = db;
@@ -210,8 +212,7 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   note_gradient(be_, flow, qkv_.module(), da.data(), n);
   const float* x = x_again ? x_again : kept.x.load(be_, ws_[kQkv]);
   ln1_.backward(be_, x, da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
-  be_.add(dout.data(), dh.data(), n);  // dx = dh + d(ln1 path)
-  be_.round_to(kept.x.dtype(), dout.data(), nullptr, n);
+  be_.add_round(kept.x.dtype(), dout.data(), dh.data(), nullptr, n);  // dx = dh + d(ln1 path)
   note_gradient(be_, flow, ln1_.module(), dout.data(), n);
 }
 

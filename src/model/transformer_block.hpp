@@ -33,10 +33,10 @@ class TransformerBlock final : public Layer {
   // Attention runs fused on this backend (no p kept whatever train.recompute says: backward
   // recomputes it from the row statistics).
   bool fused_attention() const;
-  // dy rounded to the type of the module it is the output gradient of and, in a 16-bit type, its
-  // patterns written to the workspace's 16-bit copy in the same pass (returned; null in fp32): the
-  // module's two products read it without packing dy each.
-  const std::uint16_t* round_grad(const Linear& layer, float* dy, std::size_t count);
+  // dy (+ plus, when not null) rounded to the type of the module it is the output gradient of and,
+  // in a 16-bit type, its patterns written to the workspace's 16-bit copy in the same pass (returned;
+  // null in fp32): the module's two products read it without packing dy each.
+  const std::uint16_t* round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus = nullptr);
   State& recomputed_state();
   // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
   // `out`, the block's output goes there and each module's output is noted (the forward proper);

@@ -1208,6 +1208,70 @@ TEST_F(CudaOps, InfoNceLossMatchesCpuAndAccumulatesGradients) {
 
 // ---------------------------------------------------------------- optimizer
 
+// The fused passes under device.fused against the separate ops of the unfused backend: add_round,
+// gelu_round and accumulate_rounded the same bits (one element function each), in every type, with
+// and without the 16-bit copy; linear_forward (product with beta 0, the bias added in the rounding
+// pass) against the CPU's linear at the gemm tolerances, its copy the patterns of its values.
+class CudaFusedPasses : public CudaOps, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaFusedPasses, ElementwisePassesGiveTheBitsOfTheSeparateOps) {
+  const DType t = GetParam();
+  const std::size_t n = 300007;
+  const auto x = normal(n, "fused_passes.x", 2.0), y0 = normal(n, "fused_passes.y", 2.0);
+  for (const bool copy : {false, true}) {
+    SCOPED_TRACE(copy ? "with the 16-bit copy" : "without a copy");
+    std::vector<std::vector<float>> got[2];
+    std::vector<std::vector<std::uint16_t>> bits[2];
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = k == 0 ? gpu() : *g_fused;
+      DevF d_x(be, x), d_y(be, y0), d_g(be, nans(n)), d_acc(be, y0), d_scratch(be, x);
+      DeviceBuffer<std::uint16_t> d_y16(be, n), d_g16(be, n);
+      std::uint16_t* y16 = copy && t != DType::f32 ? d_y16.get() : nullptr;
+      std::uint16_t* g16 = copy && t != DType::f32 ? d_g16.get() : nullptr;
+      be.add_round(t, d_y, d_x, y16, n);
+      be.gelu_round(t, d_x, d_g, g16, n);
+      be.accumulate_rounded(t, d_acc, d_scratch, n);
+      got[k] = {d_y.download(), d_g.download(), d_acc.download()};
+      bits[k] = {d_y16.download(), d_g16.download()};
+    }
+    EXPECT_TRUE(got[0][0] == got[1][0]) << "add_round";
+    EXPECT_TRUE(got[0][1] == got[1][1]) << "gelu_round";
+    EXPECT_TRUE(got[0][2] == got[1][2]) << "accumulate_rounded";
+    EXPECT_TRUE(bits[0] == bits[1]) << "16-bit copies";
+  }
+}
+
+TEST_P(CudaFusedPasses, LinearForwardMatchesTheCpuAndItsCopyIsItsValues) {
+  const DType t = GetParam();
+  const int rows = 1049, in = 200, out = 328;
+  auto x = normal(sz(rows, in), "fused_linear.x"), w = normal(sz(out, in), "fused_linear.w", 0.1);
+  cpu().round_to(t, x.data(), nullptr, x.size());  // operands exact in the type
+  cpu().round_to(t, w.data(), nullptr, w.size());
+  const auto bias = normal(out, "fused_linear.b");
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with a bias" : "without a bias");
+    std::vector<float> want = nans(sz(rows, out));
+    cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, want.data(), nullptr,
+                         rows, in, out);
+    DevF d_x(*g_fused, x), d_w(*g_fused, w), d_b(*g_fused, bias), d_y(*g_fused, nans(want.size()));
+    DeviceBuffer<std::uint16_t> d_y16(*g_fused, want.size());
+    g_fused->linear_forward(t, fp32(d_x), fp32(d_w), with_bias ? d_b.get() : nullptr, d_y,
+                            t == DType::f32 ? nullptr : d_y16.get(), rows, in, out);
+    const auto got = d_y.download();
+    EXPECT_TRUE(close_l2(got, want, t == DType::f32 ? kF32 : kHalf));
+    if (t == DType::f32) continue;
+    std::vector<float> rounded = got;
+    cpu().round_to(t, rounded.data(), nullptr, rounded.size());
+    EXPECT_TRUE(rounded == got) << "y not rounded to the type";
+    std::vector<std::uint16_t> packed(got.size());
+    cpu().pack(t, got.data(), packed.data(), got.size());
+    EXPECT_TRUE(packed == d_y16.download()) << "the 16-bit copy is not y's patterns";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaFusedPasses, ::testing::Values(DType::f32, DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // adamw_tensors under device.fused (one pass: the gradient factor, the update, the copies) against the
 // separate ops of the unfused backend (scale, adamw, pack or copy per tensor): the same bits, over tensors
 // of odd sizes and offsets, copies in bf16, fp16, fp32 and none, more tensors than one launch takes,
