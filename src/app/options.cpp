@@ -238,9 +238,10 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add(V, "device.allow_tf32", &c.device.allow_tf32,
         "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline); --allow-tf32");
   t.add(V, "device.fused", &c.device.fused,
-        "cuda: fused kernels: 16-bit attention (bf16 runs) without its L x L probabilities in memory, in the "
-        "FlashAttention way, on sm_80 and later; 0 (the default until a GPU run shows it faster) keeps the "
-        "strided-batched cuBLAS path");
+        "cuda: the fused kernels (docs/cuda.md): bf16 attention without its L x L probabilities in memory "
+        "(FlashAttention's way, sm_80 and later), the AdamW update and its working copies in one pass, biases, "
+        "residuals, GELU and dW accumulation fused with their rounding; 0 (the default until a GPU run shows "
+        "them faster) keeps the separate kernels");
   t.add(V, "device.arena_mb", &c.device.arena_mb,
         "cuda: device memory taken at start for every tensor of the run (no allocation in the step loop); "
         "0: 90% of the GPU's free memory, or 80% of an equal share of its memory where ranks share it (--comm mpi)",
