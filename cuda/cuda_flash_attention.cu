@@ -201,9 +201,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l_run = l_run * alpha + sum;
     m_run = m_new;
-    if (half_lane == 0) row_w[r] = alpha;
-    __syncwarp();
-    for (int i = lane; i < 16 * HD; i += kWarp) o_w[(i / HD) * ldo + i % HD] *= row_w[i / HD];
+    // O *= exp(m_old - m_new) per row, skipped when no row's maximum moved (a multiply by 1 changes no
+    // bit), as for most tiles once the first have set the maxima.
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+      if (half_lane == 0) row_w[r] = alpha;
+      __syncwarp();
+      for (int i = lane; i < 16 * HD; i += kWarp) o_w[(i / HD) * ldo + i % HD] *= row_w[i / HD];
+    }
     __syncwarp();
     // O += P v.
 #pragma unroll
