@@ -112,6 +112,24 @@ __device__ void load_tile(std::uint16_t* dst, int ld, const std::uint16_t* src, 
   }
 }
 
+// The (sample, head) of a block (blockIdx.y = b * H + h): where its columns start in a tensor laid out
+// as qkv ([B, L, 3, H, HD]: q, k, v at parts 0, 1, 2, row stride 3 H HD) and in one laid out as ctx
+// ([B, L, H HD]: ctx, dO; row stride H HD).
+template <int HD>
+struct Head {
+  int bh, b, D;
+  std::size_t stride;  // qkv's row stride
+  std::size_t at_qkv, at_rows;
+  __device__ Head(int L, int H)
+      : bh(blockIdx.y), b(blockIdx.y / H), D(H * HD), stride(std::size_t(3) * D),
+        at_qkv(std::size_t(b) * L * stride + std::size_t(blockIdx.y % H) * HD),
+        at_rows(std::size_t(b) * L * D + std::size_t(blockIdx.y % H) * HD) {}
+  template <typename E>
+  __device__ E* part(E* qkv, int which) const { return qkv + at_qkv + std::size_t(which) * D; }
+  template <typename E>
+  __device__ E* rows(E* x) const { return x + at_rows; }
+};
+
 // The mask of keys [k0, k0 + 64) of sample b; keys past L masked.
 __device__ void load_key_mask(std::uint8_t* mask_s, const std::uint8_t* key_mask, int b, int L, int k0) {
   if (threadIdx.x < kTile)
@@ -148,12 +166,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float* row_w = reinterpret_cast<float*>(smem + Lay::rows) + warp * 16;
   auto* mask_s = reinterpret_cast<std::uint8_t*>(smem + Lay::mask);
 
-  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const Head<HD> head(L, H);
   const int q0 = blockIdx.x * kTile;
-  const std::size_t stride = std::size_t(3) * D;
-  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
 
-  load_tile<HD>(q_s, ldh, base, stride, q0, L);
+  load_tile<HD>(q_s, ldh, head.part(qkv, 0), head.stride, q0, L);
   for (int i = lane; i < 16 * ldo; i += kWarp) o_w[i] = 0.0f;
   __syncthreads();
   // The warp's q rows stay in registers for every key tile.
@@ -166,9 +182,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int k0 = 0; k0 < L; k0 += kTile) {
     __syncthreads();  // every warp is done with the previous tile
-    load_tile<HD>(k_s, ldh, base + D, stride, k0, L);
-    load_tile<HD>(v_s, ldh, base + 2 * D, stride, k0, L);
-    load_key_mask(mask_s, key_mask, b, L, k0);
+    load_tile<HD>(k_s, ldh, head.part(qkv, 1), head.stride, k0, L);
+    load_tile<HD>(v_s, ldh, head.part(qkv, 2), head.stride, k0, L);
+    load_key_mask(mask_s, key_mask, head.b, L, k0);
     __syncthreads();
     // S = q k^T for this warp's 16 rows, fp32.
 #pragma unroll
@@ -224,14 +240,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (half_lane == 0) row_w[r] = inv;
   const int q_row = q0 + warp * 16 + r;
   if (stats && half_lane == 0 && q_row < L) {
-    const std::size_t at = std::size_t(bh) * L + q_row;
+    const std::size_t at = std::size_t(head.bh) * L + q_row;
     stats[2 * at] = m_run;
     stats[2 * at + 1] = inv;
   }
   __syncwarp();
   for (int i = lane; i < 16 * HD; i += kWarp) {
     const int row = i / HD, c = i % HD, q = q0 + warp * 16 + row;
-    if (q < L) ctx[(std::size_t(b) * L + q) * D + std::size_t(h) * HD + c] = o_w[row * ldo + c] * row_w[row];
+    if (q < L) head.rows(ctx)[std::size_t(q) * head.D + c] = o_w[row * ldo + c] * row_w[row];
   }
 }
 
@@ -384,14 +400,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   extern __shared__ __align__(128) std::uint16_t smem[];
   const BackwardTiles<HD> t(smem);
   const int warp = threadIdx.x / kWarp;
-  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const Head<HD> head(L, H);
   const int k0 = blockIdx.x * kTile;
-  const std::size_t stride = std::size_t(3) * D;
-  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  const std::uint16_t* dbase = dout + std::size_t(b) * L * D + std::size_t(h) * HD;
-  load_tile<HD>(t.own_a, ldh, base + D, stride, k0, L);
-  load_tile<HD>(t.own_b, ldh, base + 2 * D, stride, k0, L);
-  load_key_mask(t.mask, key_mask, b, L, k0);
+  load_tile<HD>(t.own_a, ldh, head.part(qkv, 1), head.stride, k0, L);
+  load_tile<HD>(t.own_b, ldh, head.part(qkv, 2), head.stride, k0, L);
+  load_key_mask(t.mask, key_mask, head.b, L, k0);
 
   FragAcc dk[HD / 16], dv[HD / 16];
 #pragma unroll
@@ -399,9 +412,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int q0 = 0; q0 < L; q0 += kTile) {
     __syncthreads();
-    load_tile<HD>(t.tile_a, ldh, base, stride, q0, L);
-    load_tile<HD>(t.tile_b, ldh, dbase, D, q0, L);
-    load_query_numbers(t, stats, dot, bh, L, q0);
+    load_tile<HD>(t.tile_a, ldh, head.part(qkv, 0), head.stride, q0, L);
+    load_tile<HD>(t.tile_b, ldh, head.rows(dout), head.D, q0, L);
+    load_query_numbers(t, stats, dot, head.bh, L, q0);
     __syncthreads();
     rows_by_tile<T, HD>(t.s_w, t.own_a + warp * 16 * ldh, t.tile_a);  // S^T = k q^T
     tile_probabilities<T, true>(t, scale);                           // P^T
@@ -412,9 +425,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dk[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dK += dS^T q
   }
-  float* out = dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  store_rows<HD>(dk, t.s_w, scale, out + D, stride, k0 + warp * 16, L);
-  store_rows<HD>(dv, t.s_w, 1.0f, out + 2 * D, stride, k0 + warp * 16, L);
+  store_rows<HD>(dk, t.s_w, scale, head.part(dqkv, 1), head.stride, k0 + warp * 16, L);
+  store_rows<HD>(dv, t.s_w, 1.0f, head.part(dqkv, 2), head.stride, k0 + warp * 16, L);
 }
 
 // dQ of 64 queries (own: q, dO): k and v stream by (tiles: k, v) in tiles of 64 keys.
@@ -426,13 +438,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   extern __shared__ __align__(128) std::uint16_t smem[];
   const BackwardTiles<HD> t(smem);
   const int warp = threadIdx.x / kWarp;
-  const int bh = blockIdx.y, b = bh / H, h = bh % H, D = H * HD;
+  const Head<HD> head(L, H);
   const int q0 = blockIdx.x * kTile;
-  const std::size_t stride = std::size_t(3) * D;
-  const std::uint16_t* base = qkv + std::size_t(b) * L * stride + std::size_t(h) * HD;
-  load_tile<HD>(t.own_a, ldh, base, stride, q0, L);
-  load_tile<HD>(t.own_b, ldh, dout + std::size_t(b) * L * D + std::size_t(h) * HD, D, q0, L);
-  load_query_numbers(t, stats, dot, bh, L, q0);
+  load_tile<HD>(t.own_a, ldh, head.part(qkv, 0), head.stride, q0, L);
+  load_tile<HD>(t.own_b, ldh, head.rows(dout), head.D, q0, L);
+  load_query_numbers(t, stats, dot, head.bh, L, q0);
 
   FragAcc dq[HD / 16];
 #pragma unroll
@@ -440,9 +450,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int k0 = 0; k0 < L; k0 += kTile) {
     __syncthreads();
-    load_tile<HD>(t.tile_a, ldh, base + D, stride, k0, L);
-    load_tile<HD>(t.tile_b, ldh, base + 2 * D, stride, k0, L);
-    load_key_mask(t.mask, key_mask, b, L, k0);
+    load_tile<HD>(t.tile_a, ldh, head.part(qkv, 1), head.stride, k0, L);
+    load_tile<HD>(t.tile_b, ldh, head.part(qkv, 2), head.stride, k0, L);
+    load_key_mask(t.mask, key_mask, head.b, L, k0);
     __syncthreads();
     rows_by_tile<T, HD>(t.s_w, t.own_a + warp * 16 * ldh, t.tile_a);  // S = q k^T
     tile_probabilities<T, false>(t, scale);                          // P
@@ -451,7 +461,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dq[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dQ += dS k
   }
-  store_rows<HD>(dq, t.s_w, scale, dqkv + std::size_t(b) * L * stride + std::size_t(h) * HD, stride, q0 + warp * 16, L);
+  store_rows<HD>(dq, t.s_w, scale, head.part(dqkv, 0), head.stride, q0 + warp * 16, L);
 }
 
 // A kernel's dynamic shared memory past the default 48 KiB (an attribute of the function: set at each

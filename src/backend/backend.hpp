@@ -163,11 +163,7 @@ class Backend : public TensorMemory {
   // p, and backward then recomputes from the row statistics and reads forward's output (probs.out).
   // Its results differ from the unfused path's in the roundings of a 16-bit type (p is rounded before
   // it is normalised; dot(dctx, ctx) replaces rowsum(dP * P)), and repeat bit for bit.
-  virtual bool fuses_attention(DType compute, int head_dim) const {
-    (void)compute;
-    (void)head_dim;
-    return false;
-  }
+  virtual bool fuses_attention(DType /*compute*/, int /*head_dim*/) const { return false; }
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
   virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
                                   float* dqkv, int B, int L, int H, int hd) = 0;

@@ -17,8 +17,8 @@ void Linear::forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* 
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {
   const Operand dy_in = dy16 && dtype_ != DType::f32 ? Operand{dy16, dtype_} : fp32(dy);
   if (dtype_ == DType::f32) {
-    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, fp32(dy), out_, x, in_, 1.0f,
-            params_.grad(weight_), in_);
+    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy_in, out_, x, in_, 1.0f, params_.grad(weight_),
+            in_);
     if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
   } else {
     dw_.resize(std::size_t(out_) * in_);

@@ -48,7 +48,6 @@ double TransformerBlock::forward_flops(int B, int L) const {
   return linears + 4.0 * B * H_ * double(L) * L * hd_;  // q k^T and p v
 }
 
-DType TransformerBlock::attention_products() const { return qkv_.dtype() == DType::bf16 ? DType::bf16 : DType::f32; }
 
 const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus) {
   std::uint16_t* dy16 = nullptr;
@@ -61,9 +60,9 @@ const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy
   return dy16;
 }
 
-bool TransformerBlock::fused_attention() const {
-  const DType products = attention_products();
-  return products != DType::f32 && be_.fuses_attention(products, hd_);
+bool TransformerBlock::attention_fused(const Backend& be, DType qkv, int head_dim) {
+  const DType products = attention_products(qkv);
+  return products != DType::f32 && be.fuses_attention(products, head_dim);
 }
 
 TransformerBlock::State& TransformerBlock::recomputed_state() {

@@ -26,13 +26,16 @@ class TransformerBlock final : public Layer {
   double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;
+  // Whether a block whose attn.qkv has type `qkv` runs its attention fused on `be` (no p kept whatever
+  // train.recompute says: backward recomputes it from the row statistics); what run.json reports.
+  static bool attention_fused(const Backend& be, DType qkv, int head_dim);
 
  private:
   struct State;  // what a micro-batch in flight keeps for backward
-  DType attention_products() const;
-  // Attention runs fused on this backend (no p kept whatever train.recompute says: backward
-  // recomputes it from the row statistics).
-  bool fused_attention() const;
+  // The type attention's products take: bf16 where attn.qkv is bf16, fp32 otherwise (docs/precision.md).
+  static DType attention_products(DType qkv) { return qkv == DType::bf16 ? DType::bf16 : DType::f32; }
+  DType attention_products() const { return attention_products(qkv_.dtype()); }
+  bool fused_attention() const { return attention_fused(be_, qkv_.dtype(), hd_); }
   // dy (+ plus, when not null) rounded to the type of the module it is the output gradient of and,
   // in a 16-bit type, its patterns written to the workspace's 16-bit copy in the same pass (returned;
   // null in fp32): the module's two products read it without packing dy each.

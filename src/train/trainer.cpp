@@ -25,6 +25,7 @@
 #include "io/timeline.hpp"
 #include "io/trace_writer.hpp"
 #include "model/av_net.hpp"
+#include "model/transformer_block.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
@@ -208,12 +209,11 @@ struct Trainer::Impl {
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
-  // How the blocks' attention runs: "fused" where their products are bf16 (TransformerBlock) and the
-  // backend fuses them (device.fused), "unfused" otherwise.
+  // How the blocks' attention runs (TransformerBlock's rule): "fused" or "unfused".
   std::string attention_path() const {
     if (config.model.depth == 0 || config.model.heads <= 0) return "unfused";
-    const bool bf16 = policy.of("blocks.0.attn.qkv") == DType::bf16;
-    return bf16 && be.fuses_attention(DType::bf16, config.model.width / config.model.heads) ? "fused" : "unfused";
+    const int head_dim = config.model.width / config.model.heads;
+    return TransformerBlock::attention_fused(be, policy.of("blocks.0.attn.qkv"), head_dim) ? "fused" : "unfused";
   }
   bool sharded() const { return !parts.empty(); }
   // The elements of the stage's flat buffers this replica's optimizer updates: its ZeRO part, or all.
