@@ -64,7 +64,7 @@ class CudaBackend final : public Backend {
   void fill_rows(float* y, const float* row, int rows, int cols) override;
   void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
-  void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) override;
+  void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
   float abs_max(const float* x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
@@ -76,11 +76,15 @@ class CudaBackend final : public Backend {
                       int in, int out) override;
   void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n) override;
   void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n) override;
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16, float* g,
+                           std::uint16_t* g16, int rows, int in, int out) override;
+  void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
+                           std::size_t n) override;
   void accumulate_rounded(DType type, float* acc, float* x, std::size_t n) override;
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
-  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+  void layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,
                           const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
                           int dim) override;
   void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,

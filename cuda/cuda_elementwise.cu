@@ -49,8 +49,8 @@ __global__ void gelu_forward_kernel(const float* x, float* y, std::size_t n) {
 }
 
 // d/dx x*Phi(x) = Phi(x) + x*phi(x); dx may be x: each element is read before it is written.
-__global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * gelu_grad(x[i]);
+__global__ void gelu_backward_kernel(const float* dy, Operand x, float* dx, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * gelu_grad(value_at(x, i));
 }
 }  // namespace
 
@@ -92,7 +92,7 @@ void CudaBackend::gelu_forward(const float* x, float* y, std::size_t n) {
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) {
+void CudaBackend::gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) {
   if (n == 0) return;
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dy, x, dx, n);
   CUDA_CHECK_LAUNCH();

@@ -6,6 +6,7 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "elementwise_math.cuh"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -33,34 +34,36 @@ __global__ void layernorm_forward_kernel(const float* x, const float* gamma, con
   }
 }
 
-__global__ void layernorm_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
+__global__ void layernorm_dx_kernel(const float* dy, Operand x, const float* gamma, const float* mean,
                                     const float* rstd, float* dx, int rows, int dim) {
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.y;
   if (r >= rows) return;
-  const float* xr = x + std::size_t(r) * dim;
-  const float* dyr = dy + std::size_t(r) * dim;
-  float* dxr = dx + std::size_t(r) * dim;
+  const std::size_t row = std::size_t(r) * dim;
+  const float* dyr = dy + row;
+  float* dxr = dx + row;
   const float mu = mean[r], rs = rstd[r];
   float sum_g = 0, sum_gx = 0;
   for (int i = threadIdx.x; i < dim; i += kWarp) {
     const float g = dyr[i] * gamma[i];
     sum_g += g;
-    sum_gx += g * ((xr[i] - mu) * rs);
+    sum_gx += g * ((value_at(x, row + i) - mu) * rs);
   }
   const float mg = warp_sum(sum_g) / dim, mgx = warp_sum(sum_gx) / dim;
   for (int i = threadIdx.x; i < dim; i += kWarp) {
-    const float xhat = (xr[i] - mu) * rs;
+    const float xhat = (value_at(x, row + i) - mu) * rs;
     dxr[i] = rs * (dyr[i] * gamma[i] - mg - xhat * mgx);
   }
 }
 
 // Per (row, column) terms of the column sums; each adds its two terms to (a, b).
 struct LayerNormParamTerms {
-  const float *dy, *x, *mean, *rstd;
+  const float* dy;
+  Operand x;
+  const float *mean, *rstd;
   int cols;
   __device__ void operator()(int r, int c, float& a, float& b) const {
     const std::size_t i = std::size_t(r) * cols + c;
-    a += dy[i] * (x[i] - mean[r]) * rstd[r];
+    a += dy[i] * (value_at(x, i) - mean[r]) * rstd[r];
     b += dy[i];
   }
 };
@@ -258,7 +261,7 @@ void CudaBackend::layernorm_forward(const float* x, const float* gamma, const fl
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+void CudaBackend::layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,
                                      const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int dim) {
   if (rows <= 0 || dim <= 0) return;
   layernorm_dx_kernel<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(dy, x, gamma, mean, rstd, dx,

@@ -3,6 +3,7 @@
 // expression, so a fused pass gives the separate kernels' bits.
 #include <cstdint>
 
+#include "backend/backend.hpp"
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 
@@ -24,6 +25,13 @@ __device__ __forceinline__ float round_in(DType type, float v, std::uint16_t* bi
   const std::uint16_t h = type == DType::bf16 ? float_to_bf16(v) : float_to_half(v);
   if (bits) *bits = h;
   return type == DType::bf16 ? bf16_to_float(h) : half_to_float(h);
+}
+
+// Element i of an operand: an fp32 value, or a 16-bit pattern widened (exact).
+__device__ __forceinline__ float value_at(Operand x, std::size_t i) {
+  if (x.dtype == DType::f32) return static_cast<const float*>(x.data)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(x.data)[i];
+  return x.dtype == DType::bf16 ? bf16_to_float(h) : half_to_float(h);
 }
 
 }  // namespace avtrain::cuda

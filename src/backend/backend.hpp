@@ -66,7 +66,8 @@ class Backend : public TensorMemory {
   virtual void fill_rows(float* y, const float* row, int rows, int cols) = 0; // y[r,:] = row
   virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
   virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
-  virtual void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) = 0;  // dx = dy*gelu'(x); dx may be x
+  // dx = dy * gelu'(x); x in fp32 (dx may be x) or a kept 16-bit copy read as it is (exact).
+  virtual void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) = 0;
   virtual double sum_squares(const float* x, std::size_t n) = 0;
   virtual float abs_max(const float* x, std::size_t n) = 0;
   // One pass of the numbers layers.csv reports for a gradient tensor.
@@ -102,6 +103,14 @@ class Backend : public TensorMemory {
   virtual void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n);
   // y = round(gelu(x)). Default: gelu_forward, round_to.
   virtual void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n);
+  // A linear layer with a GELU after it (the MLP's first layer): f = linear_forward's y, then
+  // g = round(gelu(f)). Default: linear_forward, gelu_round.
+  virtual void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
+                                   float* g, std::uint16_t* g16, int rows, int in, int out);
+  // The gradient at a GELU's input in `type`: dx = round(dy * gelu'(x)) (x as gelu_backward takes it;
+  // dx may be dy). Default: gelu_backward, round_to.
+  virtual void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
+                                   std::size_t n);
   // acc += round(x) (a micro-batch's gradient in the module's type added to the fp32 main grads);
   // x is scratch: left rounded or as it was. Default: round_to, add.
   virtual void accumulate_rounded(DType type, float* acc, float* x, std::size_t n);
@@ -109,7 +118,8 @@ class Backend : public TensorMemory {
   // ---- normalisation; statistics always in fp32
   virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                                  float* mean, float* rstd, int rows, int dim, float eps) = 0;
-  virtual void layernorm_backward(const float* dy, const float* x, const float* gamma,
+  // x as forward read it: fp32, or a kept 16-bit copy read as it is (exact).
+  virtual void layernorm_backward(const float* dy, Operand x, const float* gamma,
                                   const float* mean, const float* rstd, float* dx, float* dgamma,
                                   float* dbeta, int rows, int dim) = 0;
   // BatchNorm over channels of x[rows, ch], statistics over rows with row_mask=1; masked rows give 0.

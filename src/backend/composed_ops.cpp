@@ -36,6 +36,18 @@ void Backend::gelu_round(DType type, const float* x, float* y, std::uint16_t* y1
   round_to(type, y, y16, n);
 }
 
+void Backend::linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
+                                  float* g, std::uint16_t* g16, int rows, int in, int out) {
+  linear_forward(type, x, w, bias, f, f16, rows, in, out);
+  gelu_round(type, f, g, g16, std::size_t(rows) * out);
+}
+
+void Backend::gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
+                                  std::size_t n) {
+  gelu_backward(dy, x, dx, n);
+  round_to(type, dx, dx16, n);
+}
+
 void Backend::accumulate_rounded(DType type, float* acc, float* x, std::size_t n) {
   round_to(type, x, nullptr, n);
   add(acc, x, n);

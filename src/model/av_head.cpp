@@ -113,9 +113,8 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   be_.masked_mean_pool_backward(st.dpa.data(), flow.token_mask.data(), dy.data(), B, L, D, 0, Ta);
   be_.masked_mean_pool_backward(st.dpv.data(), flow.token_mask.data(), dy.data(), B, L, D, Ta, L);
   be_.round_to(ln_.dtype(), dy.data(), nullptr, n);
-  const float* x = st.x.load(be_, ws_[kLogits]);
   flow.dx.resize(n);
-  ln_.backward(be_, x, dy.data(), st.mean.data(), st.rstd.data(), flow.dx.data(), rows);
+  ln_.backward(be_, st.x.operand(), dy.data(), st.mean.data(), st.rstd.data(), flow.dx.data(), rows);
   note_gradient(be_, flow, ln_.module(), flow.dx.data(), n);
 }
 

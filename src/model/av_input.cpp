@@ -133,10 +133,9 @@ void AVInput::backward(Flow& flow, LayerState& state_base) {
   patch_.backward(be_, st.patches.operand(), d_video.data(), nullptr, B * Nv);
 
   be_.round_to(bn_.dtype(), d_audio.data(), nullptr, na);
-  const float* bn_out = st.bn_out.load(be_, ws_[kBn]);
   Buffer& d_bn = ws_[kLogmel];
   d_bn.resize(na);
-  be_.gelu_backward(d_audio.data(), bn_out, d_bn.data(), na);
+  be_.gelu_backward(d_audio.data(), st.bn_out.operand(), d_bn.data(), na);
   be_.round_to(bn_.dtype(), d_bn.data(), nullptr, na);
   note_gradient(be_, flow, bn_.module() + " (GELU)", d_bn.data(), na);
   const float* conv_out = st.conv_out.load(be_, ws_[kConv]);

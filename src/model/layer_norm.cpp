@@ -13,8 +13,8 @@ void LayerNorm::forward(Backend& be, const float* x, float* y, float* mean, floa
   be.round_to(dtype_, y, y16, std::size_t(rows) * dim_);
 }
 
-void LayerNorm::backward(Backend& be, const float* x, const float* dy, const float* mean,
-                         const float* rstd, float* dx, int rows) {
+void LayerNorm::backward(Backend& be, Operand x, const float* dy, const float* mean, const float* rstd, float* dx,
+                         int rows) {
   be.layernorm_backward(dy, x, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),
                         params_.grad(beta_), rows, dim_);
   be.round_to(dtype_, dx, nullptr, std::size_t(rows) * dim_);

@@ -14,6 +14,12 @@ void Linear::forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* 
                     in_, out_);
 }
 
+void Linear::forward_gelu(Backend& be, Operand x, float* y, std::uint16_t* y16, float* g, std::uint16_t* g16,
+                          int rows) {
+  be.linear_gelu_forward(dtype_, x, params_.operand(weight_), bias_ >= 0 ? params_.value(bias_) : nullptr, y, y16, g,
+                         g16, rows, in_, out_);
+}
+
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {
   const Operand dy_in = dy16 && dtype_ != DType::f32 ? Operand{dy16, dtype_} : fp32(dy);
   if (dtype_ == DType::f32) {

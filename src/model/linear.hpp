@@ -18,6 +18,9 @@ class Linear {
   // x: values exact in the module's type; y: written, rounded to it, and its 16-bit patterns to
   // y16 in the same pass when that is not null (16-bit types).
   void forward(Backend& be, Operand x, float* y, int rows, std::uint16_t* y16 = nullptr);
+  // forward, then g = GELU(y) rounded to the module's type (patterns to g16 when not null): one op,
+  // which a backend may run as one pass after the product.
+  void forward_gelu(Backend& be, Operand x, float* y, std::uint16_t* y16, float* g, std::uint16_t* g16, int rows);
   // Accumulates dW, db; writes dx (rounded to the module's type) when it is not null. dy's values
   // must be exact in the module's type; dy16, when not null, holds their 16-bit patterns, which the
   // products then read (as they are: no packing of dy for each).

@@ -49,12 +49,14 @@ double TransformerBlock::forward_flops(int B, int L) const {
 }
 
 
+std::uint16_t* TransformerBlock::grad16(const Linear& layer, std::size_t count) {
+  if (layer.dtype() == DType::f32) return nullptr;
+  ws_.grad16.resize(count);
+  return ws_.grad16.data();
+}
+
 const std::uint16_t* TransformerBlock::round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus) {
-  std::uint16_t* dy16 = nullptr;
-  if (layer.dtype() != DType::f32) {
-    ws_.grad16.resize(count);
-    dy16 = ws_.grad16.data();
-  }
+  std::uint16_t* dy16 = grad16(layer, count);
   if (plus) be_.add_round(layer.dtype(), dy, plus, dy16, count);
   else be_.round_to(layer.dtype(), dy, dy16, count);
   return dy16;
@@ -138,14 +140,15 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   });
 
   Buffer& f1 = ws_[kF1];
+  Buffer& g = ws_[kG];
   f1.resize(nh);
-  const float* f1_values = st.f1.keep_written(f1, fc1_.dtype(), [&](std::uint16_t* f1_16) {
-    fc1_.forward(be_, st.b.operand(), f1.data(), rows, f1_16);
+  g.resize(nh);
+  st.f1.keep_written(f1, fc1_.dtype(), [&](std::uint16_t* f1_16) {
+    st.g.keep_written(g, fc1_.dtype(), [&](std::uint16_t* g16) {
+      fc1_.forward_gelu(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
+    });
     note(fc1_.module(), f1.data(), nh);
   });
-  Buffer& g = ws_[kG];
-  g.resize(nh);
-  st.g.keep_written(g, fc1_.dtype(), [&](std::uint16_t* g16) { be_.gelu_round(fc1_.dtype(), f1_values, g.data(), g16, nh); });
   if (!out) return;
 
   out->resize(n);  // in fp32, x's storage was taken over: `out` is another buffer
@@ -172,18 +175,16 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   dg.resize(nh);
   fc2_.backward(be_, st.g.operand(), dout.data(), dg.data(), rows, round_grad(fc2_, dout.data(), n));
   note_gradient(be_, flow, fc2_.module(), dg.data(), nh);
-  const float* f1 = st.f1.load(be_, ws_[kF1]);
-  be_.gelu_backward(dg.data(), f1, dg.data(), nh);  // d(f1), in place
-  const std::uint16_t* dg16 = round_grad(fc1_, dg.data(), nh);
+  std::uint16_t* dg16 = grad16(fc1_, nh);
+  be_.gelu_backward_round(fc1_.dtype(), dg.data(), st.f1.operand(), dg.data(), dg16, nh);  // d(f1), in place
   Buffer& db = ws_[kB];
   db.resize(n);
   fc1_.backward(be_, st.b.operand(), dg.data(), db.data(), rows, dg16);
   note_gradient(be_, flow, fc1_.module(), db.data(), n);
 
-  const float* h = st.h.load(be_, ws_[kH]);
   Buffer& dh = ws_[kA];
   dh.resize(n);
-  ln2_.backward(be_, h, db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
+  ln2_.backward(be_, st.h.operand(), db.data(), st.ln2_mean.data(), st.ln2_rstd.data(), dh.data(), rows);
   const std::uint16_t* dh16 = round_grad(proj_, dh.data(), n, dout.data());  // dh = dout + d(ln2 path)
   note_gradient(be_, flow, ln2_.module(), dh.data(), n);
 
@@ -209,8 +210,7 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   da.resize(n);
   qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows, dqkv16);
   note_gradient(be_, flow, qkv_.module(), da.data(), n);
-  const float* x = x_again ? x_again : kept.x.load(be_, ws_[kQkv]);
-  ln1_.backward(be_, x, da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
+  ln1_.backward(be_, x_again ? fp32(x_again) : kept.x.operand(), da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
   be_.add_round(kept.x.dtype(), dout.data(), dh.data(), nullptr, n);  // dx = dh + d(ln1 path)
   note_gradient(be_, flow, ln1_.module(), dout.data(), n);
 }

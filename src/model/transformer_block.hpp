@@ -40,6 +40,8 @@ class TransformerBlock final : public Layer {
   // in a 16-bit type, its patterns written to the workspace's 16-bit copy in the same pass (returned;
   // null in fp32): the module's two products read it without packing dy each.
   const std::uint16_t* round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus = nullptr);
+  // The workspace's 16-bit copy for an output gradient of `layer` (null in fp32).
+  std::uint16_t* grad16(const Linear& layer, std::size_t count);
   State& recomputed_state();
   // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
   // `out`, the block's output goes there and each module's output is noted (the forward proper);

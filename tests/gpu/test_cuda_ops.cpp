@@ -448,12 +448,12 @@ TEST_F(CudaOps, GeluForwardAndBackwardMatchCpuIncludingInPlaceBackward) {
   const auto x = normal(n, "gelu.x", 2.5), dy = normal(n, "gelu.dy");
   std::vector<float> y = nans(n), dx = nans(n), dx_inplace = x;
   cpu().gelu_forward(x.data(), y.data(), n);
-  cpu().gelu_backward(dy.data(), x.data(), dx.data(), n);
-  cpu().gelu_backward(dy.data(), dx_inplace.data(), dx_inplace.data(), n);
+  cpu().gelu_backward(dy.data(), fp32(x.data()), dx.data(), n);
+  cpu().gelu_backward(dy.data(), fp32(dx_inplace.data()), dx_inplace.data(), n);
   DevF dxin(gpu(), x), ddy(gpu(), dy), dyout(gpu(), nans(n)), ddx(gpu(), nans(n)), dinplace(gpu(), x);
   gpu().gelu_forward(dxin, dyout, n);
-  gpu().gelu_backward(ddy, dxin, ddx, n);
-  gpu().gelu_backward(ddy, dinplace, dinplace, n);
+  gpu().gelu_backward(ddy, fp32(dxin), ddx, n);
+  gpu().gelu_backward(ddy, fp32(dinplace), dinplace, n);
   EXPECT_TRUE(close_l2(dyout.download(), y, kF32)) << "forward";
   EXPECT_TRUE(close_l2(ddx.download(), dx, kF32)) << "backward";
   EXPECT_TRUE(close_l2(dinplace.download(), dx_inplace, kF32)) << "backward with dx = x";
@@ -614,13 +614,45 @@ TEST_F(CudaOps, LayerNormBackwardMatchesCpuAndAccumulatesParameterGrads) {
     std::vector<float> dx = nans(in.x.size()), dgamma = normal(dim, "ln.dgamma"), dbeta = normal(dim, "ln.dbeta");
     DevF d_dy(gpu(), in.dy), d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
     DevF d_dx(gpu(), dx), d_dgamma(gpu(), dgamma), d_dbeta(gpu(), dbeta);
-    cpu().layernorm_backward(in.dy.data(), in.x.data(), in.gamma.data(), mean.data(), rstd.data(), dx.data(),
+    cpu().layernorm_backward(in.dy.data(), fp32(in.x.data()), in.gamma.data(), mean.data(), rstd.data(), dx.data(),
                              dgamma.data(), dbeta.data(), rows, dim);
-    gpu().layernorm_backward(d_dy, d_x, d_g, d_mean, d_rstd, d_dx, d_dgamma, d_dbeta, rows, dim);
+    gpu().layernorm_backward(d_dy, fp32(d_x), d_g, d_mean, d_rstd, d_dx, d_dgamma, d_dbeta, rows, dim);
     SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(dim));
     EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "dx";
     EXPECT_TRUE(close_l2(d_dgamma.download(), dgamma, kF32)) << "dgamma";
     EXPECT_TRUE(close_l2(d_dbeta.download(), dbeta, kF32)) << "dbeta";
+  }
+}
+
+// gelu_backward and layernorm_backward read a kept 16-bit copy of x as they read its fp32 values: the
+// same bits either way (the patterns are widened exactly), in bf16 and fp16.
+TEST_F(CudaOps, GeluAndLayerNormBackwardRead16BitInputsAsTheirValues) {
+  const int rows = 517, dim = 128;
+  const LayerNormInputs in(rows, dim);
+  std::vector<float> y(in.x.size()), mean(rows), rstd(rows);
+  cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows, dim,
+                          1e-5f);
+  const std::size_t n = in.x.size();
+  for (const DType t : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<float> x = in.x;
+    std::vector<std::uint16_t> x_bits(n);
+    cpu().round_to(t, x.data(), x_bits.data(), n);
+    DevF d_x(gpu(), x), d_dy(gpu(), in.dy), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
+    DeviceBuffer<std::uint16_t> d_bits(gpu(), x_bits);
+    const Operand as_values = fp32(d_x), as_patterns{d_bits.get(), t};
+    std::vector<float> gelu_dx[2], ln[2];
+    for (int k = 0; k < 2; ++k) {
+      const Operand xin = k == 0 ? as_values : as_patterns;
+      DevF dx(gpu(), nans(n)), ln_dx(gpu(), nans(n)), dgamma(gpu(), in.gamma), dbeta(gpu(), in.gamma);
+      gpu().gelu_backward(d_dy, xin, dx, n);
+      gpu().layernorm_backward(d_dy, xin, d_g, d_mean, d_rstd, ln_dx, dgamma, dbeta, rows, dim);
+      gelu_dx[k] = dx.download();
+      ln[k] = ln_dx.download();
+      for (const auto& part : {dgamma.download(), dbeta.download()}) ln[k].insert(ln[k].end(), part.begin(), part.end());
+    }
+    EXPECT_TRUE(same_bits(bits(gelu_dx[0]), bits(gelu_dx[1]))) << "gelu_backward";
+    EXPECT_TRUE(same_bits(bits(ln[0]), bits(ln[1]))) << "layernorm_backward";
   }
 }
 
@@ -1209,34 +1241,47 @@ TEST_F(CudaOps, InfoNceLossMatchesCpuAndAccumulatesGradients) {
 // ---------------------------------------------------------------- optimizer
 
 // The fused passes under device.fused against the separate ops of the unfused backend: add_round,
-// gelu_round and accumulate_rounded the same bits (one element function each), in every type, with
-// and without the 16-bit copy; linear_forward (product with beta 0, the bias added in the rounding
-// pass) against the CPU's linear at the gemm tolerances, its copy the patterns of its values.
+// gelu_round, gelu_backward_round (x in fp32 or as 16-bit patterns) and accumulate_rounded the same
+// bits (one element function each), in every type, with and without the 16-bit copy; linear_forward
+// (product with beta 0, the bias added in the rounding pass) against the CPU's linear at the gemm
+// tolerances, its copy the patterns of its values; linear_gelu_forward the bits of the fused
+// linear_forward followed by gelu_round.
 class CudaFusedPasses : public CudaOps, public ::testing::WithParamInterface<DType> {};
 
 TEST_P(CudaFusedPasses, ElementwisePassesGiveTheBitsOfTheSeparateOps) {
   const DType t = GetParam();
   const std::size_t n = 300007;
   const auto x = normal(n, "fused_passes.x", 2.0), y0 = normal(n, "fused_passes.y", 2.0);
+  // gelu_backward_round's x as a kept copy: values exact in the type, and their patterns.
+  std::vector<float> x_kept = x;
+  std::vector<std::uint16_t> x_bits(n);
+  cpu().round_to(t == DType::f32 ? DType::bf16 : t, x_kept.data(), x_bits.data(), n);
   for (const bool copy : {false, true}) {
     SCOPED_TRACE(copy ? "with the 16-bit copy" : "without a copy");
     std::vector<std::vector<float>> got[2];
     std::vector<std::vector<std::uint16_t>> bits[2];
     for (int k = 0; k < 2; ++k) {
       Backend& be = k == 0 ? gpu() : *g_fused;
-      DevF d_x(be, x), d_y(be, y0), d_g(be, nans(n)), d_acc(be, y0), d_scratch(be, x);
-      DeviceBuffer<std::uint16_t> d_y16(be, n), d_g16(be, n);
+      DevF d_x(be, x), d_y(be, y0), d_g(be, nans(n)), d_acc(be, y0), d_scratch(be, x), d_kept(be, x_kept);
+      DevF d_dx(be, y0), d_dy(be, y0), d_dx_of_bits(be, nans(n));
+      DeviceBuffer<std::uint16_t> d_y16(be, n), d_g16(be, n), d_dx16(be, n), d_x_bits(be, x_bits);
       std::uint16_t* y16 = copy && t != DType::f32 ? d_y16.get() : nullptr;
       std::uint16_t* g16 = copy && t != DType::f32 ? d_g16.get() : nullptr;
+      std::uint16_t* dx16 = copy && t != DType::f32 ? d_dx16.get() : nullptr;
       be.add_round(t, d_y, d_x, y16, n);
       be.gelu_round(t, d_x, d_g, g16, n);
       be.accumulate_rounded(t, d_acc, d_scratch, n);
-      got[k] = {d_y.download(), d_g.download(), d_acc.download()};
-      bits[k] = {d_y16.download(), d_g16.download()};
+      be.gelu_backward_round(t, d_dx, fp32(d_kept), d_dx, dx16, n);  // in place, as the block runs it
+      const Operand x_patterns{d_x_bits.get(), t == DType::f32 ? DType::bf16 : t};
+      be.gelu_backward_round(t, d_dy, x_patterns, d_dx_of_bits, nullptr, n);
+      got[k] = {d_y.download(), d_g.download(), d_acc.download(), d_dx.download(), d_dx_of_bits.download()};
+      bits[k] = {d_y16.download(), d_g16.download(), d_dx16.download()};
     }
     EXPECT_TRUE(got[0][0] == got[1][0]) << "add_round";
     EXPECT_TRUE(got[0][1] == got[1][1]) << "gelu_round";
     EXPECT_TRUE(got[0][2] == got[1][2]) << "accumulate_rounded";
+    EXPECT_TRUE(got[0][3] == got[1][3]) << "gelu_backward_round";
+    EXPECT_TRUE(got[0][4] == got[1][4]) << "gelu_backward_round reading x's 16-bit patterns";
     EXPECT_TRUE(bits[0] == bits[1]) << "16-bit copies";
   }
 }
@@ -1266,6 +1311,39 @@ TEST_P(CudaFusedPasses, LinearForwardMatchesTheCpuAndItsCopyIsItsValues) {
     std::vector<std::uint16_t> packed(got.size());
     cpu().pack(t, got.data(), packed.data(), got.size());
     EXPECT_TRUE(packed == d_y16.download()) << "the 16-bit copy is not y's patterns";
+  }
+}
+
+TEST_P(CudaFusedPasses, LinearGeluForwardIsLinearForwardThenGeluRoundBitForBit) {
+  const DType t = GetParam();
+  const int rows = 517, in = 96, out = 384;
+  auto x = normal(sz(rows, in), "fused_linear_gelu.x"), w = normal(sz(out, in), "fused_linear_gelu.w", 0.1);
+  cpu().round_to(t, x.data(), nullptr, x.size());
+  cpu().round_to(t, w.data(), nullptr, w.size());
+  const auto bias = normal(out, "fused_linear_gelu.b");
+  const std::size_t n = sz(rows, out);
+  Backend& be = *g_fused;
+  DevF d_x(be, x), d_w(be, w), d_b(be, bias);
+  std::vector<std::vector<float>> values[2];
+  std::vector<std::vector<std::uint16_t>> patterns[2];
+  for (int k = 0; k < 2; ++k) {
+    DevF d_f(be, nans(n)), d_g(be, nans(n));
+    DeviceBuffer<std::uint16_t> d_f16(be, n), d_g16(be, n);
+    std::uint16_t* f16 = t == DType::f32 ? nullptr : d_f16.get();
+    std::uint16_t* g16 = t == DType::f32 ? nullptr : d_g16.get();
+    if (k == 0) {
+      be.linear_forward(t, fp32(d_x), fp32(d_w), d_b, d_f, f16, rows, in, out);
+      be.gelu_round(t, d_f, d_g, g16, n);
+    } else {
+      be.linear_gelu_forward(t, fp32(d_x), fp32(d_w), d_b, d_f, f16, d_g, g16, rows, in, out);
+    }
+    values[k] = {d_f.download(), d_g.download()};
+    patterns[k] = {d_f16.download(), d_g16.download()};
+  }
+  EXPECT_TRUE(values[0][0] == values[1][0]) << "f";
+  EXPECT_TRUE(values[0][1] == values[1][1]) << "g";
+  if (t != DType::f32) {
+    EXPECT_TRUE(patterns[0] == patterns[1]) << "16-bit copies";
   }
 }
 
@@ -1359,7 +1437,7 @@ TEST_F(CudaOps, ReductionsGiveIdenticalBitsWhenRunTwice) {
 
   auto layernorm_backward = [&] {
     DevF dx(gpu(), nans(x.size())), dgamma(gpu(), init), dbeta(gpu(), init);
-    gpu().layernorm_backward(d_dy, d_x, d_g, d_mean, d_rstd, dx, dgamma, dbeta, rows, cols);
+    gpu().layernorm_backward(d_dy, fp32(d_x), d_g, d_mean, d_rstd, dx, dgamma, dbeta, rows, cols);
     auto all = bits(dx.download());
     for (const auto& part : {bits(dgamma.download()), bits(dbeta.download())}) all.insert(all.end(), part.begin(), part.end());
     return all;

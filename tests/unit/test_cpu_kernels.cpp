@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -226,7 +227,7 @@ TEST_F(CpuKernels, GeluForwardAndBackwardMatchTheErfFormula) {
   const auto dy = random_floats(n, "gelu.dy", 0.5, 2.0);
   auto y = poisoned(n), dx = poisoned(n);
   be->gelu_forward(x.data(), y.data(), n);
-  be->gelu_backward(dy.data(), x.data(), dx.data(), n);
+  be->gelu_backward(dy.data(), fp32(x.data()), dx.data(), n);
   // vmath::erf's absolute error (<= 3e-7) carries into 0.5 * x * erf, so the bound is relative
   // plus that absolute share: for x < 0 the result is a small difference of larger terms.
   for (std::size_t i = 0; i < n; ++i) {
@@ -402,6 +403,40 @@ TEST_F(CpuKernels, LayerNormForwardMatchesReference) {
   EXPECT_TRUE(all_close(y, want_y, 2e-5, 2e-5));
   EXPECT_TRUE(all_close(mean, want_mean, 0, 1e-6));
   EXPECT_TRUE(all_close(rstd, want_rstd, 0, 2e-5));
+}
+
+// gelu_backward and layernorm_backward take x as a kept 16-bit copy (its patterns, read as they are)
+// or as fp32 values: the same bits, in bf16 and fp16; so do the fused defaults built on them.
+TEST_F(CpuKernels, GeluAndLayerNormBackwardRead16BitInputsAsTheirValues) {
+  const int rows = 40, dim = 96;
+  const std::size_t n = std::size_t(rows) * dim;
+  const auto x0 = random_floats(n, "ln16.x", 2.0, 5.0), dy = random_floats(n, "ln16.dy");
+  const auto gamma = random_floats(dim, "ln16.gamma", 0.5, 1.5), beta = random_floats(dim, "ln16.beta");
+  for (const DType t : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<float> x = x0, y(n), mean(rows), rstd(rows);
+    std::vector<std::uint16_t> x_bits(n);
+    be->round_to(t, x.data(), x_bits.data(), n);
+    be->layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, dim, 1e-5f);
+    std::vector<float> results[2];
+    for (int k = 0; k < 2; ++k) {
+      const Operand xin = k == 0 ? fp32(x.data()) : Operand{x_bits.data(), t};
+      std::vector<float> gdx(n), gdx_rounded(n), ldx(n), dgamma(dim, 0.5f), dbeta(dim, 0.25f);
+      std::vector<std::uint16_t> gdx16(n);
+      be->gelu_backward(dy.data(), xin, gdx.data(), n);
+      be->gelu_backward_round(t, dy.data(), xin, gdx_rounded.data(), gdx16.data(), n);
+      be->layernorm_backward(dy.data(), xin, gamma.data(), mean.data(), rstd.data(), ldx.data(), dgamma.data(),
+                             dbeta.data(), rows, dim);
+      std::vector<float> rounded = gdx;
+      std::vector<std::uint16_t> rounded16(n);
+      be->round_to(t, rounded.data(), rounded16.data(), n);
+      EXPECT_EQ(std::memcmp(rounded.data(), gdx_rounded.data(), n * sizeof(float)), 0) << "gelu_backward_round";
+      EXPECT_TRUE(rounded16 == gdx16) << "gelu_backward_round's patterns";
+      for (const auto* part : {&gdx, &ldx, &dgamma, &dbeta}) results[k].insert(results[k].end(), part->begin(), part->end());
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)), 0);
+  }
 }
 
 struct BatchNormReference {

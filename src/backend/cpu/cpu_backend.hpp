@@ -39,7 +39,7 @@ class CpuBackend final : public Backend {
   void fill_rows(float* y, const float* row, int rows, int cols) override;
   void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
-  void gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) override;
+  void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
   float abs_max(const float* x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
-  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+  void layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,
                           const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
                           int dim) override;
   void batchnorm_forward_train(const float* x, const std::uint8_t* row_mask, const float* gamma,
@@ -99,8 +99,12 @@ class CpuBackend final : public Backend {
              float beta2, float eps, float weight_decay, int step) override;
 
  private:
+  // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact).
+  const float* widened(Operand x, std::size_t n, Buffer& scratch);
+
   double gemm_flops_ = 0;
   Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
+  Buffer operand_x_;                 // a 16-bit input of an elementwise or row op, widened
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };
 

@@ -45,4 +45,11 @@ void CpuBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std:
   });
 }
 
+const float* CpuBackend::widened(Operand x, std::size_t n, Buffer& scratch) {
+  if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
+  scratch.resize(n);
+  unpack(x.dtype, static_cast<const std::uint16_t*>(x.data), scratch.data(), n);
+  return scratch.data();
+}
+
 }  // namespace avtrain

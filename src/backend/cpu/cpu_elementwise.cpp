@@ -51,8 +51,9 @@ void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
 }
 
 // d/dx x*Phi(x) = Phi(x) + x * phi(x)
-void CpuBackend::gelu_backward(const float* dy, const float* x, float* dx, std::size_t n) {
+void CpuBackend::gelu_backward(const float* dy, Operand x_in, float* dx, std::size_t n) {
   constexpr float inv_sqrt_2pi = 0.3989422804014327f;
+  const float* x = widened(x_in, n, operand_x_);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     float cdf = 0.5f * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));

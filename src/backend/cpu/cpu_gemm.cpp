@@ -79,14 +79,8 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
              });
     return;
   }
-  auto widen = [&](Operand op, std::size_t n, Buffer& scratch) -> const float* {
-    if (op.dtype == DType::f32) return static_cast<const float*>(op.data);
-    scratch.resize(n);
-    unpack(op.dtype, static_cast<const std::uint16_t*>(op.data), scratch.data(), n);
-    return scratch.data();
-  };
-  const float* a = widen(A, na, operand_a_);
-  const float* b = widen(B, nb, operand_b_);
+  const float* a = widened(A, na, operand_a_);
+  const float* b = widened(B, nb, operand_b_);
   in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc, [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
     cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
   });

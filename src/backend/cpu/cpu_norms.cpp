@@ -26,9 +26,10 @@ void CpuBackend::layernorm_forward(const float* x, const float* gamma, const flo
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma
-void CpuBackend::layernorm_backward(const float* dy, const float* x, const float* gamma,
+void CpuBackend::layernorm_backward(const float* dy, Operand x_in, const float* gamma,
                                     const float* mean, const float* rstd, float* dx, float* dgamma,
                                     float* dbeta, int rows, int dim) {
+  const float* x = widened(x_in, std::size_t(rows) * dim, operand_x_);
 #pragma omp parallel for schedule(static) if (std::size_t(rows) * dim >= kParallelMinElements)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * dim;
