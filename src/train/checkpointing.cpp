@@ -124,7 +124,7 @@ std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f
   return {message, failed > 0};
 }
 
-std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStore& params, AdamW* adamw,
+std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, DistributedOptimizer& state, bool moments,
                                                           const nlohmann::json& fingerprint, std::ostream& log) {
   const std::string& how = config_.resume;
   if (how == "none" || config_.overwrite) return std::nullopt;
@@ -157,7 +157,7 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
                     "): train.micro_batch x train.micro_batches x dp must give the same global batch");
       }
       require(diff.empty(), "checkpoint " + ck + " is of another run: " + diff);
-      std::tie(message, failed) = agree([&] { opened->load(be, params, adamw); });
+      std::tie(message, failed) = agree([&] { opened->load(be, state.params(), moments ? &state.adamw() : nullptr); });
       if (!failed) {
         world_.barrier();
         if (topo_.rank == 0)
@@ -165,6 +165,7 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
               << std::setprecision(2) << std::fixed << std::chrono::duration<double>(Clock::now() - t0).count()
               << " s\n";
         loaded_ = ck;
+        state.loaded(be);
         return opened->counters();
       }
     }
@@ -179,17 +180,15 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, ParamStor
               "--resume none starts afresh");
 }
 
-void Checkpointing::state_split_over(parallel::Communicator& data, std::vector<std::size_t> parts) {
-  data_ = &data;
-  parts_ = std::move(parts);
-}
-
 // Each replica's part of the moments (and of the masters, where they are split) to the writer
 // (data-parallel rank 0), through a staging buffer of at most 16 MiB there, into its snapshot's
 // host arrays.
-void Checkpointing::gather_parts(Backend& be, ParamStore& params, AdamW& adamw) {
+void Checkpointing::gather_parts(Backend& be, DistributedOptimizer& state) {
   constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats
-  const std::size_t n = parts_.back(), own = adamw.part().begin, own_end = adamw.part().end;
+  ParamStore& params = state.params();
+  AdamW& adamw = state.adamw();
+  const std::vector<std::size_t>& parts = state.parts();
+  const std::size_t n = parts.back(), own = adamw.part().begin, own_end = adamw.part().end;
   const bool writer = topo_.dp_rank == 0;
   Buffer staging;
   if (writer) staging.resize(std::min(kChunk, n));
@@ -201,7 +200,8 @@ void Checkpointing::gather_parts(Backend& be, ParamStore& params, AdamW& adamw) 
     for (std::size_t begin = 0; begin < n; begin += kChunk) {
       const std::size_t end = std::min(n, begin + kChunk);
       const float* mine = part->data() + (std::min(std::max(own, begin), own_end) - own);  // this chunk's share
-      data_->gather(mine, writer ? staging.data() : nullptr, parallel::parts_within(parts_, begin, end), DType::f32, 0);
+      state.data_group()->gather(mine, writer ? staging.data() : nullptr, parallel::parts_within(parts, begin, end),
+                                 DType::f32, 0);
       if (writer) be.download(host->data() + begin, staging.data(), (end - begin) * sizeof(float));
     }
   }
@@ -233,7 +233,7 @@ Checkpointing::~Checkpointing() {
   if (in_flight_ && in_flight_->write.valid()) in_flight_->write.wait();
 }
 
-void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const checkpoint::Counters& counters,
+void Checkpointing::save(Backend& be, DistributedOptimizer& state, const checkpoint::Counters& counters,
                          const nlohmann::json& fingerprint, std::ostream& log) {
   const auto t0 = Clock::now();
   settle(true, log);  // one checkpoint in flight at a time
@@ -249,9 +249,11 @@ void Checkpointing::save(Backend& be, ParamStore& params, AdamW& adamw, const ch
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
   if (holds(HoldPoint::copy, counters.next_step)) hold(topo_.rank, ck, "copy")();
-  if (data_) gather_parts(be, params, adamw);
+  const bool split = state.sharded();
+  if (split) gather_parts(be, state);
   if (topo_.dp_rank == 0) {
-    snapshot_->take(be, params, data_ ? nullptr : &adamw, counters, fingerprint);  // the previous write has finished
+    // (the previous write has finished)
+    snapshot_->take(be, state.params(), split ? nullptr : &state.adamw(), counters, fingerprint);
     const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";
     std::function<void()> before_rename;
     if (holds(HoldPoint::stage_file, counters.next_step)) before_rename = hold(topo_.rank, ck, "stage_file");

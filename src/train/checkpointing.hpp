@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/stage_checkpoint.hpp"
+#include "optim/distributed_optimizer.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/topology.hpp"
 #include "train/run_config.hpp"
@@ -37,21 +38,18 @@ class Checkpointing {
   // training; a later --resume auto must never find an earlier run's step). Returns how many.
   int remove_all();
 
-  // Loads the checkpoint to resume from into params and adamw and returns its counters, or nullopt
+  // Loads the checkpoint to resume from into the stage's state (its parameters, their working copies
+  // and, with moments, AdamW's state of this replica's part) and returns its counters, or nullopt
   // for a fresh start (--resume none, --overwrite). --resume PATH: that checkpoint or an error; auto: the newest committed one,
   // a damaged one reported on `log` and the previous one tried. A checkpoint of another run (its
   // fingerprint differs from `fingerprint`) is an error naming the field.
-  // adamw null: the weights alone (evaluation).
-  std::optional<checkpoint::Counters> resume(Backend& be, ParamStore& params, AdamW* adamw,
+  // moments false: the weights alone (evaluation).
+  std::optional<checkpoint::Counters> resume(Backend& be, DistributedOptimizer& state, bool moments,
                                              const nlohmann::json& fingerprint, std::ostream& log);
 
   // The checkpoint resume() loaded ("" before, or after a fresh start).
   const std::string& loaded() const { return loaded_; }
 
-  // Under ZeRO (parallel.zero): the stage's AdamW moments (and, in mixed precision, its fp32
-  // masters) are split over the data-parallel group `data` at `parts`; save() gathers them to the
-  // stage's writer, a chunk at a time.
-  void state_split_over(parallel::Communicator& data, std::vector<std::size_t> parts);
   // Before training: the host memory this rank's checkpoints take (a stage's writer only), touched
   // once now rather than beside the first checkpoint's steps.
   void reserve_memory(const ParamStore& params);
@@ -64,8 +62,10 @@ class Checkpointing {
   bool due(std::int64_t step, bool last);
   // Starts the checkpoint taken after the step before counters.next_step: waits for the one in
   // flight (and commits it), creates its directory, copies this stage's state out of the step (all
-  // the step waits for) and writes it on a thread of its own. Collective.
-  void save(Backend& be, ParamStore& params, AdamW& adamw, const checkpoint::Counters& counters,
+  // the step waits for) and writes it on a thread of its own. Collective. Under ZeRO (the state's
+  // parts), the AdamW moments (and, in mixed precision, the fp32 masters) are split over the
+  // data-parallel group: each replica's part is gathered to the stage's writer, a chunk at a time.
+  void save(Backend& be, DistributedOptimizer& state, const checkpoint::Counters& counters,
             const nlohmann::json& fingerprint, std::ostream& log);
   // Once per step, collective: commits the checkpoint in flight once every writer has finished.
   void poll(std::ostream& log);
@@ -84,7 +84,7 @@ class Checkpointing {
     double write_s = 0;         // the write's seconds, once taken from `write`
   };
   std::vector<std::string> stage_files(const std::string& checkpoint) const;
-  void gather_parts(Backend& be, ParamStore& params, AdamW& adamw);
+  void gather_parts(Backend& be, DistributedOptimizer& state);
   // Commits the checkpoint in flight if every writer has finished (or, with wait, once they have).
   void settle(bool wait, std::ostream& log);
   void commit(const InFlight& done, std::ostream& log);
@@ -103,8 +103,6 @@ class Checkpointing {
   const RunConfig& config_;
   const parallel::Topology& topo_;
   parallel::Communicator& world_;
-  parallel::Communicator* data_ = nullptr;  // ZeRO: the group the moments are split over
-  std::vector<std::size_t> parts_;
   std::string dir_, loaded_;
   std::chrono::steady_clock::time_point last_save_;
   std::optional<InFlight> in_flight_;

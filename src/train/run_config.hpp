@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/model_config.hpp"
+#include "optim/distributed_optimizer.hpp"
 #include "optim/optim_config.hpp"
 #include "parallel/parallel_config.hpp"
 #include "precision/precision_config.hpp"
@@ -76,5 +77,9 @@ struct RunConfig {
   // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.
   int global_batch(int dp) const { return dp * train.micro_batch * train.micro_batches; }
 };
+
+// What a stage's distributed optimizer is built from: the one reading of the run's options, which
+// the run and the dry run share.
+DistributedOptimizerConfig distributed_optimizer_config(const RunConfig& c);
 
 }  // namespace avtrain

@@ -1,13 +1,14 @@
 #include "train/run_description.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
 
 #include "model/av_net.hpp"
 #include "parallel/pipeline_schedule.hpp"
-#include "parallel/zero_parts.hpp"
 #include "precision/precision_policy.hpp"
+#include "train/run_config.hpp"
 #include "train/stage_plan.hpp"
 
 namespace avtrain {
@@ -90,15 +91,12 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const StagePlan plan = plan_stages(c, be, s, pp);
   const PrecisionPolicy policy(c.precision);
   const Recompute recompute = parse_recompute(c.train.recompute);
-  ParamStore params;
+  // The stage's training state as a run of this layout builds it: under parallel.zero 1 with --dp,
+  // replica 0's part of the optimizer state (and, in fp16/bf16, of the masters).
+  DistributedOptimizer optimizer(be, distributed_optimizer_config(c));
+  ParamStore& params = optimizer.params();
   AVNet net(be, params, c.model, s, policy, {}, recompute);
-  // Under parallel.zero 1 with --dp: replica 0's part of the optimizer state (and, in fp16/bf16, of the masters).
-  const bool zero = c.parallel.zero == 1 && c.parallel.dp > 1;
-  const std::vector<std::size_t> parts = zero ? parallel::zero_parts(params.total_size(), c.parallel.dp)
-                                              : std::vector<std::size_t>{0, params.total_size()};
-  if (zero) params.keep_masters_of({parts[0], parts[1]});
-  params.allocate(c.train.seed);
-  params.refresh_working(be);
+  optimizer.build(std::max(1, c.parallel.dp), 0, nullptr);
 
   const TokenGeometry& g = net.geometry();
   out << "AVNet on " << s.shards.size() << " shard(s), " << s.total_samples << " samples: audio " << s.audio_samples
@@ -138,7 +136,9 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const MicroBatchMemory memory = micro_batch_memory(net, s, B);
   const std::vector<std::size_t>& act = memory.layers;
   const double workspace = double(memory.workspace);
-  const double p4 = double(params.total_size()) * 4, moments = 8.0 * double(parts[1] - parts[0]);
+  AdamW& adamw = optimizer.adamw();
+  const double p4 = double(params.total_size()) * 4,
+               moments = double(adamw.first_moments().bytes() + adamw.second_moments().bytes());
   const char* mode = dtype_name(policy.compute());
   out << "precision: " << mode << ", products on " << be.gemm_engine(policy.compute()) << "\n";
   out << "memory estimate (" << mode << ", one rank holding the whole net):\n"
@@ -161,7 +161,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
     ratio << std::fixed << std::setprecision(3) << double(sum(act)) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";
   }
-  const double parameter_bytes = double(params.bytes()) + moments;
+  const double parameter_bytes = optimizer.bytes();
   out << "  workspace         " << mib(workspace) << " (fp32 scratch shared by the layers)\n"
       << "  total             " << mib(parameter_bytes + double(sum(act)) + workspace) << "\n";
 

@@ -26,18 +26,17 @@
 #include "io/trace_writer.hpp"
 #include "model/av_net.hpp"
 #include "model/transformer_block.hpp"
-#include "optim/adamw.hpp"
+#include "optim/distributed_optimizer.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
-#include "parallel/grad_buckets.hpp"
 #include "parallel/pipeline_schedule.hpp"
-#include "parallel/zero_parts.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/batch_feed.hpp"
 #include "train/checkpointing.hpp"
 #include "train/watchdog.hpp"
 #include "train/rank_report.hpp"
+#include "train/run_record.hpp"
 #include "train/stage_link.hpp"
 #include "train/stage_plan.hpp"
 
@@ -53,15 +52,6 @@ constexpr double kWatchdogFloor = 300.0;  // seconds: the automatic watchdog nev
 // Below this |g| a gradient value is not held at full precision by the compute type: its smallest
 // normal. An fp32 run reports against fp16's, what an fp16 run of it would lose.
 float underflow_threshold(DType compute) { return compute == DType::bf16 ? 0x1p-126f : 0x1p-14f; }
-
-// The median of the last 21 step times (ms), in seconds; 0 before the first step. What the time
-// budget, the watchdog's automatic timeout and the ETA take a step to cost.
-double recent_step_s(const std::vector<double>& step_ms) {
-  if (step_ms.empty()) return 0;
-  std::vector<double> recent(step_ms.end() - std::min<std::ptrdiff_t>(21, std::ptrdiff_t(step_ms.size())), step_ms.end());
-  std::nth_element(recent.begin(), recent.begin() + std::ptrdiff_t(recent.size() / 2), recent.end());
-  return recent[recent.size() / 2] / 1000.0;
-}
 
 // Parameters grouped by module, in registration order: the rows of layers.csv.
 struct ModuleGroup {
@@ -146,13 +136,12 @@ struct Trainer::Impl {
   PrecisionPolicy policy;
   StagePlan plan;
   parallel::StageRange stage;
-  ParamStore params;
+  DistributedOptimizer optimizer;  // the stage's parameters, their reduction, AdamW, the ZeRO parts
+  ParamStore& params;
   AVNet net;
   std::vector<ModuleGroup> modules;
   std::vector<std::unique_ptr<Slot>> slots;
   StageLink link;
-  std::vector<std::size_t> parts;  // ZeRO: the replicas' parts of the stage's flat buffers; empty: replicated
-  parallel::GradBuckets buckets;
   parallel::Schedule schedule;
   std::pair<int, std::int64_t> inject_overflow, perturb_weights;
   std::vector<parallel::PipeAction> actions;  // this stage's forwards and backwards, in order
@@ -169,16 +158,14 @@ struct Trainer::Impl {
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, data::ShardSet* v, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), val_shards(v), groups(g), topo(g.topology), policy(c.precision),
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
+        optimizer(b, distributed_optimizer_config(c)), params(optimizer.params()),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last},
             parse_recompute(c.train.recompute)),
         link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
-        parts(c.parallel.zero == 1 && g.topology.dp > 1 ? parallel::zero_parts(params.total_size(), g.topology.dp)
-                                                         : std::vector<std::size_t>()),
-        buckets(b, allocate_params(), param_bounds(), c.parallel.grad_bucket_mb,
-                parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype"), *g.data, parts),
         schedule(parallel::parse_schedule(c.parallel.schedule)),
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
         perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
+    optimizer.build(topo.dp, topo.dp_rank, g.data.get());
     modules = group_modules(params);
     actions = parallel::pipeline_actions(schedule, topo.pp, topo.pp_rank, c.train.micro_batches);
     bubble_theory = parallel::ideal_bubble(topo.pp, c.train.micro_batches);
@@ -202,10 +189,10 @@ struct Trainer::Impl {
   }
   // The automatic timeout (debug.watchdog_s -1): what a normal step, evaluation or checkpoint
   // never reach.
-  void update_watchdog(const std::vector<double>& step_ms, double longest_eval_s, double longest_checkpoint_s) {
+  void update_watchdog(const RunRecord& record, double longest_checkpoint_s) {
     if (config.debug.watchdog_s >= 0) return;
-    watchdog.set_timeout(
-        std::max({kWatchdogFloor, 20 * recent_step_s(step_ms), 3 * longest_eval_s, 3 * longest_checkpoint_s}));
+    watchdog.set_timeout(std::max({kWatchdogFloor, 20 * record.recent_step_s(), 3 * record.longest_evaluation_s(),
+                                   3 * longest_checkpoint_s}));
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
@@ -215,37 +202,6 @@ struct Trainer::Impl {
     const int head_dim = config.model.width / config.model.heads;
     return TransformerBlock::attention_fused(be, policy.of("blocks.0.attn.qkv"), head_dim) ? "fused" : "unfused";
   }
-  bool sharded() const { return !parts.empty(); }
-  // The elements of the stage's flat buffers this replica's optimizer updates: its ZeRO part, or all.
-  std::optional<FlatPart> own_part() const {
-    if (!sharded()) return std::nullopt;
-    return FlatPart{parts[std::size_t(topo.dp_rank)], parts[std::size_t(topo.dp_rank) + 1]};
-  }
-
-  // The elements of the stage's flat buffers whose statistics (layers.csv, the gradient norm) this
-  // replica takes: at dp > 1 its ZeRO part, whether or not parallel.zero splits the state (inside
-  // master_part()); else all.
-  FlatPart statistics_part() const {
-    if (topo.dp == 1) return {0, params.total_size()};
-    const std::vector<std::size_t> cut = sharded() ? parts : parallel::zero_parts(params.total_size(), topo.dp);
-    return {cut[std::size_t(topo.dp_rank)], cut[std::size_t(topo.dp_rank) + 1]};
-  }
-
-  // Initialises this stage's parameters from (seed, name); returns the gradient buffer, which must
-  // exist before the buckets (the next member) point into it.
-  float* allocate_params() {
-    if (sharded()) params.keep_masters_of(*own_part());
-    params.allocate(config.train.seed, config.train.init_ulps);
-    params.refresh_working(be);
-    return params.grads().data();
-  }
-  std::vector<std::size_t> param_bounds() const {
-    std::vector<std::size_t> bounds;
-    for (const ParamInfo& p : params.params()) bounds.push_back(p.offset);
-    bounds.push_back(params.total_size());
-    return bounds;
-  }
-
   // Waits for what a computation needs from a neighbour stage (`receive`, when there is one), then
   // completes this rank's sends in flight: over shared memory without single-copy support a send
   // moves only while its sender is inside MPI, so one left in flight would wait a whole forward or
@@ -322,8 +278,8 @@ struct Trainer::Impl {
     if (last_of_step) {
       net.backward(flow, slot.states, [&](std::size_t i) {
         const ParamId first = net.param_range(i).first;
-        buckets.ready_from(first < ParamId(params.params().size()) ? params.info(first).offset : params.total_size());
-        buckets.progress();
+        optimizer.gradients_final_from(first < ParamId(params.params().size()) ? params.info(first).offset
+                                                                               : params.total_size());
       });
     } else {
       net.backward(flow, slot.states);
@@ -336,28 +292,6 @@ struct Trainer::Impl {
       w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
     }
     slot.busy = false;
-  }
-
-  // This rank's parameter memory, for the log: "parameter memory of rank 0: fp32 masters 1.23 MiB, ...".
-  std::string parameter_memory(AdamW& optimizer) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2);
-    const double masters = double(params.masters().bytes()) / kMiB;
-    const double moments = double(optimizer.first_moments().bytes() + optimizer.second_moments().bytes()) / kMiB;
-    s << "parameter memory of rank " << topo.rank << ": fp32 masters " << masters << " MiB, AdamW moments " << moments
-      << " MiB (optimizer and masters " << masters + moments << " MiB";
-    if (sharded()) s << ", parallel.zero 1: this replica's part of " << topo.dp;
-    s << "), gradients " << double(params.grads().bytes()) / kMiB << " MiB";
-    if (params.masters_split()) s << ", fp32 values of the other parameters " << double(params.values().bytes()) / kMiB << " MiB";
-    if (params.working_bytes()) s << ", 16-bit working copies " << double(params.working_bytes()) / kMiB << " MiB";
-    return s.str();
-  }
-
-  // Parameters, main grads, AdamW moments (4 bytes each; the moments of this replica's part under
-  // ZeRO) and the working copies.
-  double parameter_bytes() const {
-    const double moments = sharded() ? double(own_part()->size()) : double(params.total_size());
-    return double(params.bytes()) + 8.0 * moments;
   }
 
   Slot& acquire() {
@@ -387,50 +321,15 @@ struct Trainer::Impl {
   // One row per module of this stage, from the gradients as accumulated (multiplied by loss_scale):
   // norms are reported unscaled, the underflow share as the compute type sees the scaled values.
   // `grad_sum_squares` gets the unscaled sum of squares over the stage.
-  // Backend::tensor_stats of every parameter's part of `flat` (values or grads), by ParamId, in one
-  // pass and one return to the host (on a GPU: one wait for the device, not one per parameter).
-  // Of each parameter's elements within `part` of the flat index space, read from `base` (where
-  // element part.begin is).
-  std::vector<Backend::TensorStats> param_stats(const float* base, FlatPart part, float threshold) {
-    std::vector<Backend::Span> spans;
-    for (const ParamInfo& p : params.params()) {
-      const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
-      spans.push_back({mine.begin - part.begin, mine.size()});
-    }
-    std::vector<Backend::TensorStats> stats(spans.size());
-    be.tensor_stats_many(base, spans.data(), int(spans.size()), threshold, stats.data());
-    return stats;
-  }
-
-  // Both lists of statistics added over the data-parallel group, in one all-reduce.
-  void add_over_replicas(std::vector<Backend::TensorStats>& a, std::vector<Backend::TensorStats>& b) {
-    std::vector<double> sums;
-    for (const auto* stats : {&a, &b})
-      for (const Backend::TensorStats& t : *stats)
-        sums.insert(sums.end(), {t.sum_squares, double(t.nonfinite), double(t.nonzero), double(t.below)});
-    groups.data->all_reduce(sums.data(), sums.size(), parallel::ReduceOp::sum);  // counts exact below 2^53
-    std::size_t i = 0;
-    for (auto* stats : {&a, &b})
-      for (Backend::TensorStats& t : *stats) {
-        t = {sums[i], std::size_t(sums[i + 1]), std::size_t(sums[i + 2]), std::size_t(sums[i + 3])};
-        i += 4;
-      }
-  }
-
   std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
     std::vector<LayerRow> rows;
     grad_sum_squares = 0;
     const float threshold = underflow_threshold(policy.compute());
     const double unscale2 = 1.0 / (loss_scale * loss_scale);
-    // At dp > 1 each replica takes the statistics of its part (under ZeRO the only reduced
-    // gradients and masters it holds) and the parts' statistics are added over the data-parallel
-    // group: in both ZeRO settings alike, so that a parameter a part boundary cuts is summed the
-    // same way in both, and zero 1 is zero 0 bit for bit.
-    const FlatPart part = statistics_part();
-    std::vector<Backend::TensorStats> grad_stats = param_stats(params.grads().data() + part.begin, part, threshold);
-    std::vector<Backend::TensorStats> value_stats =
-        param_stats(params.masters().data() + (part.begin - params.master_part().begin), part, 0.0f);
-    if (topo.dp > 1) add_over_replicas(grad_stats, value_stats);
+    // At dp > 1 each replica takes its part's statistics, added over the group (statistics_part()).
+    const DistributedOptimizer::Statistics stats = optimizer.statistics(threshold);
+    const std::vector<Backend::TensorStats>& grad_stats = stats.grads;
+    const std::vector<Backend::TensorStats>& value_stats = stats.values;
     const std::map<std::string, float> absmax = acts.read();
     for (const ModuleGroup& g : modules) {
       LayerRow r;
@@ -465,37 +364,10 @@ struct Trainer::Impl {
   // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
   void check_replicas_agree(std::int64_t step) {
     if (topo.dp == 1) return;
-    // What every replica holds whole: the fp32 values of the trainable parameters and, where the
-    // masters are split (ZeRO in mixed precision), the 16-bit working copies.
-    std::vector<Backend::Span> spans;
-    for (const ParamInfo& p : params.params())
-      if (p.trainable && (p.working == DType::f32 || !params.masters_split())) spans.push_back({p.value_offset, p.size});
-    std::vector<Backend::TensorStats> stats(spans.size());
-    if (!spans.empty()) be.tensor_stats_many(params.values().data(), spans.data(), int(spans.size()), 0.0f, stats.data());
-    double sum = 0;
-    for (const Backend::TensorStats& t : stats) sum += t.sum_squares;
-    if (params.masters_split()) sum += working_sum_squares();
-    double stage_range[2] = {sum, -sum};  // max and -min over the replicas
-    groups.data->all_reduce(stage_range, 2, parallel::ReduceOp::max);
-    require(stage_range[0] == -stage_range[1],
-            "step " + std::to_string(step) + ": the data-parallel replicas of stage " + std::to_string(topo.pp_rank) +
-                " hold different weights (sum of squares from " + std::to_string(-stage_range[1]) + " to " +
-                std::to_string(stage_range[0]) + ")");
-  }
-
-  // The working copies' sum of squares, unpacked a chunk at a time.
-  double working_sum_squares() {
-    constexpr std::size_t kChunk = std::size_t(1) << 20;
-    const Buffer16& working = params.working();
-    Buffer scratch;
-    scratch.resize(std::min(kChunk, working.size()));
-    double sum = 0;
-    for (std::size_t begin = 0; begin < working.size(); begin += kChunk) {
-      const std::size_t n = std::min(kChunk, working.size() - begin);
-      be.unpack(params.working_type(), working.data() + begin, scratch.data(), n);
-      sum += be.tensor_stats(scratch.data(), n, 0.0f).sum_squares;
-    }
-    return sum;
+    const auto [low, high] = optimizer.replica_range();
+    require(low == high, "step " + std::to_string(step) + ": the data-parallel replicas of stage " +
+                             std::to_string(topo.pp_rank) + " hold different weights (sum of squares from " +
+                             std::to_string(low) + " to " + std::to_string(high) + ")");
   }
 
   // Once per step, every replica alike: the statistics the step's micro-batches gathered (BatchNorm's)
@@ -616,30 +488,25 @@ struct Trainer::Impl {
   // timeline, checkpoints) and what it has measured. A checkpoint saves what a resume needs of it.
   struct Run {
     Run(Impl& d, const nlohmann::json& options)
-        : sampler(d.make_sampler()), validation(d.validation(sampler)), optimizer(d.be, d.params, d.config.optim, d.own_part()),
-          scaler(d.config.precision, d.policy.compute()), checkpoints(d.config, d.topo, *d.groups.world),
-          fingerprint(d.fingerprint(options)) {}
+        : sampler(d.make_sampler()), validation(d.validation(sampler)), scaler(d.config.precision, d.policy.compute()),
+          checkpoints(d.config, d.topo, *d.groups.world), fingerprint(d.fingerprint(options)), record(d.config, d.topo) {}
     data::Sampler sampler;
     std::vector<std::int64_t> validation;  // sample indices of the validation set (Impl::validation)
     std::unique_ptr<data::Prefetcher> val_reader;  // data.val_dir's reader, or null: the feed's reads them
     nlohmann::json per_class;  // the last evaluation's accuracy per class
-    AdamW optimizer;
     LossScaler scaler;
     Checkpointing checkpoints;
     const nlohmann::json fingerprint;
     std::int64_t first_step = 0;
     int applied_steps = 0;  // a skipped step does not advance the LR schedule
-    std::unique_ptr<TraceWriter> traces;  // rank 0, with --out
+    RunRecord record;  // run.json, the traces, the log line; the step and evaluation times
     std::optional<Timeline> timeline;
     std::optional<BatchFeed> feed;
     TrainSummary summary;
-    std::vector<double> step_ms;
     double mem_peak = 0;
     // The time budget (train.max_minutes, a Slurm job's end), in seconds since the process started.
     double deadline_s = std::numeric_limits<double>::infinity();
     std::string budget;  // what set the deadline, for the log
-    double longest_eval_s = 0, eval_s = 0;
-    int evaluations = 0;
     double elapsed_before_s = 0;  // the run's training time before this start (from its checkpoint)
     Clock::time_point started;
     double elapsed_s() const { return elapsed_before_s + std::chrono::duration<double>(Clock::now() - started).count(); }
@@ -670,15 +537,6 @@ struct Trainer::Impl {
   data::Sampler make_sampler() const {
     return data::Sampler(shards.info().total_samples, val_shards ? 0.0 : config.data.val_fraction, config.train.seed,
                          config.global_batch(topo.dp));
-  }
-
-  // The checkpoint --resume names, into the weights (and AdamW's moments unless adamw is null);
-  // nullopt: a fresh start.
-  std::optional<checkpoint::Counters> load_checkpoint(Checkpointing& checkpoints, AdamW* adamw,
-                                                      const nlohmann::json& fingerprint, std::ostream& log) {
-    std::optional<checkpoint::Counters> loaded = checkpoints.resume(be, params, adamw, fingerprint, log);
-    if (loaded) params.refresh_working(be);
-    return loaded;
   }
 
   // A fresh start's --out (rank 0): --overwrite clears the run there (its checkpoints; the traces
@@ -712,14 +570,13 @@ struct Trainer::Impl {
   void start(Run& run, const nlohmann::json& options, std::ostream& log) {
     const bool rank0 = topo.rank == 0;
     const std::optional<checkpoint::Counters> resumed =
-        load_checkpoint(run.checkpoints, &run.optimizer, run.fingerprint, log);
+        run.checkpoints.resume(be, optimizer, true, run.fingerprint, log);
     if (resumed) {
       run.first_step = resumed->next_step;
       run.applied_steps = int(resumed->applied_steps);
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
     }
-    if (sharded()) run.checkpoints.state_split_over(*groups.data, parts);
     run.checkpoints.reserve_memory(params);
     set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
@@ -732,14 +589,7 @@ struct Trainer::Impl {
                   ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
                   "another, --overwrite starts afresh and replaces its traces and checkpoints");
     }
-    if (!config.train.out.empty() && rank0) {
-      // run.json first: a start killed before its first checkpoint is known as this run's by it.
-      std::error_code ec;
-      std::filesystem::create_directories(config.train.out, ec);
-      if (ec) throw Error("cannot create output directory " + config.train.out + ": " + ec.message());
-      write_file_atomically(config.train.out + "/run.json", manifest(run, options, resumed.has_value()).dump(2) + "\n");
-      run.traces = std::make_unique<TraceWriter>(config.train.out, resumed ? run.first_step : -1);
-    }
+    if (!config.train.out.empty() && rank0) run.record.open(manifest(run, options), resumed.has_value(), run.first_step);
     groups.world->barrier();
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
     run.started = Clock::now();
@@ -759,7 +609,7 @@ struct Trainer::Impl {
     if (amp())
       log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe()
           << ", attention " << attention_path() << "\n";
-    log << "[rank 0] " << parameter_memory(run.optimizer) << "\n";
+    log << "[rank 0] parameter memory of rank " << topo.rank << ": " << optimizer.memory_description() << "\n";
     if (run.first_step >= config.train.steps)
       log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
           << ": nothing left to train\n";
@@ -794,7 +644,8 @@ struct Trainer::Impl {
     double total() const { return steps + evaluation + checkpoint + spare; }
   };
   TimeMargin time_margin(const Run& run) const {
-    return {2 * recent_step_s(run.step_ms), run.longest_eval_s, run.checkpoints.expected_seconds(params), 5.0};
+    return {2 * run.record.recent_step_s(), run.record.longest_evaluation_s(), run.checkpoints.expected_seconds(params),
+            5.0};
   }
   // Rank 0's view: whether the time left no longer covers the margin.
   bool out_of_time(const Run& run) const {
@@ -812,8 +663,8 @@ struct Trainer::Impl {
   }
 
   // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
-  // the layout, the precision, and every start of the run (a resumed run keeps the earlier ones).
-  nlohmann::json manifest(const Run& run, const nlohmann::json& options, bool resumed) const {
+  // the layout, the precision (RunRecord adds every start of the run).
+  nlohmann::json manifest(const Run& run, const nlohmann::json& options) const {
     nlohmann::json m;
     m["config"] = options;
     m["deck"] = config.deck;
@@ -822,21 +673,6 @@ struct Trainer::Impl {
     m["build"] = {{"version", build_info::version}, {"git_commit", build_info::git_commit},
                   {"compiler", build_info::compiler}, {"build_type", build_info::build_type},
                   {"blas", build_info::blas}};
-    nlohmann::json starts = nlohmann::json::array();
-    if (resumed) {
-      std::ifstream previous(config.train.out + "/run.json");
-      try {
-        nlohmann::json old;
-        if (previous >> old; old.contains("starts")) starts = old["starts"];
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
-    nlohmann::json start = {{"time", std::time(nullptr)}, {"step", run.first_step}, {"ranks", topo.world},
-                            {"pp", topo.pp}, {"dp", topo.dp}};
-    for (const char* slurm : {"SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"})
-      if (const char* value = std::getenv(slurm)) start[slurm] = value;
-    starts.push_back(start);
-    m["starts"] = starts;
     std::size_t parameters = 0;
     double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
     for (const auto& l : plan.layers) parameters += l.params, forward_flops += l.flops;
@@ -876,7 +712,7 @@ struct Trainer::Impl {
                    {"global_batch", config.global_batch(topo.dp)},
                    {"grad_comm_dtype", config.parallel.grad_comm_dtype},
                    {"grad_bucket_mb", config.parallel.grad_bucket_mb},
-                   {"grad_buckets", buckets.count()},
+                   {"grad_buckets", optimizer.buckets()},
                    {"zero", config.parallel.zero}};
     nlohmann::json fp32_modules = nlohmann::json::array();
     if (amp())
@@ -905,7 +741,7 @@ struct Trainer::Impl {
   // stages, and the bucketed gradient all-reduce that overlaps the last backward.
   void run_schedule(StepWork& w) {
     w.bytes_before = groups.data->bytes_sent();
-    buckets.start_step();
+    optimizer.start_step();
     const auto t_schedule = Clock::now();
     for (const parallel::PipeAction& a : actions) {
       if (a.kind == parallel::PipeAction::forward)
@@ -916,7 +752,7 @@ struct Trainer::Impl {
     w.schedule_ms = ms_since(t_schedule);
     // Exposed communication: what is left of the gradient all-reduce once backward is done.
     const auto t_comm = Clock::now();
-    buckets.finish([&](std::size_t k) {
+    optimizer.finish_reduce([&](std::size_t k) {
       watchdog.mark("all-reduce of gradient bucket " + std::to_string(k) + " of step " + std::to_string(w.step) + " (" +
                     data_group() + ")");
     });
@@ -972,22 +808,16 @@ struct Trainer::Impl {
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
       // Unscaled, clipped and updated in one pass, the working copies (under ZeRO, of this replica's
       // part) written in it.
-      run.optimizer.step(u.lr, grad_factor(a.grad_norm, w.loss_scale, config.optim.clip_norm));
+      optimizer.step(u.lr, grad_factor(a.grad_norm, w.loss_scale, config.optim.clip_norm));
     }
     watchdog.mark("the BatchNorm statistics of step " + std::to_string(w.step) + " (" + data_group() + ")");
     end_step();
     // ZeRO: each replica updated its part; every part to every replica (after the BatchNorm
     // statistics, which each replica gathers from its own micro-batches until end_step has added them).
-    if (sharded() && u.applied) {
+    if (optimizer.sharded() && u.applied) {
       watchdog.mark("the all-gather of the weights of step " + std::to_string(w.step) + " (" + data_group() + ")");
-      // In the working types: fp32 values, and the 16-bit working copies where the masters are split.
       const std::uint64_t before = groups.data->bytes_sent();
-      parallel::Request values = groups.data->all_gather_async(params.values().data(), params.value_bounds(parts), DType::f32);
-      parallel::Request working;
-      if (params.masters_split())
-        working = groups.data->all_gather_async(params.working().data(), params.working_bounds(parts), params.working_type());
-      values.wait();
-      working.wait();
+      optimizer.all_gather();
       w.grad_bytes += groups.data->bytes_sent() - before;
     }
     if (perturb_weights.first == topo.rank && perturb_weights.second == w.step) {
@@ -996,7 +826,7 @@ struct Trainer::Impl {
       first += 1e-3f;
       be.upload(params.values().data(), &first, sizeof first);
     }
-    params.zero_grads();
+    optimizer.zero_grads();
     w.timeline->span(u.applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), w.step);
     w.train_ms = ms_since(w.start);
     return u;
@@ -1012,7 +842,7 @@ struct Trainer::Impl {
     mine.dp_rank = topo.dp_rank;
     if (topo.last_stage()) mine.local_loss = w.local_loss;
     mine.loss_scale = w.loss_scale;
-    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? buckets.local_sum_squares() / (w.loss_scale * w.loss_scale)
+    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
                                                  : a.stage_sum_squares);
     mine.act_mb = double(w.act_bytes) / kMiB;
     mine.step_ms = w.train_ms;
@@ -1024,7 +854,7 @@ struct Trainer::Impl {
     // An arena counts what the tensors really took; elsewhere the model's own tally is used.
     run.mem_peak = tensor_memory().peak_bytes()
                        ? double(tensor_memory().peak_bytes())
-                       : std::max(run.mem_peak, parameter_bytes() + double(w.act_bytes) +
+                       : std::max(run.mem_peak, optimizer.bytes() + double(w.act_bytes) +
                                                     double(net.workspace().bytes()) + flow_bytes());
     watchdog.mark("the report of step " + std::to_string(w.step) + " to rank 0 (" + all_ranks() + ")");
     RankReport mine_report{mine, {}};
@@ -1046,8 +876,8 @@ struct Trainer::Impl {
       merge_reports(reports, topo.pp, row, r.ranks, r.layers);
       row.samples_per_s = config.global_batch(topo.dp) / (row.step_ms / 1000.0);
     }
-    run.step_ms.push_back(w.train_ms);
-    update_watchdog(run.step_ms, run.longest_eval_s, run.checkpoints.expected_seconds(params));
+    run.record.step_took(w.train_ms);
+    update_watchdog(run.record, run.checkpoints.expected_seconds(params));
     return r;
   }
 
@@ -1063,10 +893,7 @@ struct Trainer::Impl {
     check_replicas_agree(step);
     const Evaluation e = evaluate(run.val_reader ? *run.val_reader : run.feed->reader(), run.validation);
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
-    const double eval_s = std::chrono::duration<double>(Clock::now() - t_eval).count();
-    run.longest_eval_s = std::max(run.longest_eval_s, eval_s);
-    run.eval_s += eval_s;
-    ++run.evaluations;
+    run.record.evaluation_took(std::chrono::duration<double>(Clock::now() - t_eval).count());
     if (run.validation.empty()) return;
     r.row.val_loss = run.summary.val_loss = e.loss;
     r.row.val_acc = run.summary.val_acc = e.acc;
@@ -1075,48 +902,11 @@ struct Trainer::Impl {
 
   // Record: the step's rows into the traces, its line into the log.
   void record(Run& run, const StepReport& r, std::ostream& log) {
-    const StepRow& row = r.row;
-    if (run.traces) {
-      run.traces->write_step(row);
-      run.traces->write_layers(row.step, r.layers);
-      run.traces->write_ranks(r.ranks);
-    }
-    run.summary.steps = int(row.step + 1);
-    run.summary.final_loss = row.loss;
-    const bool due = (config.train.log_interval > 0 && (row.step + 1) % config.train.log_interval == 0) ||
-                     last_step(row.step) || row.val_acc;
-    if (topo.rank != 0 || !due) return;
-    log << "[rank 0] step " << std::setw(5) << row.step + 1 << "/" << config.train.steps << "  loss "
-        << std::setprecision(4) << row.loss << "  grad_norm " << std::setprecision(3) << row.grad_norm << "  lr "
-        << std::scientific << std::setprecision(2) << row.lr << std::fixed << "  " << std::setprecision(1)
-        << row.step_ms << " ms";
-    if (topo.pp > 1) log << "  bubble " << std::setprecision(3) << row.bubble;
-    if (topo.dp > 1) log << "  comm " << std::setprecision(1) << row.comm_ms << " ms";
-    if (amp() && run.scaler.kind() != LossScaler::Kind::none)
-      log << "  scale " << std::setprecision(0) << row.loss_scale << "  skipped " << run.scaler.skipped();
-    if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
-    log << "  " << std::setprecision(0) << row.samples_per_s << " samples/s  elapsed " << clock_time(run.elapsed_s())
-        << "  eta " << clock_time(eta_s(run, row.step));
-    log << std::endl;
-  }
-
-  // What is left of the run: the median step over the steps to go, and the mean evaluation over the
-  // evaluations to go (checkpoints are written beside training).
-  double eta_s(const Run& run, std::int64_t step) const {
-    const std::int64_t left = config.train.steps - (step + 1);
-    if (left <= 0) return 0;
-    const std::int64_t evals_left = config.train.eval_interval > 0
-                                        ? (config.train.steps / config.train.eval_interval) -
-                                              ((step + 1) / config.train.eval_interval)
-                                        : 1;
-    const double eval_s = run.evaluations ? run.eval_s / run.evaluations : 0.0;
-    return double(left) * recent_step_s(run.step_ms) + double(std::max<std::int64_t>(evals_left, 1)) * eval_s;
-  }
-  static std::string clock_time(double seconds) {
-    const long s = std::lround(std::max(0.0, seconds));
-    std::ostringstream out;
-    out << s / 3600 << ":" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << ":" << std::setw(2) << s % 60;
-    return out.str();
+    run.record.write(r.row, r.layers, r.ranks);
+    run.summary.steps = int(r.row.step + 1);
+    run.summary.final_loss = r.row.loss;
+    const bool scaled = amp() && run.scaler.kind() != LossScaler::Kind::none;
+    run.record.log_step(log, r.row, scaled ? run.scaler.skipped() : -1, run.elapsed_s());
   }
 
   // Checkpoint: the one in flight committed once written; a new one when due (written beside the
@@ -1136,8 +926,8 @@ struct Trainer::Impl {
     const bool final = last_step(step) || !stop.empty();
     if (!run.checkpoints.due(step, final)) return;
     run.summary.checkpointed = final;
-    run.checkpoints.save(be, params, run.optimizer,
-                         {step + 1, run.applied_steps, run.optimizer.updates(), run.scaler.state(), run.elapsed_s()},
+    run.checkpoints.save(be, optimizer,
+                         {step + 1, run.applied_steps, optimizer.adamw().updates(), run.scaler.state(), run.elapsed_s()},
                          run.fingerprint, log);
   }
 
@@ -1159,13 +949,9 @@ struct Trainer::Impl {
     if (topo.rank == 0 && !run.per_class.empty())
       log << "[rank 0] val_acc by class: " << per_class_text(run.per_class) << std::endl;
     TrainSummary summary = run.summary;
-    summary.step_ms = run.step_ms;
+    summary.step_ms = run.record.step_ms();
     summary.skipped = run.scaler.skipped();
-    if (!run.step_ms.empty()) {
-      std::vector<double> sorted = run.step_ms;
-      std::sort(sorted.begin(), sorted.end());
-      summary.median_step_ms = sorted[sorted.size() / 2];
-    }
+    summary.median_step_ms = run.record.median_step_ms();
     return summary;
   }
 };
@@ -1203,7 +989,7 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   const data::Sampler sampler = d.make_sampler();
   const std::vector<std::int64_t> validation = d.validation(sampler);
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
-  const std::optional<checkpoint::Counters> loaded = d.load_checkpoint(checkpoints, nullptr, d.fingerprint(options), log);
+  const std::optional<checkpoint::Counters> loaded = checkpoints.resume(d.be, d.optimizer, false, d.fingerprint(options), log);
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");
