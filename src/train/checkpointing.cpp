@@ -15,7 +15,6 @@
 #include "core/error.hpp"
 #include "io/trace_writer.hpp"
 #include "parallel/zero_parts.hpp"
-#include "train/trainer.hpp"
 
 namespace avtrain {
 namespace {

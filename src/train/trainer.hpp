@@ -26,13 +26,6 @@ struct TrainSummary {
   bool checkpointed = false;    // a checkpoint of the last step trained is committed
 };
 
-// Thrown by a rank that stops because another rank found the error and reports it: main exits
-// without printing a second message.
-class ErrorElsewhere : public std::runtime_error {
- public:
-  ErrorElsewhere() : std::runtime_error("stopped because another rank failed") {}
-};
-
 class Trainer {
  public:
   // val_shards: the validation set of data.val_dir, or null (a split of `shards`, data.val_fraction).
