@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "io/trace_writer.hpp"
 #include "parallel/zero_parts.hpp"
 
 namespace avtrain {

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "build_info.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/stop_signals.hpp"
 #include "data/prefetcher.hpp"
