@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Thrown by a rank that stops because another rank found the error and reports it: main exits
+// without printing a second message.
+class ErrorElsewhere : public std::runtime_error {
+ public:
+  ErrorElsewhere() : std::runtime_error("stopped because another rank failed") {}
+};
+
 // Throws Error(message) when cond is false.
 inline void require(bool cond, const std::string& message) {
   if (!cond) throw Error(message);

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "io/trace_writer.hpp"
 
 namespace avtrain {
 namespace {

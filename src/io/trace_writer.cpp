@@ -1,14 +1,12 @@
 #include "io/trace_writer.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace avtrain {
@@ -109,25 +107,6 @@ void TraceWriter::write_ranks(const std::vector<RankRow>& rows) {
                  r.loss_scale, r.grad_norm_local, r.act_mb, r.step_ms, r.schedule_ms, r.idle_ms, r.comm_ms,
                  r.data_wait_ms, static_cast<unsigned long long>(r.grad_bytes));
   if (std::fflush(ranks_.get()) != 0) throw Error("cannot write " + dir_ + "/ranks.csv: " + std::strerror(errno));
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) throw Error("cannot write " + tmp + ": " + std::strerror(err));
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // the rename itself reaches the disk
-    ::close(dfd);
-  }
 }
 
 }  // namespace avtrain

@@ -66,8 +66,4 @@ class TraceWriter {
   File trace_, layers_, ranks_;
 };
 
-// Writes text to path through path.tmp, fsync and a rename (the directory fsynced after), so a
-// reader never sees half a file and a crash after the return loses nothing.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace avtrain

@@ -12,10 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "io/trace_writer.hpp"
 #include "parallel/zero_parts.hpp"
-#include "train/trainer.hpp"
 
 namespace avtrain {
 namespace {

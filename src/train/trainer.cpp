@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "build_info.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/stop_signals.hpp"
 #include "data/prefetcher.hpp"
@@ -962,7 +963,7 @@ Trainer::Trainer(const RunConfig& config, Backend& backend, data::ShardSet& shar
 
 Trainer::~Trainer() = default;
 
-// One step is seven phases, in this order on every rank; Impl holds each.
+// One step is eight phases, in this order on every rank; Impl holds each.
 TrainSummary Trainer::run(const nlohmann::json& options, std::ostream& log) {
   Impl& d = *impl_;
   Impl::Run run(d, options);

@@ -1,9 +1,9 @@
 #pragma once
 // The step loop of one rank: its pipeline stage of AVNet, its replica's share of each global batch,
-// and each step as seven phases: feed (the micro-batches) -> schedule (forwards, backwards, the
+// and each step as eight phases: feed (the micro-batches) -> schedule (forwards, backwards, the
 // transfers between stages, the bucketed gradient all-reduce) -> agree (found_inf, grad norm, loss)
-// -> update (AdamW) -> report (rows to rank 0, the traces) -> evaluate -> checkpoint. It
-// orchestrates only.
+// -> update (AdamW) -> report (rows to rank 0) -> evaluate -> record (the traces, the log line) ->
+// checkpoint. It orchestrates only.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -24,13 +24,6 @@ struct TrainSummary {
   std::vector<double> step_ms;  // training part of each step (evaluation excluded)
   std::string stopped_early;    // why the run stopped before train.steps (a signal, the time budget), or ""
   bool checkpointed = false;    // a checkpoint of the last step trained is committed
-};
-
-// Thrown by a rank that stops because another rank found the error and reports it: main exits
-// without printing a second message.
-class ErrorElsewhere : public std::runtime_error {
- public:
-  ErrorElsewhere() : std::runtime_error("stopped because another rank failed") {}
 };
 
 class Trainer {

@@ -21,6 +21,7 @@
 #include "../data/temp_dir.hpp"
 #include "app/options.hpp"
 #include "backend/backend.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "data/sampler.hpp"
