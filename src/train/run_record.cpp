@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace avtrain {
