@@ -20,7 +20,7 @@ std::FILE* open_for_writing(const std::string& path, const char* mode = "w") {
 
 // Keeps the header and the rows of steps before `step` (the first field) of a CSV file written
 // by an earlier start of this run, and opens it for appending.
-std::FILE* continue_file(const std::string& path, const char* header, std::int64_t step) {
+std::FILE* continue_file(const std::string& path, const std::string& header, std::int64_t step) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": missing, but the run resumes from a checkpoint: cannot continue its traces");
   std::string line, kept;
@@ -39,25 +39,13 @@ std::FILE* continue_file(const std::string& path, const char* header, std::int64
   write_file_atomically(path, kept);
   return open_for_writing(path, "a");
 }
-
-std::string optional_double(const std::optional<double>& v) {
-  if (!v) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", *v);
-  return buf;
-}
 }  // namespace
 
-const char* TraceWriter::trace_header() {
-  return "step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,samples_per_s,"
-         "mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc";
-}
-const char* TraceWriter::ranks_header() {
-  return "step,rank,pp_rank,dp_rank,local_loss,loss_scale,grad_norm_local,act_mb,step_ms,schedule_ms,idle_ms,"
-         "comm_ms,data_wait_ms,grad_bytes";
-}
-const char* TraceWriter::layers_header() {
-  return "step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite";
+std::string format_field(const TraceColumn& column, const std::optional<double>& value) {
+  if (!value) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, column.format, *value);
+  return buf;
 }
 
 TraceWriter::TraceWriter(const std::string& dir, std::int64_t continue_at) : dir_(dir) {
@@ -65,27 +53,24 @@ TraceWriter::TraceWriter(const std::string& dir, std::int64_t continue_at) : dir
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create output directory " + dir + ": " + ec.message());
   if (continue_at >= 0) {
-    trace_.reset(continue_file(dir + "/trace.csv", trace_header(), continue_at));
-    layers_.reset(continue_file(dir + "/layers.csv", layers_header(), continue_at));
-    ranks_.reset(continue_file(dir + "/ranks.csv", ranks_header(), continue_at));
+    trace_.reset(continue_file(dir + "/trace.csv", trace_header(kStepColumns), continue_at));
+    layers_.reset(continue_file(dir + "/layers.csv", trace_header(kLayerColumns), continue_at));
+    ranks_.reset(continue_file(dir + "/ranks.csv", trace_header(kRankColumns), continue_at));
     return;
   }
   trace_.reset(open_for_writing(dir + "/trace.csv"));
   layers_.reset(open_for_writing(dir + "/layers.csv"));
   ranks_.reset(open_for_writing(dir + "/ranks.csv"));
-  std::fprintf(trace_.get(), "%s\n", trace_header());
-  std::fprintf(layers_.get(), "%s\n", layers_header());
-  std::fprintf(ranks_.get(), "%s\n", ranks_header());
+  std::fprintf(trace_.get(), "%s\n", trace_header(kStepColumns).c_str());
+  std::fprintf(layers_.get(), "%s\n", trace_header(kLayerColumns).c_str());
+  std::fprintf(ranks_.get(), "%s\n", trace_header(kRankColumns).c_str());
   std::fflush(trace_.get());
   std::fflush(layers_.get());
   std::fflush(ranks_.get());
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_.get(), "%lld,%d,%.17g,%.17g,%.17g,%d,%.9g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.6f,%.6f,%s,%s\n",
-               static_cast<long long>(r.step), r.epoch, r.loss, r.grad_norm, r.loss_scale, r.skipped, double(r.lr),
-               r.step_ms, r.data_wait_ms, r.comm_ms, r.samples_per_s, r.mem_peak_mb, r.act_mb, r.bubble,
-               r.bubble_theory, optional_double(r.val_loss).c_str(), optional_double(r.val_acc).c_str());
+  std::fprintf(trace_.get(), "%s\n", trace_line(r).c_str());
   if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }
 
@@ -101,11 +86,7 @@ void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& r
 }
 
 void TraceWriter::write_ranks(const std::vector<RankRow>& rows) {
-  for (const RankRow& r : rows)
-    std::fprintf(ranks_.get(), "%lld,%d,%d,%d,%s,%.17g,%.17g,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%llu\n",
-                 static_cast<long long>(r.step), r.rank, r.pp_rank, r.dp_rank, optional_double(r.local_loss).c_str(),
-                 r.loss_scale, r.grad_norm_local, r.act_mb, r.step_ms, r.schedule_ms, r.idle_ms, r.comm_ms,
-                 r.data_wait_ms, static_cast<unsigned long long>(r.grad_bytes));
+  for (const RankRow& r : rows) std::fprintf(ranks_.get(), "%s\n", trace_line(r).c_str());
   if (std::fflush(ranks_.get()) != 0) throw Error("cannot write " + dir_ + "/ranks.csv: " + std::strerror(errno));
 }
 

@@ -26,14 +26,14 @@ double read_number(std::istream& in) {
 }
 }  // namespace
 
+// The row's columns in ranks.csv's order ("-" for none), the number of layer rows, then those rows.
 std::string encode_report(const RankReport& report) {
-  const RankRow& r = report.row;
   std::ostringstream out;
-  out << r.step << ' ' << r.rank << ' ' << r.pp_rank << ' ' << r.dp_rank << ' '
-      << (r.local_loss ? number(*r.local_loss) : "-") << ' ' << number(r.loss_scale) << ' '
-      << number(r.grad_norm_local) << ' ' << number(r.act_mb) << ' ' << number(r.step_ms) << ' '
-      << number(r.schedule_ms) << ' ' << number(r.idle_ms) << ' ' << number(r.comm_ms) << ' '
-      << number(r.data_wait_ms) << ' ' << r.grad_bytes << ' ' << report.layers.size() << '\n';
+  for (std::size_t i = 0; i < RankRow::kCount; ++i) {
+    const std::optional<double>& v = report.row.at(i);
+    out << (v ? number(*v) : "-") << ' ';
+  }
+  out << report.layers.size() << '\n';
   for (const LayerRow& l : report.layers)
     out << l.layer << ' ' << number(l.grad_norm) << ' ' << number(l.param_norm) << ' '
         << (l.act_absmax ? number(*l.act_absmax) : "-") << ' ' << number(l.grad_underflow_frac) << ' ' << l.nonfinite
@@ -44,20 +44,20 @@ std::string encode_report(const RankReport& report) {
 RankReport decode_report(const std::string& text) {
   std::istringstream in(text);
   RankReport report;
-  RankRow& r = report.row;
   std::string word;
+  for (std::size_t i = 0; i < RankRow::kCount; ++i) {
+    in >> word;
+    if (word == "-") {
+      report.row.at(i).reset();
+      continue;
+    }
+    char* end = nullptr;
+    const double v = std::strtod(word.c_str(), &end);
+    require(!word.empty() && *end == '\0', "internal: malformed rank report field '" + word + "'");
+    report.row.at(i) = v;
+  }
   std::size_t layers = 0;
-  in >> r.step >> r.rank >> r.pp_rank >> r.dp_rank >> word;
-  if (word != "-") r.local_loss = std::strtod(word.c_str(), nullptr);
-  r.loss_scale = read_number(in);
-  r.grad_norm_local = read_number(in);
-  r.act_mb = read_number(in);
-  r.step_ms = read_number(in);
-  r.schedule_ms = read_number(in);
-  r.idle_ms = read_number(in);
-  r.comm_ms = read_number(in);
-  r.data_wait_ms = read_number(in);
-  in >> r.grad_bytes >> layers;
+  in >> layers;
   require(bool(in), "internal: malformed rank report");
   for (std::size_t i = 0; i < layers; ++i) {
     LayerRow l;
@@ -82,16 +82,18 @@ void merge_reports(const std::vector<std::string>& reports, int pp, StepRow& row
   for (const std::string& text : reports) {
     RankReport r = decode_report(text);
     const RankRow& rr = r.row;
-    require(rr.pp_rank >= 0 && rr.pp_rank < pp, "internal: rank report of stage " + std::to_string(rr.pp_rank));
-    row.step_ms = std::max(row.step_ms, rr.step_ms);
-    row.data_wait_ms = std::max(row.data_wait_ms, rr.data_wait_ms);
-    row.act_mb = std::max(row.act_mb, rr.act_mb);
-    stage_comm[std::size_t(rr.pp_rank)] = std::min(stage_comm[std::size_t(rr.pp_rank)], rr.comm_ms);
-    if (pp > 1 && rr.schedule_ms > 0) row.bubble = std::max(row.bubble, rr.idle_ms / rr.schedule_ms);
+    const int stage = int(rr["pp_rank"]);
+    require(stage >= 0 && stage < pp, "internal: rank report of stage " + std::to_string(stage));
+    const auto largest = [&](StepRow::Column to, RankRow::Column from) { row.set(to, std::max(row[to], rr[from])); };
+    largest("step_ms", "step_ms");
+    largest("data_wait_ms", "data_wait_ms");
+    largest("act_mb", "act_mb");
+    stage_comm[std::size_t(stage)] = std::min(stage_comm[std::size_t(stage)], rr["comm_ms"]);
+    if (pp > 1 && rr["schedule_ms"] > 0) row.set("bubble", std::max(row["bubble"], rr["idle_ms"] / rr["schedule_ms"]));
     for (LayerRow& l : r.layers) layers.push_back(std::move(l));
     ranks.push_back(rr);
   }
-  row.comm_ms = stage_comm.empty() ? 0.0 : *std::max_element(stage_comm.begin(), stage_comm.end());
+  row.set("comm_ms", stage_comm.empty() ? 0.0 : *std::max_element(stage_comm.begin(), stage_comm.end()));
 }
 
 }  // namespace avtrain

@@ -53,7 +53,7 @@ void RunRecord::open(nlohmann::json manifest, bool resumed, std::int64_t first_s
 void RunRecord::write(const StepRow& row, const std::vector<LayerRow>& layers, const std::vector<RankRow>& ranks) {
   if (!traces_) return;
   traces_->write_step(row);
-  traces_->write_layers(row.step, layers);
+  traces_->write_layers(std::int64_t(row["step"]), layers);
   traces_->write_ranks(ranks);
 }
 
@@ -89,19 +89,21 @@ double RunRecord::eta_s(std::int64_t step) const {
 
 void RunRecord::log_step(std::ostream& log, const StepRow& row, int skipped, double elapsed_s) const {
   const int interval = config_.train.log_interval;
-  const bool last = row.step + 1 == config_.train.steps;
-  const bool due = (interval > 0 && (row.step + 1) % interval == 0) || last || row.val_acc;
+  const std::int64_t step = std::int64_t(row["step"]);
+  const bool last = step + 1 == config_.train.steps;
+  const bool due = (interval > 0 && (step + 1) % interval == 0) || last || row.has("val_acc");
   if (topo_.rank != 0 || !due) return;
-  log << "[rank 0] step " << std::setw(5) << row.step + 1 << "/" << config_.train.steps << "  loss "
-      << std::setprecision(4) << row.loss << "  grad_norm " << std::setprecision(3) << row.grad_norm << "  lr "
-      << std::scientific << std::setprecision(2) << row.lr << std::fixed << "  " << std::setprecision(1)
-      << row.step_ms << " ms";
-  if (topo_.pp > 1) log << "  bubble " << std::setprecision(3) << row.bubble;
-  if (topo_.dp > 1) log << "  comm " << std::setprecision(1) << row.comm_ms << " ms";
-  if (skipped >= 0) log << "  scale " << std::setprecision(0) << row.loss_scale << "  skipped " << skipped;
-  if (row.val_acc) log << "  val_loss " << std::setprecision(4) << *row.val_loss << "  val_acc " << *row.val_acc;
-  log << "  " << std::setprecision(0) << row.samples_per_s << " samples/s  elapsed " << clock_time(elapsed_s)
-      << "  eta " << clock_time(eta_s(row.step));
+  log << "[rank 0] step " << std::setw(5) << step + 1 << "/" << config_.train.steps << "  loss "
+      << std::setprecision(4) << row["loss"] << "  grad_norm " << std::setprecision(3) << row["grad_norm"] << "  lr "
+      << std::scientific << std::setprecision(2) << row["lr"] << std::fixed << "  " << std::setprecision(1)
+      << row["step_ms"] << " ms";
+  if (topo_.pp > 1) log << "  bubble " << std::setprecision(3) << row["bubble"];
+  if (topo_.dp > 1) log << "  comm " << std::setprecision(1) << row["comm_ms"] << " ms";
+  if (skipped >= 0) log << "  scale " << std::setprecision(0) << row["loss_scale"] << "  skipped " << skipped;
+  if (row.has("val_acc"))
+    log << "  val_loss " << std::setprecision(4) << row["val_loss"] << "  val_acc " << row["val_acc"];
+  log << "  " << std::setprecision(0) << row["samples_per_s"] << " samples/s  elapsed " << clock_time(elapsed_s)
+      << "  eta " << clock_time(eta_s(step));
   log << std::endl;
 }
 

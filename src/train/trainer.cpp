@@ -103,12 +103,11 @@ struct StepWork {
   Timeline* timeline = nullptr;
   std::vector<Slot*> slot_of;  // micro-batch -> its slot while in flight
   ActivationStats acts;
-  double local_loss = 0, data_wait_ms = 0, idle_ms = 0, schedule_ms = 0, comm_ms = 0, train_ms = 0;
+  double local_loss = 0, train_ms = 0;
   bool loss_finite = true;
   std::size_t act_bytes = 0;
-  // The data-parallel group's bytes sent: before the step; the gradients' (and, under ZeRO, the weights'
-  // all-gather's).
-  std::uint64_t bytes_before = 0, grad_bytes = 0;
+  std::uint64_t bytes_before = 0;  // the data-parallel group's bytes sent before the step
+  RankRow row;  // this rank's row of ranks.csv, measured as the step goes (io/trace_columns.hpp)
 };
 
 // What a shard set is, for run.json and for what a resumed run must match.
@@ -214,7 +213,7 @@ struct Trainer::Impl {
     const bool receives = receive();
     link.finish_sends();
     if (topo.pp == 1) return;
-    w.idle_ms += ms_since(t);
+    w.row.add("idle_ms", ms_since(t));
     w.timeline->span(receives ? what : "complete sends", "recv", t, Clock::now(), w.step, m);
   }
 
@@ -231,7 +230,7 @@ struct Trainer::Impl {
       mark("waiting for data", w, m);
       const auto t = Clock::now();
       slot.batch = w.parts[m].get();
-      w.data_wait_ms += ms_since(t);
+      w.row.add("data_wait_ms", ms_since(t));
       flow.batch = &slot.batch;
     }
     flow.mode = Mode::train;
@@ -750,17 +749,17 @@ struct Trainer::Impl {
       else  // both schedules run the backwards in order
         backward(w, a.micro_batch, a.micro_batch == config.train.micro_batches - 1);
     }
-    w.schedule_ms = ms_since(t_schedule);
+    w.row.set("schedule_ms", ms_since(t_schedule));
     // Exposed communication: what is left of the gradient all-reduce once backward is done.
     const auto t_comm = Clock::now();
     optimizer.finish_reduce([&](std::size_t k) {
       watchdog.mark("all-reduce of gradient bucket " + std::to_string(k) + " of step " + std::to_string(w.step) + " (" +
                     data_group() + ")");
     });
-    w.grad_bytes = groups.data->bytes_sent() - w.bytes_before;
+    w.row.set("grad_bytes", double(groups.data->bytes_sent() - w.bytes_before));
     watchdog.mark("completing the sends of step " + std::to_string(w.step) + " to the neighbour stages");
     link.finish_sends();
-    w.comm_ms = topo.world > 1 ? ms_since(t_comm) : 0.0;
+    w.row.set("comm_ms", topo.world > 1 ? ms_since(t_comm) : 0.0);
     if (topo.dp > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
   }
 
@@ -819,7 +818,7 @@ struct Trainer::Impl {
       watchdog.mark("the all-gather of the weights of step " + std::to_string(w.step) + " (" + data_group() + ")");
       const std::uint64_t before = groups.data->bytes_sent();
       optimizer.all_gather();
-      w.grad_bytes += groups.data->bytes_sent() - before;
+      w.row.add("grad_bytes", double(groups.data->bytes_sent() - before));
     }
     if (perturb_weights.first == topo.rank && perturb_weights.second == w.step) {
       float first = 0;
@@ -836,22 +835,17 @@ struct Trainer::Impl {
   // Report: every rank's measurements and (one replica per stage) its modules, gathered on rank 0
   // into the step's rows.
   StepReport report(Run& run, const StepWork& w, Agreement& a, const Update& u) {
-    RankRow mine;
-    mine.step = w.step;
-    mine.rank = topo.rank;
-    mine.pp_rank = topo.pp_rank;
-    mine.dp_rank = topo.dp_rank;
-    if (topo.last_stage()) mine.local_loss = w.local_loss;
-    mine.loss_scale = w.loss_scale;
-    mine.grad_norm_local = std::sqrt(topo.dp > 1 ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
-                                                 : a.stage_sum_squares);
-    mine.act_mb = double(w.act_bytes) / kMiB;
-    mine.step_ms = w.train_ms;
-    mine.schedule_ms = w.schedule_ms;
-    mine.idle_ms = w.idle_ms;
-    mine.comm_ms = w.comm_ms;
-    mine.data_wait_ms = w.data_wait_ms;
-    mine.grad_bytes = w.grad_bytes;
+    RankRow mine = w.row;
+    mine.set("step", double(w.step));
+    mine.set("rank", topo.rank);
+    mine.set("pp_rank", topo.pp_rank);
+    mine.set("dp_rank", topo.dp_rank);
+    if (topo.last_stage()) mine.set("local_loss", w.local_loss);
+    mine.set("loss_scale", w.loss_scale);
+    mine.set("grad_norm_local", std::sqrt(topo.dp > 1 ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
+                                                      : a.stage_sum_squares));
+    mine.set("act_mb", double(w.act_bytes) / kMiB);
+    mine.set("step_ms", w.train_ms);
     // An arena counts what the tensors really took; elsewhere the model's own tally is used.
     run.mem_peak = tensor_memory().peak_bytes()
                        ? double(tensor_memory().peak_bytes())
@@ -864,18 +858,18 @@ struct Trainer::Impl {
 
     StepReport r;
     StepRow& row = r.row;
-    row.step = w.step;
-    row.epoch = run.sampler.epoch_of(w.step);
-    row.loss = a.loss;
-    row.grad_norm = a.grad_norm;
-    row.loss_scale = w.loss_scale;
-    row.skipped = u.applied ? 0 : 1;
-    row.lr = u.lr;
-    row.bubble_theory = bubble_theory;
-    row.mem_peak_mb = run.mem_peak / kMiB;
+    row.set("step", double(w.step));
+    row.set("epoch", run.sampler.epoch_of(w.step));
+    row.set("loss", a.loss);
+    row.set("grad_norm", a.grad_norm);
+    row.set("loss_scale", w.loss_scale);
+    row.set("skipped", u.applied ? 0 : 1);
+    row.set("lr", u.lr);
+    row.set("bubble_theory", bubble_theory);
+    row.set("mem_peak_mb", run.mem_peak / kMiB);
     if (topo.rank == 0) {
       merge_reports(reports, topo.pp, row, r.ranks, r.layers);
-      row.samples_per_s = config.global_batch(topo.dp) / (row.step_ms / 1000.0);
+      row.set("samples_per_s", config.global_batch(topo.dp) / (row["step_ms"] / 1000.0));
     }
     run.record.step_took(w.train_ms);
     update_watchdog(run.record, run.checkpoints.expected_seconds(params));
@@ -887,7 +881,7 @@ struct Trainer::Impl {
   // Evaluate, every train.eval_interval steps and after the last: the replicas must still agree to
   // the bit, then the validation loss and accuracy.
   void evaluate_if_due(Run& run, StepReport& r) {
-    const std::int64_t step = r.row.step;
+    const std::int64_t step = std::int64_t(r.row["step"]);
     if (!((config.train.eval_interval > 0 && (step + 1) % config.train.eval_interval == 0) || last_step(step))) return;
     watchdog.mark("the evaluation after step " + std::to_string(step) + " (" + all_ranks() + ")");
     const auto t_eval = Clock::now();
@@ -896,16 +890,16 @@ struct Trainer::Impl {
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
     run.record.evaluation_took(std::chrono::duration<double>(Clock::now() - t_eval).count());
     if (run.validation.empty()) return;
-    r.row.val_loss = run.summary.val_loss = e.loss;
-    r.row.val_acc = run.summary.val_acc = e.acc;
+    r.row.set("val_loss", run.summary.val_loss = e.loss);
+    r.row.set("val_acc", run.summary.val_acc = e.acc);
     run.per_class = per_class(e);
   }
 
   // Record: the step's rows into the traces, its line into the log.
   void record(Run& run, const StepReport& r, std::ostream& log) {
     run.record.write(r.row, r.layers, r.ranks);
-    run.summary.steps = int(r.row.step + 1);
-    run.summary.final_loss = r.row.loss;
+    run.summary.steps = int(r.row["step"]) + 1;
+    run.summary.final_loss = r.row["loss"];
     const bool scaled = amp() && run.scaler.kind() != LossScaler::Kind::none;
     run.record.log_step(log, r.row, scaled ? run.scaler.skipped() : -1, run.elapsed_s());
   }

@@ -537,35 +537,41 @@ std::vector<std::string> split_csv(const std::string& line) {
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-TEST(TraceWriter, HeadersAreTheDocumentedColumns) {
+// The files' headers are the column tables' names, and docs/traces.md lists exactly those columns
+// with their meanings: its three column lists are trace_columns_markdown() of the tables.
+TEST(TraceWriter, HeadersAndTheDocsComeFromTheColumnTables) {
   TempDir dir;
   TraceWriter writer(dir / "out/nested");  // parents are created
-  EXPECT_EQ(read_lines(dir / "out/nested/trace.csv"),
-            std::vector<std::string>{"step,epoch,loss,grad_norm,loss_scale,skipped,lr,step_ms,data_wait_ms,comm_ms,"
-                                     "samples_per_s,mem_peak_mb,act_mb,bubble,bubble_theory,val_loss,val_acc"});
-  EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"),
-            std::vector<std::string>{"step,layer,grad_norm,param_norm,act_absmax,grad_underflow_frac,nonfinite"});
-  EXPECT_EQ(read_lines(dir / "out/nested/ranks.csv"),
-            std::vector<std::string>{"step,rank,pp_rank,dp_rank,local_loss,loss_scale,grad_norm_local,act_mb,step_ms,"
-                                     "schedule_ms,idle_ms,comm_ms,data_wait_ms,grad_bytes"});
+  EXPECT_EQ(read_lines(dir / "out/nested/trace.csv"), std::vector<std::string>{trace_header(kStepColumns)});
+  EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"), std::vector<std::string>{trace_header(kLayerColumns)});
+  EXPECT_EQ(read_lines(dir / "out/nested/ranks.csv"), std::vector<std::string>{trace_header(kRankColumns)});
+  EXPECT_EQ(trace_header(kStepColumns).rfind("step,epoch,loss,", 0), 0u);
+  std::ifstream docs(AVTRAIN_SOURCE_DIR "/docs/traces.md");
+  const std::string text((std::istreambuf_iterator<char>(docs)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty()) << "docs/traces.md";
+  for (const auto& [file, table] : {std::pair{"trace.csv", trace_columns_markdown(kStepColumns)},
+                                    std::pair{"layers.csv", trace_columns_markdown(kLayerColumns)},
+                                    std::pair{"ranks.csv", trace_columns_markdown(kRankColumns)}})
+    EXPECT_NE(text.find(table), std::string::npos)
+        << "docs/traces.md does not list " << file << "'s columns as the table has them; its list is:\n" << table;
 }
 
 TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   TempDir dir;
   TraceWriter writer(dir.str());
   StepRow with_val;
-  with_val.step = 41;
-  with_val.epoch = 2;
-  with_val.loss = 1.0 / 3.0;
-  with_val.grad_norm = 0.1;
-  with_val.loss_scale = 65536.0;
-  with_val.lr = 1.2345678e-4f;
-  with_val.val_loss = M_PI;
-  with_val.val_acc = 1e-300;
+  with_val.set("step", 41);
+  with_val.set("epoch", 2);
+  with_val.set("loss", 1.0 / 3.0);
+  with_val.set("grad_norm", 0.1);
+  with_val.set("loss_scale", 65536.0);
+  with_val.set("lr", 1.2345678e-4f);
+  with_val.set("val_loss", M_PI);
+  with_val.set("val_acc", 1e-300);
   StepRow without_val = with_val;
-  without_val.step = 42;
-  without_val.val_loss.reset();
-  without_val.val_acc.reset();
+  without_val.set("step", 42);
+  without_val.clear("val_loss");
+  without_val.clear("val_acc");
   writer.write_step(with_val);
   writer.write_step(without_val);
 
@@ -575,12 +581,14 @@ TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   ASSERT_EQ(f.size(), 17u) << lines[1];
   EXPECT_EQ(f[0], "41");
   EXPECT_EQ(f[1], "2");
-  EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val.loss)) << f[2];
-  EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), with_val.grad_norm)) << f[3];
-  EXPECT_TRUE(same_bits(std::strtod(f[4].c_str(), nullptr), with_val.loss_scale)) << f[4];
-  EXPECT_EQ(std::strtof(f[6].c_str(), nullptr), with_val.lr) << f[6];
-  EXPECT_TRUE(same_bits(std::strtod(f[15].c_str(), nullptr), *with_val.val_loss)) << f[15];
-  EXPECT_TRUE(same_bits(std::strtod(f[16].c_str(), nullptr), *with_val.val_acc)) << f[16];
+  EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val["loss"])) << f[2];
+  EXPECT_TRUE(same_bits(std::strtod(f[3].c_str(), nullptr), with_val["grad_norm"])) << f[3];
+  EXPECT_TRUE(same_bits(std::strtod(f[4].c_str(), nullptr), with_val["loss_scale"])) << f[4];
+  EXPECT_EQ(f[5], "0") << "skipped, as its initial value";
+  EXPECT_EQ(std::strtof(f[6].c_str(), nullptr), 1.2345678e-4f) << f[6];
+  EXPECT_EQ(f[6], "0.000123456775") << "lr as a float's %.9g";
+  EXPECT_TRUE(same_bits(std::strtod(f[15].c_str(), nullptr), with_val["val_loss"])) << f[15];
+  EXPECT_TRUE(same_bits(std::strtod(f[16].c_str(), nullptr), with_val["val_acc"])) << f[16];
 
   const auto g = split_csv(lines[2]);
   ASSERT_EQ(g.size(), 17u) << lines[2];
@@ -634,15 +642,15 @@ TEST(WriteFileAtomically, ReplacesTheFileAndLeavesNoTmp) {
 
 TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   RankReport in;
-  in.row.step = 7;
-  in.row.rank = 3;
-  in.row.pp_rank = 1;
-  in.row.dp_rank = 1;
-  in.row.local_loss = 1.0 / 3.0;
-  in.row.loss_scale = 32768;
-  in.row.grad_norm_local = std::numeric_limits<double>::infinity();
-  in.row.act_mb = 0.1;
-  in.row.grad_bytes = 123456789012ull;
+  in.row.set("step", 7);
+  in.row.set("rank", 3);
+  in.row.set("pp_rank", 1);
+  in.row.set("dp_rank", 1);
+  in.row.set("local_loss", 1.0 / 3.0);
+  in.row.set("loss_scale", 32768);
+  in.row.set("grad_norm_local", std::numeric_limits<double>::infinity());
+  in.row.set("act_mb", 0.1);
+  in.row.set("grad_bytes", 123456789012.0);
   LayerRow a;
   a.layer = "blocks.1.attn.qkv";
   a.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -656,14 +664,16 @@ TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   b.act_absmax.reset();
   in.layers = {a, b};
   const RankReport out = decode_report(encode_report(in));
-  EXPECT_EQ(out.row.step, 7);
-  EXPECT_EQ(out.row.rank, 3);
-  EXPECT_EQ(out.row.dp_rank, 1);
-  ASSERT_TRUE(out.row.local_loss.has_value());
-  EXPECT_TRUE(same_bits(*out.row.local_loss, 1.0 / 3.0));
-  EXPECT_TRUE(std::isinf(out.row.grad_norm_local));
-  EXPECT_TRUE(same_bits(out.row.act_mb, 0.1));
-  EXPECT_EQ(out.row.grad_bytes, 123456789012ull);
+  EXPECT_EQ(out.row["step"], 7);
+  EXPECT_EQ(out.row["rank"], 3);
+  EXPECT_EQ(out.row["dp_rank"], 1);
+  ASSERT_TRUE(out.row.has("local_loss"));
+  EXPECT_TRUE(same_bits(out.row["local_loss"], 1.0 / 3.0));
+  EXPECT_TRUE(std::isinf(out.row["grad_norm_local"]));
+  EXPECT_TRUE(same_bits(out.row["act_mb"], 0.1));
+  EXPECT_EQ(out.row["grad_bytes"], 123456789012.0);
+  for (std::size_t i = 0; i < RankRow::kCount; ++i)  // every column, set or not, as it was sent
+    EXPECT_EQ(out.row.at(i).has_value(), in.row.at(i).has_value()) << kRankColumns[i].name;
   ASSERT_EQ(out.layers.size(), 2u);
   EXPECT_EQ(out.layers[0].layer, "blocks.1.attn.qkv");
   EXPECT_TRUE(std::isnan(out.layers[0].grad_norm));
@@ -674,7 +684,7 @@ TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   EXPECT_FALSE(out.layers[1].act_absmax.has_value());
 
   RankReport middle;  // a stage that is not last has no loss, a replica other than 0 no layers
-  EXPECT_FALSE(decode_report(encode_report(middle)).row.local_loss.has_value());
+  EXPECT_FALSE(decode_report(encode_report(middle)).row.has("local_loss"));
   EXPECT_THROW(decode_report("7 3 1 1 x"), Error);
 }
 
@@ -684,16 +694,16 @@ TEST(RankReport, MergeTakesLargestOverRanksAndTheLastReplicasWaitAsComm) {
   const double comm[4] = {9.0, 1.5, 0.5, 7.0}, step_ms[4] = {100, 120, 110, 105};
   for (int r = 0; r < 4; ++r) {
     RankReport rep;
-    rep.row.rank = r;
-    rep.row.pp_rank = r / 2;
-    rep.row.dp_rank = r % 2;
-    rep.row.comm_ms = comm[r];
-    rep.row.step_ms = step_ms[r];
-    rep.row.schedule_ms = 100;
-    rep.row.idle_ms = 10.0 * (r + 1);
-    rep.row.act_mb = r == 1 ? 5.0 : 1.0;
-    rep.row.data_wait_ms = r == 2 ? 3.25 : 0.5;
-    if (rep.row.dp_rank == 0) {
+    rep.row.set("rank", r);
+    rep.row.set("pp_rank", r / 2);
+    rep.row.set("dp_rank", r % 2);
+    rep.row.set("comm_ms", comm[r]);
+    rep.row.set("step_ms", step_ms[r]);
+    rep.row.set("schedule_ms", 100);
+    rep.row.set("idle_ms", 10.0 * (r + 1));
+    rep.row.set("act_mb", r == 1 ? 5.0 : 1.0);
+    rep.row.set("data_wait_ms", r == 2 ? 3.25 : 0.5);
+    if (r % 2 == 0) {
       LayerRow l;
       l.layer = r == 0 ? "embed" : "head.cls";
       rep.layers.push_back(l);
@@ -704,13 +714,13 @@ TEST(RankReport, MergeTakesLargestOverRanksAndTheLastReplicasWaitAsComm) {
   std::vector<RankRow> ranks;
   std::vector<LayerRow> layers;
   merge_reports(reports, 2, row, ranks, layers);
-  EXPECT_EQ(row.comm_ms, 1.5);  // stage 0: min(9, 1.5); stage 1: min(0.5, 7); largest of the two
-  EXPECT_EQ(row.step_ms, 120);
-  EXPECT_EQ(row.act_mb, 5.0);
-  EXPECT_EQ(row.data_wait_ms, 3.25);
-  EXPECT_DOUBLE_EQ(row.bubble, 0.4);
+  EXPECT_EQ(row["comm_ms"], 1.5);  // stage 0: min(9, 1.5); stage 1: min(0.5, 7); largest of the two
+  EXPECT_EQ(row["step_ms"], 120);
+  EXPECT_EQ(row["act_mb"], 5.0);
+  EXPECT_EQ(row["data_wait_ms"], 3.25);
+  EXPECT_DOUBLE_EQ(row["bubble"], 0.4);
   ASSERT_EQ(ranks.size(), 4u);
-  EXPECT_EQ(ranks[3].rank, 3);
+  EXPECT_EQ(ranks[3]["rank"], 3);
   ASSERT_EQ(layers.size(), 2u);
   EXPECT_EQ(layers[0].layer, "embed");
   EXPECT_EQ(layers[1].layer, "head.cls");
