@@ -85,6 +85,9 @@ inline constexpr TraceColumn kRankColumns[] = {
     {"comm_ms", "%.6f", false, 0,
      "time waiting for the gradient all-reduce after backward (imbalance between replicas included)"},
     {"data_wait_ms", "%.6f", false, 0, "time waiting for the prefetch thread"},
+    {"optimizer_ms", "%.6f", false, 0,
+     "the update: AdamW (or a skipped step), the BatchNorm statistics' all-reduce, under ZeRO the weights' "
+     "all-gather, the gradients zeroed"},
     {"grad_bytes", "%.0f", false, 0,
      "payload bytes handed to the gradient all-reduce (halved by fp16/bf16 communication); under `parallel.zero 1` "
      "the reduce-scatter and the weights' all-gather, each counted as half its buffer"},

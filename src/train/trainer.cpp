@@ -827,6 +827,7 @@ struct Trainer::Impl {
       be.upload(params.values().data(), &first, sizeof first);
     }
     optimizer.zero_grads();
+    w.row.set("optimizer_ms", ms_since(t_opt));
     w.timeline->span(u.applied ? "optimizer" : "optimizer (step skipped)", "optimizer", t_opt, Clock::now(), w.step);
     w.train_ms = ms_since(w.start);
     return u;

@@ -538,7 +538,8 @@ std::vector<std::string> split_csv(const std::string& line) {
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // The files' headers are the column tables' names, and docs/traces.md lists exactly those columns
-// with their meanings: its three column lists are trace_columns_markdown() of the tables.
+// with their meanings: the list under each file's heading is trace_columns_markdown() of its table.
+// AVTRAIN_UPDATE_DOCS=1 writes the lists into the docs instead (after a column is added).
 TEST(TraceWriter, HeadersAndTheDocsComeFromTheColumnTables) {
   TempDir dir;
   TraceWriter writer(dir / "out/nested");  // parents are created
@@ -546,14 +547,25 @@ TEST(TraceWriter, HeadersAndTheDocsComeFromTheColumnTables) {
   EXPECT_EQ(read_lines(dir / "out/nested/layers.csv"), std::vector<std::string>{trace_header(kLayerColumns)});
   EXPECT_EQ(read_lines(dir / "out/nested/ranks.csv"), std::vector<std::string>{trace_header(kRankColumns)});
   EXPECT_EQ(trace_header(kStepColumns).rfind("step,epoch,loss,", 0), 0u);
-  std::ifstream docs(AVTRAIN_SOURCE_DIR "/docs/traces.md");
-  const std::string text((std::istreambuf_iterator<char>(docs)), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(text.empty()) << "docs/traces.md";
-  for (const auto& [file, table] : {std::pair{"trace.csv", trace_columns_markdown(kStepColumns)},
-                                    std::pair{"layers.csv", trace_columns_markdown(kLayerColumns)},
-                                    std::pair{"ranks.csv", trace_columns_markdown(kRankColumns)}})
-    EXPECT_NE(text.find(table), std::string::npos)
-        << "docs/traces.md does not list " << file << "'s columns as the table has them; its list is:\n" << table;
+  const std::string path = AVTRAIN_SOURCE_DIR "/docs/traces.md";
+  std::ifstream docs(path);
+  std::string text((std::istreambuf_iterator<char>(docs)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty()) << path;
+  const bool update = std::getenv("AVTRAIN_UPDATE_DOCS") != nullptr;
+  for (const auto& [heading, table] : {std::pair{"## trace.csv", trace_columns_markdown(kStepColumns)},
+                                       std::pair{"## layers.csv", trace_columns_markdown(kLayerColumns)},
+                                       std::pair{"## ranks.csv", trace_columns_markdown(kRankColumns)}}) {
+    const std::size_t at = text.find(heading);
+    ASSERT_NE(at, std::string::npos) << path << " has no section " << heading;
+    const std::size_t begin = text.find("| column | meaning |", at);
+    ASSERT_NE(begin, std::string::npos) << path << ": no column list under " << heading;
+    std::size_t end = text.find("\n\n", begin);  // the list ends at a blank line or the file's last newline
+    if (end == std::string::npos) end = text.find_last_not_of('\n') + 1;
+    const std::string listed = text.substr(begin, end - begin) + "\n";
+    if (update) text.replace(begin, end - begin, table.substr(0, table.size() - 1));
+    else EXPECT_EQ(listed, table) << path << " under " << heading << " (AVTRAIN_UPDATE_DOCS=1 writes it)";
+  }
+  if (update) write_file_atomically(path, text);
 }
 
 TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
