@@ -37,7 +37,9 @@
 #include "train/checkpointing.hpp"
 #include "train/watchdog.hpp"
 #include "train/rank_report.hpp"
+#include "train/layer_statistics.hpp"
 #include "train/run_record.hpp"
+#include "train/time_budget.hpp"
 #include "train/stage_link.hpp"
 #include "train/stage_plan.hpp"
 
@@ -49,27 +51,6 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kWatchdogFloor = 300.0;  // seconds: the automatic watchdog never fires sooner
-
-// Below this |g| a gradient value is not held at full precision by the compute type: its smallest
-// normal. An fp32 run reports against fp16's, what an fp16 run of it would lose.
-float underflow_threshold(DType compute) { return compute == DType::bf16 ? 0x1p-126f : 0x1p-14f; }
-
-// Parameters grouped by module, in registration order: the rows of layers.csv.
-struct ModuleGroup {
-  std::string name;
-  std::vector<ParamId> params;
-};
-
-std::vector<ModuleGroup> group_modules(const ParamStore& params) {
-  std::vector<ModuleGroup> groups;
-  for (ParamId id = 0; id < ParamId(params.params().size()); ++id) {
-    const ParamInfo& p = params.info(id);
-    if (!p.trainable) continue;
-    if (groups.empty() || groups.back().name != p.module) groups.push_back({p.module, {}});
-    groups.back().params.push_back(id);
-  }
-  return groups;
-}
 
 // "RANK:STEP" of a debug option; {-1, -1} when empty.
 std::pair<int, std::int64_t> parse_rank_step(const std::string& text, const char* option) {
@@ -139,7 +120,7 @@ struct Trainer::Impl {
   DistributedOptimizer optimizer;  // the stage's parameters, their reduction, AdamW, the ZeRO parts
   ParamStore& params;
   AVNet net;
-  std::vector<ModuleGroup> modules;
+  std::optional<LayerStatistics> layer_statistics;  // layers.csv's rows of this stage
   std::vector<std::unique_ptr<Slot>> slots;
   StageLink link;
   parallel::Schedule schedule;
@@ -166,7 +147,7 @@ struct Trainer::Impl {
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
         perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
     optimizer.build(topo.dp, topo.dp_rank, g.data.get());
-    modules = group_modules(params);
+    layer_statistics.emplace(params);
     actions = parallel::pipeline_actions(schedule, topo.pp, topo.pp_rank, c.train.micro_batches);
     bubble_theory = parallel::ideal_bubble(topo.pp, c.train.micro_batches);
     watchdog.set_timeout(c.debug.watchdog_s >= 0 ? c.debug.watchdog_s : kWatchdogFloor);
@@ -318,43 +299,6 @@ struct Trainer::Impl {
     return bytes;
   }
 
-  // One row per module of this stage, from the gradients as accumulated (multiplied by loss_scale):
-  // norms are reported unscaled, the underflow share as the compute type sees the scaled values.
-  // `grad_sum_squares` gets the unscaled sum of squares over the stage.
-  std::vector<LayerRow> layer_rows(const ActivationStats& acts, double loss_scale, double& grad_sum_squares) {
-    std::vector<LayerRow> rows;
-    grad_sum_squares = 0;
-    const float threshold = underflow_threshold(policy.compute());
-    const double unscale2 = 1.0 / (loss_scale * loss_scale);
-    // At dp > 1 each replica takes its part's statistics, added over the group (statistics_part()).
-    const DistributedOptimizer::Statistics stats = optimizer.statistics(threshold);
-    const std::vector<Backend::TensorStats>& grad_stats = stats.grads;
-    const std::vector<Backend::TensorStats>& value_stats = stats.values;
-    const std::map<std::string, float> absmax = acts.read();
-    for (const ModuleGroup& g : modules) {
-      LayerRow r;
-      r.layer = g.name;
-      double gsq = 0, psq = 0;
-      std::size_t underflow = 0, size = 0;
-      for (ParamId id : g.params) {
-        const ParamInfo& p = params.info(id);
-        const Backend::TensorStats& s = grad_stats[std::size_t(id)];
-        gsq += s.sum_squares * unscale2;
-        underflow += (p.size - s.nonzero) + s.below;  // zeros included: a flushed value is the extreme case
-        size += p.size;
-        r.nonfinite += s.nonfinite;
-        psq += value_stats[std::size_t(id)].sum_squares;
-      }
-      grad_sum_squares += gsq;
-      r.grad_norm = std::sqrt(gsq);
-      r.param_norm = std::sqrt(psq);
-      r.grad_underflow_frac = size ? double(underflow) / double(size) : 0.0;
-      if (auto it = absmax.find(g.name); it != absmax.end()) r.act_absmax = it->second;
-      rows.push_back(std::move(r));
-    }
-    return rows;
-  }
-
   // What this stage reads of a micro-batch: the first stage its inputs (and, alone, the labels),
   // the last stage the labels, a middle stage nothing.
   bool reads() const { return topo.first_stage() || topo.last_stage(); }
@@ -489,7 +433,8 @@ struct Trainer::Impl {
   struct Run {
     Run(Impl& d, const nlohmann::json& options)
         : sampler(d.make_sampler()), validation(d.validation(sampler)), scaler(d.config.precision, d.policy.compute()),
-          checkpoints(d.config, d.topo, *d.groups.world), fingerprint(d.fingerprint(options)), record(d.config, d.topo) {}
+          checkpoints(d.config, d.topo, *d.groups.world), fingerprint(d.fingerprint(options)), record(d.config, d.topo),
+          budget(d.config.train.max_minutes) {}
     data::Sampler sampler;
     std::vector<std::int64_t> validation;  // sample indices of the validation set (Impl::validation)
     std::unique_ptr<data::Prefetcher> val_reader;  // data.val_dir's reader, or null: the feed's reads them
@@ -504,9 +449,7 @@ struct Trainer::Impl {
     std::optional<BatchFeed> feed;
     TrainSummary summary;
     double mem_peak = 0;
-    // The time budget (train.max_minutes, a Slurm job's end), in seconds since the process started.
-    double deadline_s = std::numeric_limits<double>::infinity();
-    std::string budget;  // what set the deadline, for the log
+    TimeBudget budget;  // train.max_minutes, a Slurm job's end
     double elapsed_before_s = 0;  // the run's training time before this start (from its checkpoint)
     Clock::time_point started;
     double elapsed_s() const { return elapsed_before_s + std::chrono::duration<double>(Clock::now() - started).count(); }
@@ -578,7 +521,6 @@ struct Trainer::Impl {
       run.elapsed_before_s = resumed->elapsed_s;
     }
     run.checkpoints.reserve_memory(params);
-    set_deadline(run);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
     double used_out = !resumed && rank0 && refuses_used_out(run, log);
     groups.world->all_reduce(&used_out, 1, parallel::ReduceOp::max);
@@ -615,51 +557,11 @@ struct Trainer::Impl {
           << ": nothing left to train\n";
   }
 
-  // The time budget: train.max_minutes from the process's start, and a Slurm job's end time where
-  // Slurm tells it (SLURM_JOB_END_TIME, seconds since the epoch), whichever comes first.
-  void set_deadline(Run& run) const {
-    if (config.train.max_minutes > 0) {
-      run.deadline_s = config.train.max_minutes * 60.0;
-      run.budget = "train.max_minutes " + format_minutes(config.train.max_minutes);
-    }
-    if (const char* end = std::getenv("SLURM_JOB_END_TIME"); end && std::atof(end) > 0) {
-      const double at = seconds_since_start() + (std::atof(end) - double(std::time(nullptr)));
-      if (at < run.deadline_s) {
-        run.deadline_s = at;
-        run.budget = "the Slurm job's end time";
-      }
-    }
-  }
-  static std::string format_minutes(double m) {
-    std::ostringstream s;
-    s << m;
-    return s.str();
-  }
-
-  // What the time left must cover before the budget's end: two steps, an evaluation, a checkpoint
-  // and 5 s, measured as the run goes (the median of the last steps, the longest evaluation, the
-  // longest checkpoint so far or an estimate before the first).
-  struct TimeMargin {
-    double steps = 0, evaluation = 0, checkpoint = 0, spare = 5.0;
-    double total() const { return steps + evaluation + checkpoint + spare; }
-  };
-  TimeMargin time_margin(const Run& run) const {
+  // What the time left must cover (TimeBudget): the median of the last steps, the longest
+  // evaluation, the longest checkpoint so far or an estimate before the first.
+  TimeBudget::Margin time_margin(const Run& run) const {
     return {2 * run.record.recent_step_s(), run.record.longest_evaluation_s(), run.checkpoints.expected_seconds(params),
             5.0};
-  }
-  // Rank 0's view: whether the time left no longer covers the margin.
-  bool out_of_time(const Run& run) const {
-    if (!std::isfinite(run.deadline_s) || topo.rank != 0) return false;
-    return seconds_since_start() + time_margin(run).total() >= run.deadline_s;
-  }
-  // The log's account of a stop on the time budget: the time used and what the rest had to cover.
-  std::string time_budget_note(const Run& run) const {
-    const TimeMargin m = time_margin(run);
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << seconds_since_start() << " s of " << run.deadline_s
-      << " s used; the rest no longer covers 2 steps (" << m.steps << " s), the longest evaluation ("
-      << m.evaluation << " s), a checkpoint (" << m.checkpoint << " s) and " << m.spare << " s";
-    return s.str();
   }
 
   // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
@@ -768,20 +670,20 @@ struct Trainer::Impl {
   Agreement agree(const Run& run, const StepWork& w) {
     watchdog.mark("the agreement on found_inf, grad norm and loss of step " + std::to_string(w.step) + " (" + all_ranks() + ")");
     Agreement a;
-    a.layers = layer_rows(w.acts, w.loss_scale, a.stage_sum_squares);
+    a.layers = layer_statistics->rows(optimizer, w.acts, policy.compute(), w.loss_scale, a.stage_sum_squares);
     std::uint64_t nonfinite = 0;
     for (const LayerRow& r : a.layers) nonfinite += r.nonfinite;
     // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
     // steps and holds the same scale.
     // In the same reduction: a stop signal on any rank, and rank 0's view of the time budget.
-    const bool late = out_of_time(run);
-    if (late) a.time_note = time_budget_note(run);
+    const bool late = topo.rank == 0 && run.budget.out_of_time(time_margin(run));  // rank 0's view
+    if (late) a.time_note = run.budget.note(time_margin(run));
     double flags[4] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
                        nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), late ? 1.0 : 0.0};
     groups.world->all_reduce(flags, 4, parallel::ReduceOp::max);
     a.found_inf = flags[0] > 0;
     if (flags[2] > 0) a.stop = signal_name(int(flags[2]));
-    else if (flags[3] > 0) a.stop = run.budget;
+    else if (flags[3] > 0) a.stop = run.budget.source();
     // The global norm counts each parameter once: one replica per stage adds its stage's squares.
     double sums[2] = {topo.dp_rank == 0 ? a.stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
     groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
@@ -915,7 +817,7 @@ struct Trainer::Impl {
       run.summary.stopped_early = stop;
       if (topo.rank == 0)
         log << "[rank 0] stopping after step " << step + 1 << " ("
-            << (stop == run.budget && !agreed.time_note.empty() ? stop + ": " + agreed.time_note : stop) << ")"
+            << (stop == run.budget.source() && !agreed.time_note.empty() ? stop + ": " + agreed.time_note : stop) << ")"
             << (run.checkpoints.dir().empty() ? ": no checkpoint (no --out or checkpoint.dir)" : ", with a checkpoint")
             << std::endl;
     }
