@@ -8,14 +8,15 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "app/backend_choice.hpp"
 #include "app/gemm_rate.hpp"
 #include "app/options.hpp"
 #include "app/tool_main.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "precision/precision_policy.hpp"
 
 namespace po = boost::program_options;
 
@@ -34,7 +35,10 @@ int run(int argc, char** argv) {
   avtrain::require(n >= 1 && repeats >= 1, "--n and --repeats must be >= 1");
   avtrain::ParsedOptions parsed = avtrain::parse_options({"--device", device, "--threads", std::to_string(threads)});
   auto be = avtrain::make_backend(parsed.config, {});
-  const avtrain::DType type = avtrain::parse_dtype(dtype, "--dtype");
+  const std::optional<avtrain::DType> parsed_type = avtrain::parse_enum<avtrain::DType>(dtype);
+  avtrain::require(parsed_type.has_value(),
+                   "--dtype: '" + dtype + "' is not one of " + avtrain::enum_words<avtrain::DType>());
+  const avtrain::DType type = *parsed_type;
   const double tflops = avtrain::gemm_rate_gflops(*be, type, n, repeats) / 1e3;
   const double seconds = 2.0 * n * double(n) * n / (tflops * 1e12);
   std::printf("avtrain-gemm-peak: %s %s %d^3: %.3f ms per product (best of the timed), %.2f TFLOP/s (%s)\n", be->name().c_str(),

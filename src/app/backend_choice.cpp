@@ -13,11 +13,12 @@
 namespace avtrain {
 
 bool uses_nccl(const RunConfig& c) {
-  return c.device.comm == "nccl" || (c.device.comm == "auto" && c.device.backend == "cuda");
+  return c.device.comm == DeviceComm::nccl ||
+         (c.device.comm == DeviceComm::automatic && c.device.backend == DeviceBackend::cuda);
 }
 
 std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topology& topology) {
-  if (c.device.backend == "cpu") {
+  if (c.device.backend == DeviceBackend::cpu) {
     require(!uses_nccl(c), "--comm nccl needs --device cuda: NCCL moves device memory");
     require(!c.device.allow_tf32, "--allow-tf32 applies to --device cuda only");
     require(!c.device.fused, "--device.fused applies to --device cuda only");

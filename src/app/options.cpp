@@ -6,8 +6,11 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 
 namespace po = boost::program_options;
@@ -32,23 +35,30 @@ constexpr Range<double> kNonNegative{0.0, kInf, ">= 0"};
 constexpr Range<double> kPositive{std::numeric_limits<double>::denorm_min(), kInf, "> 0"};
 const Range<double> kUnitInterval{0.0, std::nextafter(1.0, 0.0), "in [0, 1)"};
 
+// An enum with a table of words (core/enum_names.hpp): an option of fixed choices.
+template <class T>
+concept NamedEnum = is_named_enum_v<T>;
+
 class OptionTable {
  public:
-  // Binds an option to its field, its section of --help and its run.json entry.
+  // Binds an option to its field, its section of --help and its run.json entry. A short form, where
+  // one is given, is declared here and nowhere else: the command-line word that stands for the option
+  // (--steps for train.steps; a bool's sets it to 1), listed by --help under General.
   template <class T>
-  void add(const std::string& section, const std::string& key, T* field, const std::string& help) {
-    po::options_description& group = section_(section);
+  void add(const std::string& section, const std::string& key, T* field, const std::string& help,
+           const char* short_form = nullptr) {
     std::ostringstream shown;  // 0.1, not 0.10000000000000001
     shown << *field;
-    group.add_options()(key.c_str(), po::value<T>(field)->default_value(*field, shown.str()), help.c_str());
+    describe_(section, key, po::value<T>(field)->default_value(*field, shown.str()), help, short_form);
+    if (short_form) add_short_form_(key, short_form, field);
     dump_.push_back([key, field](nlohmann::json& j) { j[key] = *field; });
   }
 
   // The same, with the range check that stops a run before any work when the value is outside it.
   template <class T>
   void add(const std::string& section, const std::string& key, T* field, const std::string& help,
-           const Range<T>& range) {
-    add(section, key, field, help);
+           const Range<T>& range, const char* short_form = nullptr) {
+    add(section, key, field, help, short_form);
     checks_.push_back([key, field, range] {
       if (*field >= range.low && *field <= range.high) return;
       std::ostringstream s;
@@ -57,22 +67,39 @@ class OptionTable {
     });
   }
 
-  void check() const {
-    for (const auto& c : checks_) c();
+  // A fixed choice: the words of the enum's table (core/enum_names.hpp) are what the option accepts,
+  // what --help and the error list, and what run.json shows. The word is read into the field at check().
+  template <NamedEnum T>
+  void add(const std::string& section, const std::string& key, T* field, const std::string& help,
+           const char* short_form = nullptr) {
+    auto word = words_.emplace_back(std::make_shared<std::string>(enum_name(*field)));
+    describe_(section, key, po::value<std::string>(word.get())->default_value(*word),
+              help + "; one of " + enum_words<T>(), short_form);
+    if (short_form) add_short_form_(key, short_form, word.get());
+    checks_.push_back([key, field, word] {
+      const std::optional<T> value = parse_enum<T>(*word);
+      if (!value) throw Error("option " + key + " = " + *word + ": must be one of " + enum_words<T>());
+      *field = *value;
+    });
+    dump_.push_back([key, field](nlohmann::json& j) { j[key] = enum_name(*field); });
   }
 
-  // The same for a word from a fixed list.
-  void add(const std::string& section, const std::string& key, std::string* field, const std::string& help,
-           std::vector<std::string> choices) {
-    add(section, key, field, help);
-    checks_.push_back([key, field, choices] {
-      std::string list;
-      for (const std::string& c : choices) {
-        if (*field == c) return;
-        list += (list.empty() ? "" : ", ") + c;
-      }
-      throw Error("option " + key + " = " + *field + ": must be one of " + list);
+  // precision.loss_scale: a word, or a fixed scale.
+  void add(const std::string& section, const std::string& key, LossScale* field, const std::string& help) {
+    auto text = words_.emplace_back(std::make_shared<std::string>(field->text()));
+    describe_(section, key, po::value<std::string>(text.get())->default_value(*text), help, nullptr);
+    checks_.push_back([key, field, text] {
+      const std::optional<LossScale> value = LossScale::parse(*text);
+      if (!value)
+        throw Error(key + ": '" + *text + "' is not " + enum_words<LossScale::Kind>() + " or a positive number");
+      *field = *value;
     });
+    dump_.push_back([key, field](nlohmann::json& j) { j[key] = field->text(); });
+  }
+
+  // Reads the fixed choices into their fields, and checks every range.
+  void check() const {
+    for (const auto& c : checks_) c();
   }
 
   std::vector<po::options_description*> sections() {
@@ -84,7 +111,55 @@ class OptionTable {
     for (const auto& f : dump_) f(j);
   }
 
+  // Short forms: as options of `general`; a short form and its dotted key both on the command line
+  // (ambiguous) refused; the short forms given copied to their options. They are copied after the
+  // deck is read, so a short form wins over the deck as any command-line option does.
+  void add_short_forms(po::options_description& general) const {
+    for (const ShortForm& s : short_forms_) s.describe(general);
+  }
+  void refuse_doubles(const po::variables_map& vm) const {
+    for (const ShortForm& s : short_forms_)
+      if (given(vm, s.name) && vm.count(s.key) && !vm[s.key].defaulted())
+        throw Error("command line: --" + s.name + " and --" + s.key + " both given; use one");
+  }
+  void apply_short_forms(const po::variables_map& vm) const {
+    for (const ShortForm& s : short_forms_)
+      if (given(vm, s.name)) s.apply();
+  }
+
  private:
+  struct ShortForm {
+    std::string name, key;
+    std::function<void(po::options_description&)> describe;
+    std::function<void()> apply;
+  };
+
+  static bool given(const po::variables_map& vm, const std::string& name) {
+    return vm.count(name) && !vm[name].defaulted();
+  }
+
+  void describe_(const std::string& section, const std::string& key, const po::value_semantic* value,
+                 const std::string& help, const char* short_form) {
+    const std::string text = short_form ? help + "; short form --" + short_form : help;
+    section_(section).add_options()(key.c_str(), value, text.c_str());
+  }
+
+  // The short form writes into a value of its own; apply() copies it to `target`.
+  template <class T>
+  void add_short_form_(const std::string& key, const std::string& name, T* target) {
+    auto value = std::make_shared<T>();
+    ShortForm s{name, key, {}, [target, value] { *target = *value; }};
+    if constexpr (std::is_same_v<T, bool>)
+      s.describe = [name, key, value](po::options_description& d) {
+        d.add_options()(name.c_str(), po::bool_switch(value.get()), ("= --" + key + " 1").c_str());
+      };
+    else
+      s.describe = [name, key, value](po::options_description& d) {
+        d.add_options()(name.c_str(), po::value<T>(value.get()), ("= --" + key).c_str());
+      };
+    short_forms_.push_back(std::move(s));
+  }
+
   po::options_description& section_(const std::string& name) {
     for (auto& [caption, s] : sections_)
       if (caption == name) return *s;
@@ -94,10 +169,12 @@ class OptionTable {
   std::vector<std::pair<std::string, std::unique_ptr<po::options_description>>> sections_;
   std::vector<std::function<void(nlohmann::json&)>> dump_;
   std::vector<std::function<void()>> checks_;
+  std::vector<std::shared_ptr<std::string>> words_;  // what the command line and deck say of a fixed choice
+  std::vector<ShortForm> short_forms_;
 };
 
 void bind(OptionTable& t, RunConfig& c) {
-  t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1); short form --data");
+  t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1)", "data");
   t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation",
         kUnitInterval);
   t.add("[data] shard set", "data.val_dir", &c.data.val_dir,
@@ -152,9 +229,7 @@ void bind(OptionTable& t, RunConfig& c) {
 
   const std::string P = "[precision] mixed precision and loss scaling";
   t.add(P, "precision.mode", &c.precision.mode,
-        "compute type of matrix products and activations: fp32, fp16 or bf16 (fp32 master weights and "
-        "gradients); short form --precision",
-        std::vector<std::string>{"fp32", "fp16", "bf16"});
+        "compute type of matrix products and activations (fp32 master weights and gradients)", "precision");
   t.add(P, "precision.fp32_layers", &c.precision.fp32_layers,
         "comma-separated globs over module names kept wholly in fp32, e.g. 'head.*,blocks.0.*'");
   t.add(P, "precision.loss_scale", &c.precision.loss_scale,
@@ -172,10 +247,9 @@ void bind(OptionTable& t, RunConfig& c) {
         "dynamic scaling: an overflow at this scale stops the run", kPositive);
   t.add(P, "precision.detect_anomaly", &c.precision.detect_anomaly,
         "check every module's output, forward and backward; stop at the first inf/NaN naming step, module, "
-        "direction; short form --detect-anomaly");
+        "direction", "detect-anomaly");
 
-  t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps; short form --steps",
-        kAtLeast0);
+  t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps", kAtLeast0, "steps");
   t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch",
         kAtLeast1);
   t.add("[train] step loop", "train.micro_batches", &c.train.micro_batches, "micro-batches per step (accumulated)",
@@ -183,9 +257,8 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[train] step loop", "train.recompute", &c.train.recompute,
         "what a transformer block keeps for backward: none; attention (not the L x L probabilities: recomputed "
         "from q, k and the softmax statistics); blocks (only its input: its forward runs again in backward). The "
-        "results are the same bit for bit; --dry-run shows the memory of each",
-        std::vector<std::string>{"none", "attention", "blocks"});
-  t.add("[train] step loop", "train.seed", &c.train.seed, "seed of weights, split and shuffle; short form --seed");
+        "results are the same bit for bit; --dry-run shows the memory of each");
+  t.add("[train] step loop", "train.seed", &c.train.seed, "seed of weights, split and shuffle", "seed");
   t.add("[train] step loop", "train.eval_interval", &c.train.eval_interval, "steps between validation passes",
         kAtLeast0);
   t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines",
@@ -193,22 +266,21 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[train] step loop", "train.init_ulps", &c.train.init_ulps,
         "move every randomly drawn initial weight this many ulps up (0: off): an FP32 twin of a run, "
         "for avtrain-reconcile's noise band", kAtLeast0);
-  t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank; short form --threads",
-        Range<int>{1, 1024, "in [1, 1024]"});
+  t.add("[train] step loop", "train.threads", &c.train.threads, "BLAS/OpenMP threads per rank",
+        Range<int>{1, 1024, "in [1, 1024]"}, "threads");
   t.add("[train] step loop", "train.out", &c.train.out,
-        "trace directory (run.json, trace.csv, layers.csv, ranks.csv); short form --out");
+        "trace directory (run.json, trace.csv, layers.csv, ranks.csv)", "out");
   t.add("[train] step loop", "train.max_minutes", &c.train.max_minutes,
         "wall-time budget in minutes: stop with a checkpoint (exit 75) while the time left still covers a step, "
-        "an evaluation and a checkpoint; 0: none (a Slurm job's end time, SLURM_JOB_END_TIME, still counts); "
-        "short form --max-minutes", kNonNegative);
+        "an evaluation and a checkpoint; 0: none (a Slurm job's end time, SLURM_JOB_END_TIME, still counts)",
+        kNonNegative, "max-minutes");
 
   const std::string L = "[parallel] pipeline x data parallelism";
-  t.add(L, "parallel.pp", &c.parallel.pp, "pipeline stages; short form --pp", kAtLeast1);
+  t.add(L, "parallel.pp", &c.parallel.pp, "pipeline stages", kAtLeast1, "pp");
   t.add(L, "parallel.dp", &c.parallel.dp,
-        "data-parallel replicas; 0 infers world size / pp; world size must be pp x dp; short form --dp", kAtLeast0);
+        "data-parallel replicas; 0 infers world size / pp; world size must be pp x dp", kAtLeast0, "dp");
   t.add(L, "parallel.schedule", &c.parallel.schedule,
-        "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (PipeDream-Flush)",
-        std::vector<std::string>{"gpipe", "1f1b"});
+        "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (PipeDream-Flush)");
   t.add(L, "parallel.partition", &c.parallel.partition,
         "cut of the layers into stages: params (balance parameters), uniform (layer count), or the first layer "
         "of each stage after the first, e.g. 'blocks.2' or 'blocks.1,blocks.3'");
@@ -216,27 +288,24 @@ void bind(OptionTable& t, RunConfig& c) {
         "gradient all-reduce bucket size in MiB of fp32 gradients; buckets launch as backward completes them",
         kPositive);
   t.add(L, "parallel.grad_comm_dtype", &c.parallel.grad_comm_dtype,
-        "type of the gradient all-reduce on the wire: fp32, or fp16/bf16 (divided by dp, then summed)",
-        std::vector<std::string>{"fp32", "fp16", "bf16"});
+        "type of the gradient all-reduce on the wire: fp32, or fp16/bf16 (divided by dp, then summed)");
   t.add(L, "parallel.zero", &c.parallel.zero,
         "ZeRO stage 1: 1 splits each stage's AdamW moments (and, in fp16/bf16, its fp32 masters) over its "
         "data-parallel replicas, each owning a contiguous 1/dp of the stage's flat buffers; gradient buckets are "
         "reduce-scattered, each replica updates its part, the weights are all-gathered in their working types; "
         "0 replicates them (docs/parallel.md)", Range<int>{0, 1, "0 or 1"});
   t.add(L, "parallel.timeline", &c.parallel.timeline,
-        "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto); short form --timeline");
+        "write a Chrome-trace JSON of every rank's spans here (chrome://tracing, Perfetto)", "timeline");
 
   const std::string V = "[device] backend and collectives";
   t.add(V, "device.backend", &c.device.backend,
-        "cpu, or cuda (one GPU per rank: local rank % GPUs on the node); short form --device",
-        std::vector<std::string>{"cpu", "cuda"});
+        "cpu, or cuda (one GPU per rank: local rank % GPUs on the node)", "device");
   t.add(V, "device.comm", &c.device.comm,
-        "collectives through auto (nccl on cuda, mpi on cpu), mpi or nccl (short form --comm); mpi on cuda stages "
-        "through pinned host memory: several ranks may share a GPU, and it is the fallback where NCCL is missing "
-        "or broken",
-        std::vector<std::string>{"auto", "mpi", "nccl"});
+        "collectives through auto (nccl on cuda, mpi on cpu), mpi or nccl; mpi on cuda stages through pinned host "
+        "memory: several ranks may share a GPU, and it is the fallback where NCCL is missing or broken",
+        "comm");
   t.add(V, "device.allow_tf32", &c.device.allow_tf32,
-        "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline); --allow-tf32");
+        "cuda: fp32 products on TF32 tensor cores (off by default so fp32 stays a true baseline)", "allow-tf32");
   t.add(V, "device.fused", &c.device.fused,
         "cuda: the fused kernels (docs/cuda.md): bf16 attention without its L x L probabilities in memory "
         "(FlashAttention's way, sm_80 and later), the AdamW update and its working copies in one pass, biases, "
@@ -274,13 +343,6 @@ void bind(OptionTable& t, RunConfig& c) {
         "does on cuda (checks that staging on machines without a GPU)");
 }
 
-// Short forms a user types often, and the dotted key each stands for.
-const std::pair<const char*, const char*> kShortForms[] = {
-    {"data", "data.dir"}, {"out", "train.out"}, {"steps", "train.steps"}, {"seed", "train.seed"},
-    {"threads", "train.threads"}, {"precision", "precision.mode"}, {"pp", "parallel.pp"},
-    {"dp", "parallel.dp"}, {"timeline", "parallel.timeline"}, {"device", "device.backend"},
-    {"comm", "device.comm"}, {"max-minutes", "train.max_minutes"}};
-
 }  // namespace
 
 ParsedOptions parse_options(const std::vector<std::string>& args) {
@@ -290,11 +352,6 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   bind(table, c);
 
   po::options_description general("General");
-  std::string short_data, short_out, short_precision, short_timeline, short_device, short_comm;
-  bool short_detect_anomaly = false, short_allow_tf32 = false;
-  int short_steps = 0, short_threads = 0, short_pp = 0, short_dp = 0;
-  double short_max_minutes = 0;
-  std::uint64_t short_seed = 0;
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
                                                       "input deck (*.ini); also the first positional argument")(
       "dry-run", po::bool_switch(&c.dry_run), "print layers, parameter counts and a memory estimate, then exit")(
@@ -305,20 +362,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
       "start afresh (never resume), replacing the traces in --out and the checkpoints in checkpoint.dir")(
       "eval-only", po::bool_switch(&c.eval_only),
       "evaluate the checkpoint --resume names (auto: the newest committed one) on the validation split, print "
-      "the loss and accuracy, write them to OUT/eval.json, and exit")(
-      "data", po::value<std::string>(&short_data), "= --data.dir")("out", po::value<std::string>(&short_out),
-                                                                  "= --train.out")(
-      "steps", po::value<int>(&short_steps), "= --train.steps")("seed", po::value<std::uint64_t>(&short_seed),
-                                                               "= --train.seed")(
-      "threads", po::value<int>(&short_threads), "= --train.threads")(
-      "precision", po::value<std::string>(&short_precision), "= --precision.mode")(
-      "pp", po::value<int>(&short_pp), "= --parallel.pp")("dp", po::value<int>(&short_dp), "= --parallel.dp")(
-      "timeline", po::value<std::string>(&short_timeline), "= --parallel.timeline")(
-      "device", po::value<std::string>(&short_device), "= --device.backend")(
-      "comm", po::value<std::string>(&short_comm), "= --device.comm")(
-      "max-minutes", po::value<double>(&short_max_minutes), "= --train.max_minutes")(
-      "allow-tf32", po::bool_switch(&short_allow_tf32), "= --device.allow_tf32 1")(
-      "detect-anomaly", po::bool_switch(&short_detect_anomaly), "= --precision.detect_anomaly 1");
+      "the loss and accuracy, write them to OUT/eval.json, and exit");
+  table.add_short_forms(general);
 
   po::options_description deck_keys;
   for (auto* s : table.sections()) deck_keys.add(*s);
@@ -333,11 +378,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     throw Error(std::string("command line: ") + e.what());
   }
-  // A short form and its dotted key on one command line are ambiguous. The short form is applied
-  // after the deck is read, so it wins over the deck as any command-line option does.
-  for (const auto& [short_name, key] : kShortForms)
-    if (vm.count(short_name) && !vm[key].defaulted())
-      throw Error(std::string("command line: --") + short_name + " and --" + key + " both given; use one");
+  table.refuse_doubles(vm);
   if (vm.count("help")) {
     std::ostringstream out;
     out << "usage: avtrain [DECK.ini] [--section.key value ...]\n\n" << general;
@@ -360,20 +401,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     throw Error(std::string("options: ") + e.what());
   }
-  if (vm.count("data")) c.data.dir = short_data;
-  if (vm.count("out")) c.train.out = short_out;
-  if (vm.count("steps")) c.train.steps = short_steps;
-  if (vm.count("seed")) c.train.seed = short_seed;
-  if (vm.count("threads")) c.train.threads = short_threads;
-  if (vm.count("precision")) c.precision.mode = short_precision;
-  if (vm.count("pp")) c.parallel.pp = short_pp;
-  if (vm.count("dp")) c.parallel.dp = short_dp;
-  if (vm.count("timeline")) c.parallel.timeline = short_timeline;
-  if (vm.count("device")) c.device.backend = short_device;
-  if (vm.count("comm")) c.device.comm = short_comm;
-  if (vm.count("max-minutes")) c.train.max_minutes = short_max_minutes;
-  if (short_allow_tf32) c.device.allow_tf32 = true;
-  if (short_detect_anomaly) c.precision.detect_anomaly = true;
+  table.apply_short_forms(vm);
   if (c.overwrite && c.eval_only) throw Error("--overwrite and --eval-only: an evaluation replaces nothing; drop one");
   if (c.overwrite && c.resume != "auto" && c.resume != "none")
     throw Error("--overwrite starts the run afresh, --resume " + c.resume + " continues from a checkpoint; give one of them");

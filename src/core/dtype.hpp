@@ -3,11 +3,17 @@
 #include <cstddef>
 #include <string>
 
+#include "core/enum_names.hpp"
+
 namespace avtrain {
 
 enum class DType : unsigned char { f32, f16, bf16 };
+// The words of precision.mode, parallel.grad_comm_dtype and the traces.
+constexpr EnumNames<DType, 3> enum_names(DType) {
+  return {{{DType::f32, "fp32"}, {DType::f16, "fp16"}, {DType::bf16, "bf16"}}};
+}
 
 inline std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
-inline const char* dtype_name(DType t) { return t == DType::f32 ? "fp32" : t == DType::f16 ? "fp16" : "bf16"; }
+inline const char* dtype_name(DType t) { return enum_name(t); }
 
 }  // namespace avtrain

@@ -8,23 +8,13 @@
 //              probabilities as in `attention`), then its backward (Megatron's full recomputation)
 // The recomputation repeats forward's operations in forward's order, so every setting gives the same
 // bits.
-#include <string>
-
-#include "core/error.hpp"
+#include "core/enum_names.hpp"
 
 namespace avtrain {
 
 enum class Recompute { none, attention, blocks };
-
-inline Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "attention") return Recompute::attention;
-  if (name == "blocks") return Recompute::blocks;
-  throw Error("train.recompute = " + name + ": must be one of none, attention, blocks");
-}
-
-inline const char* recompute_name(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::attention ? "attention" : "blocks";
+constexpr EnumNames<Recompute, 3> enum_names(Recompute) {
+  return {{{Recompute::none, "none"}, {Recompute::attention, "attention"}, {Recompute::blocks, "blocks"}}};
 }
 
 }  // namespace avtrain

@@ -18,14 +18,6 @@ int warmup(int pp, int stage, int micro_batches) { return std::min(pp - stage - 
 
 }  // namespace
 
-Schedule parse_schedule(const std::string& name) {
-  if (name == "gpipe") return Schedule::gpipe;
-  if (name == "1f1b") return Schedule::one_f_one_b;
-  throw Error("parallel.schedule = '" + name + "': expected 'gpipe' or '1f1b'");
-}
-
-const char* schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
-
 std::vector<PipeAction> pipeline_actions(Schedule s, int pp, int stage, int micro_batches) {
   check_shape(pp, stage, micro_batches);
   const int m = micro_batches;

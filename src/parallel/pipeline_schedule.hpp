@@ -7,22 +7,23 @@
 // the two give the same bits. The transfers are implied: a stage that is not first receives its input before each forward and
 // sends the input gradient after each backward; one that is not last sends its output after each
 // forward and receives the output gradient before each backward.
-#include <string>
 #include <vector>
+
+#include "core/enum_names.hpp"
 
 namespace avtrain::parallel {
 
+// parallel.schedule
 enum class Schedule { gpipe, one_f_one_b };
+constexpr EnumNames<Schedule, 2> enum_names(Schedule) {
+  return {{{Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"}}};
+}
 
 struct PipeAction {
   enum Kind { forward, backward } kind;
   int micro_batch;
   bool operator==(const PipeAction&) const = default;
 };
-
-// "gpipe" | "1f1b"; anything else throws Error naming parallel.schedule.
-Schedule parse_schedule(const std::string& name);
-const char* schedule_name(Schedule s);
 
 // Every micro-batch 0..micro_batches-1 appears once as a forward and once as a backward, the
 // forward first.

@@ -1,7 +1,6 @@
 #include "precision/loss_scaler.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -11,20 +10,14 @@ namespace avtrain {
 LossScaler::LossScaler(const PrecisionConfig& c, DType compute)
     : scale_(1), growth_(c.growth_factor), backoff_(c.backoff_factor), min_scale_(c.min_scale),
       interval_(c.growth_interval), hysteresis_(c.hysteresis), hysteresis_tracker_(c.hysteresis) {
-  const std::string& s = c.loss_scale;
-  if (s == "auto") {
-    kind_ = compute == DType::f16 ? Kind::dynamic : Kind::none;
-  } else if (s == "dynamic") {
-    kind_ = Kind::dynamic;
-  } else if (s == "none") {
-    kind_ = Kind::none;
-  } else {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() || *end != '\0' || !(v > 0) || v > 3.0e38)
-      throw Error("precision.loss_scale: '" + s + "' is not auto, dynamic, none or a positive number");
-    kind_ = Kind::fixed;
-    scale_ = v;
+  switch (c.loss_scale.kind) {
+    case LossScale::Kind::automatic: kind_ = compute == DType::f16 ? Kind::dynamic : Kind::none; break;
+    case LossScale::Kind::dynamic: kind_ = Kind::dynamic; break;
+    case LossScale::Kind::none: kind_ = Kind::none; break;
+    case LossScale::Kind::fixed:
+      kind_ = Kind::fixed;
+      scale_ = c.loss_scale.fixed;
+      break;
   }
   if (kind_ == Kind::dynamic) {
     scale_ = c.init_scale;

@@ -4,19 +4,9 @@
 
 #include <sstream>
 
-#include "core/error.hpp"
-
 namespace avtrain {
 
-DType parse_dtype(const std::string& name, const std::string& option) {
-  if (name == "fp32") return DType::f32;
-  if (name == "fp16") return DType::f16;
-  if (name == "bf16") return DType::bf16;
-  throw Error(option + ": '" + name + "' is not one of fp32, fp16, bf16");
-}
-
-PrecisionPolicy::PrecisionPolicy(const PrecisionConfig& config)
-    : compute_(parse_dtype(config.mode, "precision.mode")) {
+PrecisionPolicy::PrecisionPolicy(const PrecisionConfig& config) : compute_(config.mode) {
   std::istringstream list(config.fp32_layers);
   for (std::string p; std::getline(list, p, ',');) {
     const auto first = p.find_first_not_of(" \t"), last = p.find_last_not_of(" \t");

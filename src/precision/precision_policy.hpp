@@ -15,7 +15,6 @@ namespace avtrain {
 class PrecisionPolicy {
  public:
   PrecisionPolicy() = default;  // fp32 everywhere
-  // Throws naming precision.mode when the mode is unknown.
   explicit PrecisionPolicy(const PrecisionConfig& config);
 
   DType compute() const { return compute_; }
@@ -29,7 +28,5 @@ class PrecisionPolicy {
   std::vector<std::string> patterns_;
   mutable std::vector<bool> used_;
 };
-
-DType parse_dtype(const std::string& name, const std::string& option);
 
 }  // namespace avtrain

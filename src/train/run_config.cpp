@@ -1,7 +1,5 @@
 #include "train/run_config.hpp"
 
-#include "precision/precision_policy.hpp"
-
 namespace avtrain {
 
 DistributedOptimizerConfig distributed_optimizer_config(const RunConfig& c) {
@@ -9,7 +7,7 @@ DistributedOptimizerConfig distributed_optimizer_config(const RunConfig& c) {
   d.optim = c.optim;
   d.zero = c.parallel.zero;
   d.bucket_mb = c.parallel.grad_bucket_mb;
-  d.wire = parse_dtype(c.parallel.grad_comm_dtype, "parallel.grad_comm_dtype");
+  d.wire = c.parallel.grad_comm_dtype;
   d.seed = c.train.seed;
   d.init_ulps = c.train.init_ulps;
   return d;

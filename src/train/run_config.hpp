@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.hpp"
 #include "model/model_config.hpp"
+#include "model/recompute.hpp"
 #include "optim/distributed_optimizer.hpp"
 #include "optim/optim_config.hpp"
 #include "parallel/parallel_config.hpp"
@@ -22,7 +24,7 @@ struct TrainConfig {
   int steps = 300;
   int micro_batch = 32;       // samples per micro-batch
   int micro_batches = 1;      // micro-batches per step and replica; gradients accumulate
-  std::string recompute = "none";  // what blocks keep for backward: none | attention | blocks (model/recompute.hpp)
+  Recompute recompute = Recompute::none;  // what blocks keep for backward: none | attention | blocks (model/recompute.hpp)
   std::uint64_t seed = 1;
   int eval_interval = 50;     // steps between validation passes; 0: only after the last step
   int log_interval = 10;      // steps between progress lines
@@ -50,10 +52,22 @@ struct DebugConfig {
   bool stage_comm = false;      // cpu: collectives staged through host copies made late, as --comm mpi on cuda
 };
 
+// device.backend: where a rank computes.
+enum class DeviceBackend { cpu, cuda };
+constexpr EnumNames<DeviceBackend, 2> enum_names(DeviceBackend) {
+  return {{{DeviceBackend::cpu, "cpu"}, {DeviceBackend::cuda, "cuda"}}};
+}
+
+// device.comm: what the data-parallel and pipeline collectives go through.
+enum class DeviceComm { automatic, mpi, nccl };
+constexpr EnumNames<DeviceComm, 3> enum_names(DeviceComm) {
+  return {{{DeviceComm::automatic, "auto"}, {DeviceComm::mpi, "mpi"}, {DeviceComm::nccl, "nccl"}}};
+}
+
 // Which backend a rank runs on, and what its collectives go through.
 struct DeviceConfig {
-  std::string backend = "cpu";  // cpu | cuda
-  std::string comm = "auto";    // auto (nccl on cuda, mpi on cpu) | mpi | nccl
+  DeviceBackend backend = DeviceBackend::cpu;
+  DeviceComm comm = DeviceComm::automatic;  // auto: nccl on cuda, mpi on cpu
   bool allow_tf32 = false;      // cuda: fp32 products on TF32 tensor cores (fp32 is then no longer a true baseline)
   bool fused = false;           // cuda: fused kernels (attention without its L x L probabilities in memory)
   double arena_mb = 0;          // cuda: the tensor arena taken at start; 0: 90 % of the GPU's free memory

@@ -90,7 +90,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const int pp = c.parallel.pp;
   const StagePlan plan = plan_stages(c, be, s, pp);
   const PrecisionPolicy policy(c.precision);
-  const Recompute recompute = parse_recompute(c.train.recompute);
+  const Recompute recompute = c.train.recompute;
   // The stage's training state as a run of this layout builds it: under parallel.zero 1 with --dp,
   // replica 0's part of the optimizer state (and, in fp16/bf16, of the masters).
   DistributedOptimizer optimizer(be, distributed_optimizer_config(c));
@@ -151,7 +151,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
       << "  gradients         " << mib(p4) << "\n"
       << "  optimizer (AdamW) " << mib(moments) << zero_note(c) << "\n"
       << "  activations       " << mib(double(sum(act))) << " per micro-batch of " << B << " (train.recompute "
-      << recompute_name(recompute) << ")\n";
+      << enum_name(recompute) << ")\n";
   if (policy.compute() != DType::f32) {
     ParamStore params32;
     AVNet net32(be, params32, c.model, s);
@@ -183,16 +183,16 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
       m = micro_batch_memory(other, s, B);
     }
     const double total_r = parameter_bytes + double(sum(m.layers)) + double(m.workspace);
-    out << "  " << std::left << std::setw(12) << recompute_name(r) << std::right << std::setw(18)
+    out << "  " << std::left << std::setw(12) << enum_name(r) << std::right << std::setw(18)
         << mib(double(sum(m.layers))) << std::setw(18) << mib(double(m.workspace)) << std::setw(18) << mib(total_r)
         << "  " << (total_r <= available ? "fits" : "does not fit") << (r == recompute ? "  (this run)" : "") << "\n";
   }
 
   // The pipeline cut: each stage with its share of the work and, under the schedule, of memory.
-  const parallel::Schedule schedule = parallel::parse_schedule(c.parallel.schedule);
+  const parallel::Schedule schedule = c.parallel.schedule;
   const int M = c.train.micro_batches;
   out << "\npipeline: " << pp << " stage(s), partition " << c.parallel.partition << ", schedule "
-      << parallel::schedule_name(schedule) << ", " << M << " micro-batch(es) per step; ideal bubble "
+      << enum_name(schedule) << ", " << M << " micro-batch(es) per step; ideal bubble "
       << std::fixed << std::setprecision(3) << parallel::ideal_bubble(pp, M) << "\n";
   out << std::left << std::setw(7) << "stage" << std::setw(24) << "layers" << std::right << std::setw(12)
       << "parameters" << std::setw(14) << "fwd GFLOP/mb" << std::setw(16) << "act MiB/mb" << std::setw(11)

@@ -141,9 +141,9 @@ struct Trainer::Impl {
         plan(plan_stages(c, b, s.info(), g.topology.pp)), stage(plan.stages[g.topology.pp_rank]),
         optimizer(b, distributed_optimizer_config(c)), params(optimizer.params()),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last},
-            parse_recompute(c.train.recompute)),
+            c.train.recompute),
         link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
-        schedule(parallel::parse_schedule(c.parallel.schedule)),
+        schedule(c.parallel.schedule),
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
         perturb_weights(parse_rank_step(c.debug.perturb_weights, "debug.perturb_weights")) {
     optimizer.build(topo.dp, topo.dp_rank, g.data.get());
@@ -543,7 +543,7 @@ struct Trainer::Impl {
     log << std::fixed;
     if (!rank0) return;
     log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
-        << parallel::schedule_name(schedule) << ", " << config.train.micro_batches << " micro-batch(es) of "
+        << enum_name(schedule) << ", " << config.train.micro_batches << " micro-batch(es) of "
         << config.train.micro_batch << " per replica, global batch " << config.global_batch(topo.dp) << "\n";
     for (std::size_t s = 0; s < plan.stages.size(); ++s)
       log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
@@ -606,13 +606,13 @@ struct Trainer::Impl {
                    {"world_size", topo.world},
                    {"pp", topo.pp},
                    {"dp", topo.dp},
-                   {"schedule", parallel::schedule_name(schedule)},
+                   {"schedule", enum_name(schedule)},
                    {"stages", stages},
                    {"micro_batch", config.train.micro_batch},
                    {"micro_batches", config.train.micro_batches},
-                   {"recompute", config.train.recompute},
+                   {"recompute", enum_name(config.train.recompute)},
                    {"global_batch", config.global_batch(topo.dp)},
-                   {"grad_comm_dtype", config.parallel.grad_comm_dtype},
+                   {"grad_comm_dtype", dtype_name(config.parallel.grad_comm_dtype)},
                    {"grad_bucket_mb", config.parallel.grad_bucket_mb},
                    {"grad_buckets", optimizer.buckets()},
                    {"zero", config.parallel.zero}};

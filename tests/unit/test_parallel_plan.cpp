@@ -207,12 +207,13 @@ TEST(StagePartition, Errors) {
 constexpr Schedule kSchedules[] = {Schedule::gpipe, Schedule::one_f_one_b};
 
 TEST(PipelineSchedule, Parse) {
-  EXPECT_EQ(parse_schedule("gpipe"), Schedule::gpipe);
-  EXPECT_EQ(parse_schedule("1f1b"), Schedule::one_f_one_b);
-  EXPECT_STREQ(schedule_name(Schedule::gpipe), "gpipe");
-  EXPECT_STREQ(schedule_name(Schedule::one_f_one_b), "1f1b");
-  expect_error([] { parse_schedule("1F1B-interleaved"); }, {"parallel.schedule", "1F1B-interleaved"});
-  expect_error([] { parse_schedule(""); }, {"parallel.schedule"});
+  EXPECT_EQ(parse_enum<Schedule>("gpipe"), Schedule::gpipe);
+  EXPECT_EQ(parse_enum<Schedule>("1f1b"), Schedule::one_f_one_b);
+  EXPECT_STREQ(enum_name(Schedule::gpipe), "gpipe");
+  EXPECT_STREQ(enum_name(Schedule::one_f_one_b), "1f1b");
+  EXPECT_FALSE(parse_enum<Schedule>("1F1B-interleaved").has_value());
+  EXPECT_FALSE(parse_enum<Schedule>("").has_value());
+  EXPECT_EQ(enum_words<Schedule>(), "gpipe, 1f1b");
 }
 
 TEST(PipelineSchedule, EveryStageShape) {
@@ -220,7 +221,7 @@ TEST(PipelineSchedule, EveryStageShape) {
     for (int pp = 1; pp <= 4; ++pp)
       for (int stage = 0; stage < pp; ++stage)
         for (int m = 1; m <= 9; ++m) {
-          SCOPED_TRACE(std::string(schedule_name(s)) + " pp " + std::to_string(pp) + " stage " +
+          SCOPED_TRACE(std::string(enum_name(s)) + " pp " + std::to_string(pp) + " stage " +
                        std::to_string(stage) + " m " + std::to_string(m));
           const auto acts = pipeline_actions(s, pp, stage, m);
           ASSERT_EQ(int(acts.size()), 2 * m);
@@ -318,7 +319,7 @@ TEST(PipelineSchedule, WholePipelineCompletesWithIdealBubble) {
   for (Schedule s : kSchedules)
     for (int pp = 1; pp <= 4; ++pp)
       for (int m = 1; m <= 9; ++m) {
-        SCOPED_TRACE(std::string(schedule_name(s)) + " pp " + std::to_string(pp) + " m " + std::to_string(m));
+        SCOPED_TRACE(std::string(enum_name(s)) + " pp " + std::to_string(pp) + " m " + std::to_string(m));
         const auto sim = simulate(s, pp, m);
         ASSERT_TRUE(sim.completed) << "deadlock";
         EXPECT_EQ(sim.makespan, 3L * (m + pp - 1));

@@ -119,7 +119,7 @@ TEST(PipelineStreams, OneCommunicatorPerDirectionNeverDeadlocks) {
           train.push_back(host_program(schedule, pp, s, m, false));
           eval.push_back(evaluation_program(pp, s, m));
         }
-        EXPECT_TRUE(runs_to_the_end(train)) << schedule_name(schedule) << " pp " << pp << " m " << m;
+        EXPECT_TRUE(runs_to_the_end(train)) << enum_name(schedule) << " pp " << pp << " m " << m;
         EXPECT_TRUE(runs_to_the_end(eval)) << "evaluation pp " << pp << " m " << m;
       }
 }

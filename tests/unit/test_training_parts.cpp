@@ -464,6 +464,59 @@ TEST(ParseOptions, UnknownCommandLineOptionIsAnErrorNamingIt) {
   EXPECT_NE(message.find("train.stpes"), std::string::npos) << message;
 }
 
+TEST(ParseOptions, FixedChoicesAreTypedAndReadBackAsTheirWords) {
+  TempDir dir;
+  const auto parsed = parse_options({write_deck(dir, "[parallel]\nschedule = gpipe\ngrad_comm_dtype = bf16\n"
+                                                     "[precision]\nmode = bf16\n"),
+                                     "--precision", "fp16", "--train.recompute", "blocks", "--comm", "mpi",
+                                     "--precision.loss_scale", "2.5e2"});
+  const RunConfig& c = parsed.config;
+  EXPECT_EQ(c.precision.mode, DType::f16);  // the short form over the deck
+  EXPECT_EQ(c.train.recompute, Recompute::blocks);
+  EXPECT_EQ(c.parallel.schedule, parallel::Schedule::gpipe);
+  EXPECT_EQ(c.parallel.grad_comm_dtype, DType::bf16);
+  EXPECT_EQ(c.device.backend, DeviceBackend::cpu);
+  EXPECT_EQ(c.device.comm, DeviceComm::mpi);
+  EXPECT_EQ(c.precision.loss_scale.kind, LossScale::Kind::fixed);
+  EXPECT_EQ(c.precision.loss_scale.fixed, 250.0);
+  EXPECT_EQ(parsed.resolved["precision.mode"], "fp16");
+  EXPECT_EQ(parsed.resolved["train.recompute"], "blocks");
+  EXPECT_EQ(parsed.resolved["parallel.schedule"], "gpipe");
+  EXPECT_EQ(parsed.resolved["parallel.grad_comm_dtype"], "bf16");
+  EXPECT_EQ(parsed.resolved["device.backend"], "cpu");
+  EXPECT_EQ(parsed.resolved["device.comm"], "mpi");
+  EXPECT_EQ(parsed.resolved["precision.loss_scale"], "2.5e2");  // as written
+  EXPECT_EQ(parse_options({}).resolved["precision.loss_scale"], "auto");
+}
+
+TEST(ParseOptions, AWordOutsideAFixedChoiceIsAnErrorListingTheWords) {
+  EXPECT_EQ(error_of({"--train.recompute", "all"}), "option train.recompute = all: must be one of none, attention, blocks");
+  EXPECT_EQ(error_of({"--device", "gpu"}), "option device.backend = gpu: must be one of cpu, cuda");
+  EXPECT_EQ(error_of({"--precision.loss_scale", "lots"}),
+            "precision.loss_scale: 'lots' is not auto, dynamic, none or a positive number");
+}
+
+TEST(ParseOptions, EveryShortFormIsInTheHelpAndRefusedBesideItsKey) {
+  std::string help;
+  std::istringstream words(*parse_options({"--help"}).help);
+  for (std::string word; words >> word;) help += word + " ";  // boost wraps the descriptions
+  const std::vector<std::pair<std::string, std::string>> forms = {
+      {"data", "data.dir"},         {"out", "train.out"},          {"steps", "train.steps"},
+      {"seed", "train.seed"},       {"threads", "train.threads"},  {"precision", "precision.mode"},
+      {"pp", "parallel.pp"},        {"dp", "parallel.dp"},         {"timeline", "parallel.timeline"},
+      {"device", "device.backend"}, {"comm", "device.comm"},       {"max-minutes", "train.max_minutes"}};
+  for (const auto& [name, key] : forms) {
+    EXPECT_NE(help.find("--" + name + " arg = --" + key + " "), std::string::npos) << name;
+    EXPECT_NE(help.find("short form --" + name + " "), std::string::npos) << name;
+  }
+  EXPECT_NE(help.find("--allow-tf32 = --device.allow_tf32 1 "), std::string::npos);
+  EXPECT_NE(help.find("--detect-anomaly = --precision.detect_anomaly 1 "), std::string::npos);
+  EXPECT_NE(help.find("one of none, attention, blocks"), std::string::npos);
+  EXPECT_TRUE(parse_options({"--allow-tf32"}).config.device.allow_tf32);
+  EXPECT_NE(error_of({"--precision", "bf16", "--precision.mode", "fp16"}).find("both given"), std::string::npos);
+  EXPECT_NE(error_of({"--detect-anomaly", "--precision.detect_anomaly", "0"}).find("both given"), std::string::npos);
+}
+
 TEST(ParseOptions, ValuesOutsideTheirRangeAreErrorsNamingTheOption) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"--data.val_fraction", "1"}, {"--model.mlp_ratio", "0"}, {"--model.depth", "-1"},
