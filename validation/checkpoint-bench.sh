@@ -4,8 +4,13 @@
 # the checkpoint's size; its write time beside training (from the run's log: written and fsynced);
 # what training lost to it: the pause to copy the state out plus how much longer the step beside
 # the write took than the run's other steps; the load time of a resume; and the step time it is
-# compared with.
+# compared with. Then ZeRO (parallel.zero 1, bf16: the moments and the fp32 masters split over the
+# replicas) at dp 2 and dp 4 on the larger deck, each replica writing the file of its part
+# (checkpoint.zero_write parallel) against the parts gathered to the stage's first replica, which
+# writes the stage whole (gathered): the pause, the slowest writer's time, what training lost, the
+# load of a resume at the same layout.
 #   validation/checkpoint-bench.sh [WORK]    (default runs/checkpoint-bench; the shards of the quickstart)
+#   AVTRAIN_BENCH_ONLY=zero validation/checkpoint-bench.sh    the ZeRO comparison alone
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -22,15 +27,21 @@ rm -f "$work/dd.bin"
 echo "disk: dd if=/dev/zero bs=1M count=512 conv=fsync: $dd_line"
 echo "disk past the page cache (how checkpoints are written): dd ... oflag=direct conv=fsync: $direct_line"
 
-bench() {  # name, steps, interval, extra options
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bench() {  # name, steps, interval, extra options (AVTRAIN_RANKS: ranks under mpirun)
   local name=$1 steps=$2 interval=$3
   shift 3
   local out=$work/$name
   run() {  # log, interval, options
     local log=$1 every=$2
     shift 2
-    "$bin/avtrain" "$root/inputs/quickstart.ini" --data "$data" --steps "$steps" --checkpoint.interval "$every" \
-      --checkpoint.keep 2 --train.eval_interval 0 --threads "$(nproc)" "$@" > "$log" 2>&1
+    local launch=() threads=$(nproc)
+    if [ -n "${AVTRAIN_RANKS:-}" ]; then
+      launch=(mpirun -np "$AVTRAIN_RANKS" --oversubscribe --bind-to none)
+      threads=1
+    fi
+    "${launch[@]}" "$bin/avtrain" "$root/inputs/quickstart.ini" --data "$data" --steps "$steps" \
+      --checkpoint.interval "$every" --checkpoint.keep 2 --train.eval_interval 0 --threads "$threads" "$@" > "$log" 2>&1
   }
   rm -rf "$out"
   run "$out.write.log" "$interval" --out "$out" "$@"
@@ -59,5 +70,14 @@ print(f"{name}: checkpoint {mib:.1f} MiB; written in {w:.3f} s beside training, 
       f"so a checkpoint costs {lost / step:.2f} steps")
 EOF
 }
-bench quickstart 16 4
-bench large 12 4 --model.width 512 --model.depth 12 --model.heads 8 --train.micro_batch 8
+large=(--model.width 512 --model.depth 12 --model.heads 8 --train.micro_batch 8)
+if [ "${AVTRAIN_BENCH_ONLY:-}" != zero ]; then
+  bench quickstart 16 4
+  bench large 12 4 "${large[@]}"
+fi
+for dp in 2 4; do
+  for how in gathered parallel; do
+    AVTRAIN_RANKS=$dp bench "zero-dp$dp-$how" 12 4 "${large[@]}" --train.micro_batch $((8 / dp)) --dp "$dp" \
+      --precision bf16 --parallel.zero 1 --checkpoint.zero_write "$how"
+  done
+done

@@ -20,7 +20,6 @@ Run with Debian's interpreter (/usr/bin/python3), which has torch, numpy and h5p
 """
 import argparse
 import contextlib
-import glob
 import json
 import math
 import os
@@ -36,6 +35,8 @@ except ImportError:  # bench needs none: GPU nodes have torch, often no h5py
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import avtrain_checkpoint  # beside this file: a checkpoint directory read by name
 
 
 @dataclass
@@ -507,33 +508,19 @@ def load_parameters(model, path):
             tensor.copy_(value)
 
 
-def checkpoint_fingerprint(checkpoint):
-    files = sorted(glob.glob(os.path.join(checkpoint, "stage-*.h5")))
-    if not files:
-        raise FileNotFoundError(f"{checkpoint}: no stage-*.h5 (not an avtrain checkpoint directory)")
-    with h5py.File(files[0], "r") as f:
-        text = f.attrs["fingerprint"]
-    return files, json.loads(text.decode() if isinstance(text, bytes) else text)
-
-
 def load_checkpoint(model, checkpoint):
-    """Every parameter and buffer of the model (BatchNorm's running statistics included) from
-    whichever stage file of an avtrain checkpoint holds it, by name (/params/NAME)."""
-    files, _ = checkpoint_fingerprint(checkpoint)
-    handles = [h5py.File(f, "r") for f in files]
-    try:
-        for name, tensor in model.state_dict().items():
-            held = [h for h in handles if f"params/{name}" in h]
-            if not held:
-                raise KeyError(f"{checkpoint}: no stage file holds params/{name}")
-            value = torch.from_numpy(held[0][f"params/{name}"][...])
-            if tuple(value.shape) != tuple(tensor.shape):
-                raise ValueError(f"{checkpoint}: params/{name} has shape {list(value.shape)}, expected "
-                                 f"{list(tensor.shape)}")
-            tensor.copy_(value)
-    finally:
-        for h in handles:
-            h.close()
+    """Every parameter and buffer of the model (BatchNorm's running statistics included) from an
+    avtrain checkpoint directory, by name (/params/NAME), whichever of its files hold it, whole or
+    in ZeRO replicas' pieces (validation/avtrain_checkpoint.py)."""
+    held = avtrain_checkpoint.tensors(checkpoint)
+    for name, tensor in model.state_dict().items():
+        if f"params/{name}" not in held:
+            raise KeyError(f"{checkpoint}: no file of it holds params/{name}")
+        value = torch.from_numpy(held[f"params/{name}"])
+        if tuple(value.shape) != tuple(tensor.shape):
+            raise ValueError(f"{checkpoint}: params/{name} has shape {list(value.shape)}, expected "
+                             f"{list(tensor.shape)}")
+        tensor.copy_(value)
 
 
 def model_from_fingerprint(fp):
@@ -571,7 +558,7 @@ def read_samples(shard_dir, shards, indices):
 @torch.no_grad()
 def run_evaluate(args):
     torch.set_num_threads(args.threads)
-    _, fp = checkpoint_fingerprint(args.checkpoint)
+    fp = avtrain_checkpoint.fingerprint(args.checkpoint)
     model = model_from_fingerprint(fp)
     load_checkpoint(model, args.checkpoint)
     model.double().eval()

@@ -323,6 +323,9 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[checkpoint] checkpoints", "checkpoint.keep", &c.checkpoint.keep,
         "committed checkpoints kept; an older one is deleted only after a newer one is committed", kAtLeast1);
   t.add("[checkpoint] checkpoints", "checkpoint.dir", &c.checkpoint.dir, "where checkpoints go (default OUT/checkpoints)");
+  t.add("[checkpoint] checkpoints", "checkpoint.zero_write", &c.checkpoint.zero_write,
+        "under parallel.zero 1: parallel (each replica writes the file of its part of the optimizer state) or "
+        "gathered (the parts gathered to the stage's first replica, one file per stage); both load at any layout");
 
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");

@@ -84,7 +84,7 @@ FileWriter::~FileWriter() {
   std::remove(tmp_.c_str());
 }
 
-void FileWriter::dataset(const std::string& name, hid_t file_type, hid_t mem_type,
+H5Id FileWriter::dataset(const std::string& name, hid_t file_type, hid_t mem_type,
                          const std::vector<std::uint64_t>& shape, const void* host) {
   const std::lock_guard lock(data::hdf5_mutex());
   const std::string where = "checkpoint " + tmp_ + ": dataset " + name;
@@ -112,14 +112,35 @@ void FileWriter::dataset(const std::string& name, hid_t file_type, hid_t mem_typ
               H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) >= 0 &&
               H5Pset_fletcher32(dcpl.get()) >= 0 && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
           where + ": cannot set up");
-  const H5Id dset(H5Dcreate2(file_.get(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-                  H5Dclose);
+  H5Id dset(H5Dcreate2(file_.get(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+            H5Dclose);
   require(dset.valid(), where + ": cannot create (a name written twice?)");
   require(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host) >= 0, where + ": cannot write");
+  return dset;
 }
 
 void FileWriter::tensor(const std::string& name, const std::vector<std::uint64_t>& shape, const float* host) {
   dataset(name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, shape, host);
+}
+
+namespace {
+
+// An int64 attribute of `count` values on `object` (count 0: a scalar of one).
+bool write_int_attribute(hid_t object, const char* name, const std::uint64_t* values, hsize_t count) {
+  const H5Id space(count ? H5Screate_simple(1, &count, nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
+  const H5Id attr(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return space.valid() && attr.valid() && H5Awrite(attr.get(), H5T_NATIVE_UINT64, values) >= 0;
+}
+
+}  // namespace
+
+void FileWriter::piece(const std::string& name, const std::vector<std::uint64_t>& shape, std::uint64_t offset,
+                       std::uint64_t count, const float* host) {
+  const H5Id dset = dataset(name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {count}, host);
+  const std::lock_guard lock(data::hdf5_mutex());
+  require(write_int_attribute(dset.get(), "offset", &offset, 0) &&
+              write_int_attribute(dset.get(), "shape", shape.data(), shape.size()),
+          "checkpoint " + tmp_ + ": dataset " + name + ": cannot write where the piece lies");
 }
 
 void FileWriter::scalar(const std::string& name, std::int64_t value) {
@@ -226,6 +247,26 @@ std::vector<std::uint64_t> FileReader::shape(const std::string& name) const {
   std::vector<hsize_t> dims(std::size_t(rank), 0);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   return {dims.begin(), dims.end()};
+}
+
+std::optional<Piece> FileReader::piece(const std::string& name) const {
+  const std::lock_guard lock(data::hdf5_mutex());
+  const H5Id dset = open(name);
+  if (H5Aexists(dset.get(), "offset") <= 0) return std::nullopt;
+  const std::string where = "checkpoint " + path_ + ": dataset " + name + ": ";
+  Piece p;
+  {
+    const H5Id attr(H5Aopen(dset.get(), "offset", H5P_DEFAULT), H5Aclose);
+    require(attr.valid() && H5Aread(attr.get(), H5T_NATIVE_UINT64, &p.offset) >= 0, where + "unreadable offset");
+  }
+  require(H5Aexists(dset.get(), "shape") > 0, where + "a piece without the whole's shape");
+  const H5Id attr(H5Aopen(dset.get(), "shape", H5P_DEFAULT), H5Aclose);
+  const H5Id space(attr.valid() ? H5Aget_space(attr.get()) : H5I_INVALID_HID, H5Sclose);
+  const hssize_t n = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  require(n > 0, where + "unreadable shape");
+  p.shape.resize(std::size_t(n));
+  require(H5Aread(attr.get(), H5T_NATIVE_UINT64, p.shape.data()) >= 0, where + "unreadable shape");
+  return p;
 }
 
 void FileReader::read(const std::string& name, hid_t mem_type, void* host, std::size_t count) const {

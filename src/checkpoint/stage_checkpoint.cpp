@@ -1,6 +1,8 @@
 #include "checkpoint/stage_checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/error.hpp"
 
@@ -20,12 +22,17 @@ void host_copy(Backend& be, const Buffer& b, HostFloats& host) {
 
 }  // namespace
 
-void StageSnapshot::reserve(const ParamStore& store) {
-  const std::size_t n = store.total_size();
-  const std::size_t file = 3 * n * sizeof(float) + (std::size_t(16) << 20);  // and HDF5's metadata
+void StageSnapshot::reserve(const ParamStore& store, FlatPart own, bool is_main) {
+  const std::size_t n = store.total_size(), k = own.size();
+  const std::size_t whole = is_main ? n : 0, split = own.size() < n && store.masters_split() ? k : 0;
+  const std::size_t floats = whole + split + 2 * k;
+  const std::size_t file = floats * sizeof(float) + (std::size_t(16) << 20);  // and HDF5's metadata
   allocating("host memory for checkpoints (the state copied out and the file built from it)",
-             double(3 * n * sizeof(float) + file), [&] {
-               for (HostFloats* h : {&values, &m, &v}) h->resize(n);  // value-initialised: touched
+             double(floats * sizeof(float) + file), [&] {
+               values.resize(whole);  // value-initialised: touched
+               masters.resize(split);
+               m.resize(k);
+               v.resize(k);
                image.reserve(file);
              });
   std::memset(image.data(), 0, image.capacity());
@@ -33,13 +40,14 @@ void StageSnapshot::reserve(const ParamStore& store) {
 
 void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& c, const nlohmann::json& fp) {
   params = store.params();
+  part = {0, store.total_size()};
+  main = true;
+  masters_in_part = false;
   if (!store.masters_split()) {
     host_copy(be, store.values(), values);
   } else {  // the masters are in `values` already; the fp32 values of the rest are whole here
     values.resize(store.total_size());
-    for (const ParamInfo& p : params)
-      if (p.working == DType::f32 && p.size)
-        be.download(values.data() + p.offset, store.values().data() + p.value_offset, p.size * sizeof(float));
+    download_whole_values(be, store);
   }
   if (adamw) {
     require(adamw->part().size() == store.total_size(), "internal: a snapshot of part of AdamW's moments");
@@ -50,23 +58,76 @@ void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Cou
   fingerprint = fp.dump();
 }
 
+void StageSnapshot::take_part(Backend& be, ParamStore& store, AdamW& adamw, bool is_main, const Counters& c,
+                              const nlohmann::json& fp) {
+  params = store.params();
+  part = adamw.part();
+  main = is_main;
+  masters_in_part = store.masters_split();
+  if (masters_in_part) {
+    require(store.master_part().begin == part.begin && store.master_part().end == part.end,
+            "internal: the masters' part is not AdamW's");
+    host_copy(be, store.masters(), masters);
+  }
+  if (main) {
+    if (!masters_in_part) {
+      host_copy(be, store.values(), values);
+    } else {
+      values.resize(store.total_size());
+      download_whole_values(be, store);
+    }
+  }
+  host_copy(be, adamw.first_moments(), m);
+  host_copy(be, adamw.second_moments(), v);
+  counters = c;
+  fingerprint = fp.dump();
+}
+
+void StageSnapshot::download_whole_values(Backend& be, ParamStore& store) {
+  for (const ParamInfo& p : params)
+    if (p.working == DType::f32 && p.size)
+      be.download(values.data() + p.offset, store.values().data() + p.value_offset, p.size * sizeof(float));
+}
+
+namespace {
+
+// Tensor `name` of p from `base` (holding the flat elements of `held` from held.begin): whole
+// when `held` holds all of it, a piece when a part boundary cuts it, nothing when it holds none.
+void write_held(FileWriter& w, const std::string& name, const ParamInfo& p, const float* base, FlatPart held) {
+  const FlatPart piece = held.overlap(p.offset, p.offset + p.size);
+  if (piece.size() == 0) return;
+  const float* from = base + (piece.begin - held.begin);
+  if (piece.size() == p.size)
+    w.tensor(name, shape_of(p), from);
+  else
+    w.piece(name, shape_of(p), piece.begin - p.offset, piece.size(), from);
+}
+
+}  // namespace
+
 void write_stage(const std::string& path, StageSnapshot& s, const std::function<void()>& before_rename) {
   FileWriter w(path, &s.image);
   for (const ParamInfo& p : s.params) {
-    w.tensor("params/" + p.name, shape_of(p), s.values.data() + p.offset);
+    const std::string value = "params/" + p.name;
+    if (s.masters_in_part && p.working != DType::f32)
+      write_held(w, value, p, s.masters.data(), s.part);
+    else if (s.main)
+      w.tensor(value, shape_of(p), s.values.data() + p.offset);
     if (!p.trainable) continue;
-    w.tensor("adamw/m/" + p.name, shape_of(p), s.m.data() + p.offset);
-    w.tensor("adamw/v/" + p.name, shape_of(p), s.v.data() + p.offset);
+    write_held(w, "adamw/m/" + p.name, p, s.m.data(), s.part);
+    write_held(w, "adamw/v/" + p.name, p, s.v.data(), s.part);
   }
   const Counters& c = s.counters;
   w.scalar("state/next_step", c.next_step);
-  w.scalar("state/applied_steps", c.applied_steps);
-  w.scalar("state/elapsed_s", c.elapsed_s);
-  w.scalar("adamw/updates", std::int64_t(c.adamw_updates));
-  w.scalar("scaler/scale", c.scaler.scale);
-  w.scalar("scaler/growth_tracker", std::int64_t(c.scaler.growth_tracker));
-  w.scalar("scaler/hysteresis_tracker", std::int64_t(c.scaler.hysteresis_tracker));
-  w.scalar("scaler/skipped", c.scaler.skipped);
+  if (s.main) {
+    w.scalar("state/applied_steps", c.applied_steps);
+    w.scalar("state/elapsed_s", c.elapsed_s);
+    w.scalar("adamw/updates", std::int64_t(c.adamw_updates));
+    w.scalar("scaler/scale", c.scaler.scale);
+    w.scalar("scaler/growth_tracker", std::int64_t(c.scaler.growth_tracker));
+    w.scalar("scaler/hysteresis_tracker", std::int64_t(c.scaler.hysteresis_tracker));
+    w.scalar("scaler/skipped", c.scaler.skipped);
+  }
   w.attribute("fingerprint", s.fingerprint);
   w.commit(before_rename);
 }
@@ -97,23 +158,52 @@ Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {
             "checkpoint " + f.path() + ": written at another step than " + first.path());
 }
 
+void Checkpoint::read(const std::string& name, const ParamInfo& p, float* out) const {
+  const std::vector<std::uint64_t> shape = shape_of(p);
+  struct Held {
+    const FileReader* file;
+    std::uint64_t offset, count;
+  };
+  std::vector<Held> pieces;
+  for (const FileReader& f : files_) {
+    if (!f.has(name)) continue;
+    const std::optional<Piece> piece = f.piece(name);
+    if (!piece) {
+      require(f.shape(name) == shape, "checkpoint " + f.path() + ": dataset " + name +
+                                          " has another shape than this model's (another model.* setting?)");
+      f.tensor(name, out, p.size);
+      return;
+    }
+    require(piece->shape == shape, "checkpoint " + f.path() + ": dataset " + name +
+                                       " is a piece of a tensor of another shape than this model's");
+    std::uint64_t count = 1;
+    for (std::uint64_t d : f.shape(name)) count *= d;
+    pieces.push_back({&f, piece->offset, count});
+  }
+  require(!pieces.empty(), "checkpoint " + files_.front().path() + ": no file of it holds " + name);
+  std::sort(pieces.begin(), pieces.end(), [](const Held& a, const Held& b) { return a.offset < b.offset; });
+  std::uint64_t covered = 0;
+  for (const Held& h : pieces) {
+    require(h.offset == covered && h.offset + h.count <= p.size,
+            "checkpoint " + h.file->path() + ": dataset " + name + ": its pieces do not cover elements " +
+                std::to_string(covered) + ".." + std::to_string(h.offset) + " of " + std::to_string(p.size) +
+                " exactly once (a replica's file missing?)");
+    h.file->tensor(name, out + h.offset, h.count);
+    covered = h.offset + h.count;
+  }
+  require(covered == p.size, "checkpoint " + pieces.back().file->path() + ": dataset " + name +
+                                 ": its pieces end at element " + std::to_string(covered) + " of " +
+                                 std::to_string(p.size) + " (a replica's file missing?)");
+}
+
 void Checkpoint::load(Backend& be, ParamStore& params, AdamW* adamw) const {
   std::vector<float> values(params.total_size(), 0.0f), m, v;
   if (adamw) m.assign(values.size(), 0.0f), v.assign(values.size(), 0.0f);
-  auto holder = [&](const std::string& name) -> const FileReader& {
-    for (const FileReader& f : files_)
-      if (f.has(name)) return f;
-    throw Error("checkpoint " + files_.front().path() + ": no file of it holds " + name);
-  };
   for (const ParamInfo& p : params.params()) {
-    const std::string name = "params/" + p.name;
-    const FileReader& f = holder(name);
-    require(f.shape(name) == shape_of(p), "checkpoint " + f.path() + ": dataset " + name +
-                                              " has another shape than this model's (another model.* setting?)");
-    f.tensor(name, values.data() + p.offset, p.size);
+    read("params/" + p.name, p, values.data() + p.offset);
     if (!p.trainable || !adamw) continue;
-    holder("adamw/m/" + p.name).tensor("adamw/m/" + p.name, m.data() + p.offset, p.size);
-    holder("adamw/v/" + p.name).tensor("adamw/v/" + p.name, v.data() + p.offset, p.size);
+    read("adamw/m/" + p.name, p, m.data() + p.offset);
+    read("adamw/v/" + p.name, p, v.data() + p.offset);
   }
   params.load(values);
   if (!adamw) return;

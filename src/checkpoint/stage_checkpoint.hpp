@@ -1,8 +1,9 @@
 #pragma once
 // A run's state at a step boundary, as checkpoint files: each pipeline stage writes its own file
 // (every tensor of its ParamStore by name, AdamW's moments of the trainable ones, the run's counters,
-// the fingerprint of what a resumed run must match), and any cut of the layers into stages loads
-// its tensors by name from whichever file holds them.
+// the fingerprint of what a resumed run must match), or, under ZeRO, each replica the file of its
+// part; any cut of the layers into stages, at any zero setting, loads its tensors by name from
+// whichever files hold them, whole or in pieces.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -27,23 +28,44 @@ struct Counters {
   double elapsed_s = 0;            // wall time the run has trained so far, over all its starts
 };
 
-// A stage's state copied out of the step (to the host): what its file will hold. Taking one is all
-// a checkpoint costs the step; writing it can then go on beside training. Kept from one checkpoint
-// to the next, so that its memory is touched once.
+// A stage's state copied out of the step (to the host): what one of its files will hold. Taking one is
+// all a checkpoint costs the step; writing it can then go on beside training. Kept from one
+// checkpoint to the next, so that its memory is touched once.
+//
+// A stage is written whole by one rank (its file holds every tensor whole), or, under ZeRO with
+// checkpoint.zero_write parallel, by each replica: the file of the replica's part holds AdamW's
+// moments of its part (and, where the masters are split, the fp32 masters of its part), a tensor
+// that the part holds whole as a whole dataset and one that a part boundary cuts as a piece; the
+// stage's main file (replica 0's) also holds what every replica holds whole (the other values) and
+// the counters.
 struct StageSnapshot {
   std::vector<ParamInfo> params;
-  HostFloats values, m, v;  // flat, at the ParamStore's offsets
+  FlatPart part;                  // the flat elements whose moments (masters) it holds
+  bool main = true;               // the stage's main file: the values held whole and the counters
+  bool masters_in_part = false;   // the masters are split and written by part (not in `values`)
+  HostFloats values;              // main: flat, at the ParamStore's offsets
+  HostFloats masters, m, v;       // of `part`, from part.begin (masters: when masters_in_part)
   Counters counters;
   std::string fingerprint;
   FileImage image;  // the memory its file is built in
-  // Allocates and touches the memory a snapshot of `store` and its file take, so that the first
-  // checkpoint does not pay the page faults beside training (measured: a 437 MiB stage's first
-  // write 3.8 s and a step 2 s slower, against 0.6 s and 0.5 s once the memory was touched).
-  void reserve(const ParamStore& store);
-  // Copies the values and, when `adamw` keeps the moments of every element, the moments. Under
-  // ZeRO the caller has gathered the moments into m and v already (adamw null) and, when the store's
-  // masters are split, the masters into `values` (the rest of the values are whole in the store).
+  // Allocates and touches the memory a snapshot of `store` and its file take (the whole stage, or
+  // the part and, main, the values), so that the first checkpoint does not pay the page faults
+  // beside training (measured: a 437 MiB stage's first write 3.8 s and a step 2 s slower, against
+  // 0.6 s and 0.5 s once the memory was touched).
+  void reserve(const ParamStore& store, FlatPart part, bool main);
+  // The whole stage: copies the values and, when `adamw` keeps the moments of every element, the
+  // moments. Under ZeRO written whole, the caller has gathered the moments into m and v already
+  // (adamw null) and, when the store's masters are split, the masters into `values` (the rest of
+  // the values are whole in the store).
   void take(Backend& be, ParamStore& store, AdamW* adamw, const Counters& counters, const nlohmann::json& fingerprint);
+  // A ZeRO replica's part (adamw's): its moments and split masters; main (replica 0): also the
+  // values every replica holds whole, and the counters. No communication.
+  void take_part(Backend& be, ParamStore& store, AdamW& adamw, bool main, const Counters& counters,
+                 const nlohmann::json& fingerprint);
+
+ private:
+  // The fp32 values of the parameters without a 16-bit working copy (held whole when the masters are split).
+  void download_whole_values(Backend& be, ParamStore& store);
 };
 
 // Writes and commits a stage's file at `path`, built in snapshot.image (HDF5 calls take
@@ -53,16 +75,19 @@ void write_stage(const std::string& path, StageSnapshot& snapshot, const std::fu
 
 class Checkpoint {
  public:
-  // The stage files of one checkpoint (opened and checked now: an error names the file).
+  // The files of one checkpoint (opened and checked now: an error names the file); the first holds
+  // the counters.
   explicit Checkpoint(const std::vector<std::string>& stage_files);
   const nlohmann::json& fingerprint() const { return fingerprint_; }
   const Counters& counters() const { return counters_; }
   // Loads every tensor of `params` and, unless adamw is null (evaluation), the moments of its
-  // trainable ones, by name (of adamw's part of the buffers: the whole, or a ZeRO replica's); a
-  // tensor that no file holds, or holds in another shape, is an error naming it.
+  // trainable ones, by name (of adamw's part of the buffers: the whole, or a ZeRO replica's), each
+  // from the file that holds it whole or from the pieces that together hold it; a tensor that no
+  // file holds, holds in another shape, or whose pieces leave a gap, is an error naming it.
   void load(Backend& be, ParamStore& params, AdamW* adamw) const;
 
  private:
+  void read(const std::string& name, const ParamInfo& p, float* out) const;
   std::vector<FileReader> files_;
   nlohmann::json fingerprint_;
   Counters counters_;

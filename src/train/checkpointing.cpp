@@ -105,9 +105,19 @@ std::vector<std::string> Checkpointing::stage_files(const std::string& checkpoin
   }
   require(m.contains("stages") && m["stages"].is_number_integer() && m["stages"].get<int>() >= 1,
           "checkpoint " + marker + ": no stage count");
+  // Written by replica: "files_per_stage" (absent before the parallel write: 1).
+  const nlohmann::json per_stage = m.value("files_per_stage", nlohmann::json(1));
+  require(per_stage.is_number_integer() && per_stage.get<int>() >= 1,
+          "checkpoint " + marker + ": files_per_stage is not a positive integer");
   std::vector<std::string> files;
-  for (int s = 0; s < m["stages"].get<int>(); ++s) files.push_back(checkpoint + "/stage-" + std::to_string(s) + ".h5");
+  for (int s = 0; s < m["stages"].get<int>(); ++s)
+    for (int r = 0; r < per_stage.get<int>(); ++r) files.push_back(checkpoint + "/" + stage_file_name(s, r));
   return files;
+}
+
+std::string Checkpointing::stage_file_name(int stage, int replica) {
+  const std::string s = "stage-" + std::to_string(stage);
+  return replica == 0 ? s + ".h5" : s + ".part-" + std::to_string(replica) + ".h5";
 }
 
 std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f) {
@@ -206,8 +216,17 @@ void Checkpointing::gather_parts(Backend& be, DistributedOptimizer& state) {
   }
 }
 
-void Checkpointing::reserve_memory(const ParamStore& params) {
-  if (!dir_.empty() && topo_.dp_rank == 0) snapshot_->reserve(params);
+bool Checkpointing::by_part(const DistributedOptimizer& state) const {
+  return state.sharded() && config_.checkpoint.zero_write == ZeroWrite::parallel;
+}
+
+void Checkpointing::reserve_memory(DistributedOptimizer& state) {
+  if (dir_.empty()) return;
+  const ParamStore& params = state.params();
+  if (by_part(state))
+    snapshot_->reserve(params, state.adamw().part(), topo_.dp_rank == 0);
+  else if (topo_.dp_rank == 0)
+    snapshot_->reserve(params, FlatPart{0, params.total_size()}, true);
 }
 
 double Checkpointing::expected_seconds(const ParamStore& params) const {
@@ -236,7 +255,7 @@ void Checkpointing::save(Backend& be, DistributedOptimizer& state, const checkpo
                          const nlohmann::json& fingerprint, std::ostream& log) {
   const auto t0 = Clock::now();
   settle(true, log);  // one checkpoint in flight at a time
-  InFlight next{dir_ + "/" + step_name(counters.next_step), counters, {}, 0, 0};
+  InFlight next{dir_ + "/" + step_name(counters.next_step), counters, by_part(state) ? topo_.dp : 1, {}, 0, 0};
   const std::string& ck = next.dir;
   // A directory of this name without its marker is a write that did not finish: start it again.
   fail(agree([&] {
@@ -248,12 +267,15 @@ void Checkpointing::save(Backend& be, DistributedOptimizer& state, const checkpo
     if (ec) throw Error("cannot create checkpoint directory " + ck + ": " + ec.message());
   }));
   if (holds(HoldPoint::copy, counters.next_step)) hold(topo_.rank, ck, "copy")();
-  const bool split = state.sharded();
-  if (split) gather_parts(be, state);
-  if (topo_.dp_rank == 0) {
+  const bool parts = by_part(state), gathered = state.sharded() && !parts;
+  if (gathered) gather_parts(be, state);
+  if (parts || topo_.dp_rank == 0) {
     // (the previous write has finished)
-    snapshot_->take(be, state.params(), split ? nullptr : &state.adamw(), counters, fingerprint);
-    const std::string file = ck + "/stage-" + std::to_string(topo_.pp_rank) + ".h5";
+    if (parts)
+      snapshot_->take_part(be, state.params(), state.adamw(), topo_.dp_rank == 0, counters, fingerprint);
+    else
+      snapshot_->take(be, state.params(), gathered ? nullptr : &state.adamw(), counters, fingerprint);
+    const std::string file = ck + "/" + stage_file_name(topo_.pp_rank, parts ? topo_.dp_rank : 0);
     std::function<void()> before_rename;
     if (holds(HoldPoint::stage_file, counters.next_step)) before_rename = hold(topo_.rank, ck, "stage_file");
     next.write = std::async(std::launch::async, [snapshot = snapshot_, file, before_rename] {
@@ -275,7 +297,7 @@ void Checkpointing::settle(bool wait, std::ostream& log) {
   if (!in_flight_) return;
   InFlight& f = *in_flight_;
   std::string message;
-  double state[2] = {0, 0};  // still writing, failed
+  double state[3] = {0, 0, 0};  // still writing, failed, the longest write's seconds
   if (f.write.valid()) {
     if (wait) f.write.wait();
     if (f.write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
@@ -289,13 +311,15 @@ void Checkpointing::settle(bool wait, std::ostream& log) {
       }
     }
   }
-  world_.all_reduce(state, 2, parallel::ReduceOp::max);
+  state[2] = f.write_s;
+  world_.all_reduce(state, 3, parallel::ReduceOp::max);
   if (state[1] > 0) {
     in_flight_.reset();
     if (message.empty()) throw ErrorElsewhere();
     throw Error(message);
   }
   if (state[0] > 0) return;  // some writer is not done: asked again at the next step
+  f.write_s = state[2];  // the slowest writer's
   const InFlight done = std::move(f);
   in_flight_.reset();
   commit(done, log);
@@ -307,7 +331,8 @@ void Checkpointing::commit(const InFlight& done, std::ostream& log) {
   fail(agree([&] {
     if (topo_.rank != 0) return;
     if (holds(HoldPoint::commit, done.counters.next_step)) hold(topo_.rank, ck, "commit")();
-    const nlohmann::json marker = {{"step", done.counters.next_step}, {"stages", topo_.pp}, {"dp", topo_.dp},
+    const nlohmann::json marker = {{"step", done.counters.next_step}, {"stages", topo_.pp},
+                                   {"files_per_stage", done.files_per_stage}, {"dp", topo_.dp},
                                    {"micro_batch", config_.train.micro_batch},
                                    {"micro_batches", config_.train.micro_batches}};
     write_file_atomically(ck + "/committed", marker.dump() + "\n");

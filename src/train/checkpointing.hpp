@@ -2,7 +2,8 @@
 // A run's checkpoints: where they go (checkpoint.dir, default OUT/checkpoints), when one is due
 // (checkpoint.interval steps, checkpoint.minutes of wall time, the last step), writing one (each
 // stage's data-parallel rank 0 copies its state out of the step and writes its stage file under
-// step-NNNNNNN/ on a background thread while training goes on; once every writer has finished,
+// step-NNNNNNN/ on a background thread while training goes on, and under ZeRO each replica the
+// file of its part; once every writer has finished,
 // rank 0 commits it: the `committed` marker, then `latest`), keeping the newest
 // checkpoint.keep, and finding the one to resume from (--resume auto | none | PATH). A checkpoint
 // without its `committed` marker is never loaded. Every decision is agreed over the world.
@@ -50,9 +51,9 @@ class Checkpointing {
   // The checkpoint resume() loaded ("" before, or after a fresh start).
   const std::string& loaded() const { return loaded_; }
 
-  // Before training: the host memory this rank's checkpoints take (a stage's writer only), touched
-  // once now rather than beside the first checkpoint's steps.
-  void reserve_memory(const ParamStore& params);
+  // Before training: the host memory this rank's checkpoints take (a rank that writes a file only),
+  // touched once now rather than beside the first checkpoint's steps.
+  void reserve_memory(DistributedOptimizer& state);
 
   // How long a checkpoint of `params` is expected to take (the longest so far; before the first,
   // an estimate at 100 MiB/s): what a time budget keeps in hand.
@@ -64,7 +65,9 @@ class Checkpointing {
   // flight (and commits it), creates its directory, copies this stage's state out of the step (all
   // the step waits for) and writes it on a thread of its own. Collective. Under ZeRO (the state's
   // parts), the AdamW moments (and, in mixed precision, the fp32 masters) are split over the
-  // data-parallel group: each replica's part is gathered to the stage's writer, a chunk at a time.
+  // data-parallel group: with checkpoint.zero_write parallel each replica writes the file of its
+  // part at once, with no communication; gathered, each replica's part goes to the stage's writer,
+  // a chunk at a time, which writes the stage whole.
   void save(Backend& be, DistributedOptimizer& state, const checkpoint::Counters& counters,
             const nlohmann::json& fingerprint, std::ostream& log);
   // Once per step, collective: commits the checkpoint in flight once every writer has finished.
@@ -79,11 +82,17 @@ class Checkpointing {
   struct InFlight {
     std::string dir;
     checkpoint::Counters counters;
+    int files_per_stage = 1;    // dp when each replica writes its part
     std::future<double> write;  // seconds the stage file took; invalid on ranks that do not write
     double pause_s = 0;         // how long the step waited: the copy out (and the previous write)
     double write_s = 0;         // the write's seconds, once taken from `write`
   };
+  // The files of a committed checkpoint, stage 0's main file first (from its `committed` marker).
   std::vector<std::string> stage_files(const std::string& checkpoint) const;
+  // stage-S.h5 (the stage's main file), stage-S.part-R.h5 (replica R's part, R > 0).
+  static std::string stage_file_name(int stage, int replica);
+  // Whether each replica writes the file of its part (ZeRO, checkpoint.zero_write parallel).
+  bool by_part(const DistributedOptimizer& state) const;
   void gather_parts(Backend& be, DistributedOptimizer& state);
   // Commits the checkpoint in flight if every writer has finished (or, with wait, once they have).
   void settle(bool wait, std::ostream& log);

@@ -35,11 +35,19 @@ struct TrainConfig {
 };
 
 // Checkpoints (docs/checkpoint.md): when to write them, where, how many to keep.
+// checkpoint.zero_write: under ZeRO, each replica writes its part (parallel), or the stage's first
+// replica gathers the parts and writes the stage whole (gathered).
+enum class ZeroWrite { parallel, gathered };
+constexpr EnumNames<ZeroWrite, 2> enum_names(ZeroWrite) {
+  return {{{ZeroWrite::parallel, "parallel"}, {ZeroWrite::gathered, "gathered"}}};
+}
+
 struct CheckpointConfig {
   int interval = 0;           // steps between checkpoints; 0: none but the last step's
   double minutes = 0;         // wall-time minutes between checkpoints; 0: off
   int keep = 2;               // committed checkpoints kept (an older one goes after a newer one is committed)
   std::string dir;            // default OUT/checkpoints
+  ZeroWrite zero_write = ZeroWrite::parallel;
 };
 
 // Faults a test injects on purpose, to check that every rank sees them.

@@ -520,7 +520,7 @@ struct Trainer::Impl {
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
     }
-    run.checkpoints.reserve_memory(params);
+    run.checkpoints.reserve_memory(optimizer);
     // Rank 0 looks, every rank learns the answer before rank 0 writes anything (a collective).
     double used_out = !resumed && rank0 && refuses_used_out(run, log);
     groups.world->all_reduce(&used_out, 1, parallel::ReduceOp::max);

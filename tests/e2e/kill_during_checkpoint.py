@@ -32,7 +32,7 @@ import time
 import h5py
 
 import run_processes
-from same_run import datasets, trace_difference
+from same_run import checkpoint_difference, trace_difference
 
 
 def fail(message):
@@ -174,10 +174,9 @@ def main():
     if diff:
         fail(diff)
     last = os.path.basename(committed(os.path.join(straight, "checkpoints"))[-1])
-    for stage in sorted(glob.glob(os.path.join(straight, "checkpoints", last, "stage-*.h5"))):
-        other = os.path.join(ckdir, last, os.path.basename(stage))
-        if datasets(stage) != datasets(other):
-            fail(f"{other}: not the straight run's final state")
+    diff, _ = checkpoint_difference(os.path.join(straight, "checkpoints", last), os.path.join(ckdir, last))
+    if diff:
+        fail(f"not the straight run's final state: {diff}")
     print(f"kill_during_checkpoint: {rounds} round(s) (AVTRAIN_KILL_ROUNDS), {in_write} killed inside a write "
           f"({held} of them held there), "
           f"{resumed_checked} seen resuming from the newest committed checkpoint, the final run too; {anew} started "

@@ -5,6 +5,10 @@ import csv
 import glob
 import os
 import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "validation"))
+import avtrain_checkpoint  # noqa: E402
 
 
 # Columns that measure the process (time, memory, the measured bubble), not the run.
@@ -41,14 +45,18 @@ def trace_difference(straight, other, also_ignore=()):
 MEASURED_DATASETS = {"state/elapsed_s"}
 
 
-def datasets(path):
-    """Every dataset of an HDF5 file but the measurements: name -> its bytes."""
-    import h5py  # here, so that the trace checks need no h5py
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()].tobytes())
-                     if isinstance(o, h5py.Dataset) and n not in MEASURED_DATASETS else None)
-    return out
+def checkpoint_difference(a, b):
+    """The first difference between two checkpoint directories, by dataset name whichever files hold
+    it (a ZeRO replica's pieces put together, so a stage written whole and one written by part
+    compare), wall time aside; or None. Returns (difference, datasets compared)."""
+    x = avtrain_checkpoint.tensors(a, skip=MEASURED_DATASETS)
+    y = avtrain_checkpoint.tensors(b, skip=MEASURED_DATASETS)
+    if x.keys() != y.keys():
+        return f"{b}: datasets {sorted(x.keys() ^ y.keys())[:5]} in one checkpoint only", 0
+    for key in sorted(x):
+        if x[key].dtype != y[key].dtype or x[key].shape != y[key].shape or x[key].tobytes() != y[key].tobytes():
+            return f"{b}: dataset {key} differs from {a}'s", 0
+    return None, len(x)
 
 
 def run_difference(straight, other, also_ignore=()):
@@ -68,24 +76,15 @@ def run_difference(straight, other, also_ignore=()):
         except ImportError:
             return None, (f"every column of trace.csv (but the measurements) and layers.csv bit for bit; {final}'s "
                           "datasets not compared: this python has no h5py")
-    files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(straight, "checkpoints", final, "stage-*.h5")))
-    theirs = sorted(os.path.basename(f) for f in glob.glob(os.path.join(other, "checkpoints", final, "stage-*.h5")))
-    if not files or files != theirs:
-        return f"{final}: stage files {files} in {straight}, {theirs} in {other}", None
-    count = 0
-    for name in files:
-        x = datasets(os.path.join(straight, "checkpoints", final, name))
-        y = datasets(os.path.join(other, "checkpoints", final, name))
-        if x.keys() != y.keys():
-            return f"{final}/{name}: datasets {sorted(x.keys() ^ y.keys())[:5]} in one run only", None
-        for key in sorted(x):
-            if x[key] != y[key]:
-                return f"{final}/{name}: dataset {key} differs", None
-        count += len(x)
+    diff, count = checkpoint_difference(os.path.join(straight, "checkpoints", final),
+                                        os.path.join(other, "checkpoints", final))
+    if diff:
+        return diff, None
+    files = len(avtrain_checkpoint.files(os.path.join(other, "checkpoints", final)))
     steps = len(rows(os.path.join(straight, "trace.csv")))
     ignored = ", ".join(sorted(also_ignore))
     return None, (f"{steps} steps, every column of trace.csv (but the measurements{', ' + ignored if ignored else ''}) "
-                  f"and layers.csv, and {count} datasets of {final} ({len(files)} stage files): bit for bit")
+                  f"and layers.csv, and {count} datasets of {final} ({files} files): bit for bit")
 
 
 TRACES = ("trace.csv", "layers.csv", "ranks.csv")

@@ -156,6 +156,65 @@ TEST_F(StageCheckpoint, AWeightsOnlyLoadReadsNoMoments) {
   EXPECT_EQ(ot.updates(), 0);
 }
 
+// Under ZeRO each replica writes the file of its part: parts cut at bounds that fall inside tensors
+// (a piece) and around them (whole), in fp32 (the masters whole) and with bf16 working copies (the
+// masters split, written by part too). Loaded into one unsplit store, the files give the values and
+// moments of the same steps on the whole store, bit for bit; without a replica's file, the load
+// names the tensor whose pieces leave a gap.
+TEST_F(StageCheckpoint, ReplicasPartsLoadAsTheWholeStageBitForBit) {
+  auto be = make_cpu_backend();
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "masters split (bf16 working copies)" : "fp32");
+    auto model = [&](ParamStore& s) {
+      add_layers(s, {"a", "b", "c"});
+      if (split)
+        for (ParamId id = 0; id < ParamId(s.params().size()); id += 2) s.set_working_dtype(id, DType::bf16);
+    };
+    ParamStore whole;
+    model(whole);
+    whole.allocate(1);
+    AdamW ow(*be, whole, optim);
+    train(*be, whole, ow, 3);
+    const std::vector<std::size_t> bounds = {0, 10, 29, whole.total_size()};  // cuts a.weight, b.weight
+    const std::vector<float> values = host(*be, whole.values());
+    std::vector<std::string> files;
+    for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+      const FlatPart part{bounds[r], bounds[r + 1]};
+      ParamStore s;
+      model(s);
+      if (split) s.keep_masters_of(part);
+      s.allocate(1);
+      AdamW o(*be, s, optim, part);
+      train(*be, s, o, 3);
+      s.load(values);  // what the all-gather leaves: every replica holds the whole weights
+      Counters c;
+      c.adamw_updates = o.updates();
+      StageSnapshot taken;
+      taken.take_part(*be, s, o, r == 0, c, fingerprint);
+      files.push_back(path(r == 0 ? "stage-0.h5" : "stage-0.part-" + std::to_string(r) + ".h5"));
+      checkpoint::write_stage(files.back(), taken);
+    }
+    ParamStore loaded;
+    add_layers(loaded, {"a", "b", "c"});
+    loaded.allocate(2);
+    AdamW ol(*be, loaded, optim);
+    Checkpoint(files).load(*be, loaded, &ol);
+    EXPECT_EQ(host(*be, loaded.values()), host(*be, whole.values()));
+    EXPECT_EQ(host(*be, ol.first_moments()), host(*be, ow.first_moments()));
+    EXPECT_EQ(host(*be, ol.second_moments()), host(*be, ow.second_moments()));
+    EXPECT_EQ(ol.updates(), ow.updates());
+    try {
+      Checkpoint({files[0], files[2]}).load(*be, loaded, &ol);
+      ADD_FAILURE() << "loaded without replica 1's file";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(split ? "params/a.weight: its pieces end at element 10 of 12"
+                                                 : "adamw/m/a.weight: its pieces end at element 10 of 12"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(FingerprintDifference, NamesTheFirstFieldThatDiffers) {
   const nlohmann::json a = {{"model", {{"width", 128}, {"depth", 4}}}, {"seed", 1}, {"global_batch", 64}};
   nlohmann::json b = a;
