@@ -17,7 +17,6 @@
 #include <sstream>
 #include <thread>
 
-#include "build_info.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/stop_signals.hpp"
@@ -38,6 +37,7 @@
 #include "train/watchdog.hpp"
 #include "train/rank_report.hpp"
 #include "train/layer_statistics.hpp"
+#include "train/run_manifest.hpp"
 #include "train/run_record.hpp"
 #include "train/time_budget.hpp"
 #include "train/stage_link.hpp"
@@ -91,20 +91,6 @@ struct StepWork {
   RankRow row;  // this rank's row of ranks.csv, measured as the step goes (io/trace_columns.hpp)
 };
 
-// What a shard set is, for run.json and for what a resumed run must match.
-nlohmann::json data_fingerprint(const data::SetInfo& s) {
-  nlohmann::json shards = nlohmann::json::array();
-  for (const auto& f : s.shards)
-    shards.push_back({{"name", std::filesystem::path(f.path).filename().string()}, {"bytes", f.bytes}, {"samples", f.samples}});
-  return {{"shards", shards},
-          {"total_samples", s.total_samples},
-          {"sample_rate", s.sample_rate},
-          {"fps", s.fps},
-          {"num_classes", s.num_classes},
-          {"audio_samples", s.audio_samples},
-          {"audio_type", s.audio_int16 ? "int16" : "float32"},
-          {"video_shape", {s.frames, s.height, s.width, s.channels}}};
-}
 }  // namespace
 
 struct Trainer::Impl {
@@ -120,6 +106,7 @@ struct Trainer::Impl {
   DistributedOptimizer optimizer;  // the stage's parameters, their reduction, AdamW, the ZeRO parts
   ParamStore& params;
   AVNet net;
+  RunManifest manifest;  // run.json's contents, the fingerprint
   std::optional<LayerStatistics> layer_statistics;  // layers.csv's rows of this stage
   std::vector<std::unique_ptr<Slot>> slots;
   StageLink link;
@@ -142,6 +129,7 @@ struct Trainer::Impl {
         optimizer(b, distributed_optimizer_config(c)), params(optimizer.params()),
         net(b, params, c.model, s.info(), policy, LayerRange{stage.first, stage.last},
             c.train.recompute),
+        manifest(c, g.topology, b, policy, s, v),
         link(*g.pipeline, g.gradient_pipeline(), b, c.model.width),
         schedule(c.parallel.schedule),
         inject_overflow(parse_rank_step(c.debug.inject_overflow, "debug.inject_overflow")),
@@ -177,12 +165,6 @@ struct Trainer::Impl {
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
-  // How the blocks' attention runs (TransformerBlock's rule): "fused" or "unfused".
-  std::string attention_path() const {
-    if (config.model.depth == 0 || config.model.heads <= 0) return "unfused";
-    const int head_dim = config.model.width / config.model.heads;
-    return TransformerBlock::attention_fused(be, policy.of("blocks.0.attn.qkv"), head_dim) ? "fused" : "unfused";
-  }
   // Waits for what a computation needs from a neighbour stage (`receive`, when there is one), then
   // completes this rank's sends in flight: over shared memory without single-copy support a send
   // moves only while its sender is inside MPI, so one left in flight would wait a whole forward or
@@ -325,20 +307,6 @@ struct Trainer::Impl {
     for (auto& layer : net.layers()) layer->end_step(be, combine, micro_batches);
   }
 
-  // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
-  nlohmann::json fingerprint(const nlohmann::json& options) const {
-    nlohmann::json f = {{"format_version", checkpoint::kFormatVersion},
-                        {"global_batch", config.global_batch(topo.dp)},
-                        {"seed", config.train.seed},
-                        {"precision", dtype_name(policy.compute())}};
-    f["model"] = nlohmann::json::object();
-    for (auto it = options.begin(); it != options.end(); ++it)
-      if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
-    f["data"] = data_fingerprint(shards.info());
-    if (val_shards) f["val_data"] = data_fingerprint(val_shards->info());
-    return f;
-  }
-
   struct Evaluation {
     double loss = 0, acc = 0;
     std::vector<std::int64_t> class_hits;  // per class: samples, right
@@ -433,7 +401,7 @@ struct Trainer::Impl {
   struct Run {
     Run(Impl& d, const nlohmann::json& options)
         : sampler(d.make_sampler()), validation(d.validation(sampler)), scaler(d.config.precision, d.policy.compute()),
-          checkpoints(d.config, d.topo, *d.groups.world), fingerprint(d.fingerprint(options)), record(d.config, d.topo),
+          checkpoints(d.config, d.topo, *d.groups.world), fingerprint(d.manifest.fingerprint(options)), record(d.config, d.topo),
           budget(d.config.train.max_minutes) {}
     data::Sampler sampler;
     std::vector<std::int64_t> validation;  // sample indices of the validation set (Impl::validation)
@@ -531,7 +499,10 @@ struct Trainer::Impl {
                   ": --resume auto (the default) continues from its newest committed checkpoint, --resume PATH from "
                   "another, --overwrite starts afresh and replaces its traces and checkpoints");
     }
-    if (!config.train.out.empty() && rank0) run.record.open(manifest(run, options), resumed.has_value(), run.first_step);
+    if (!config.train.out.empty() && rank0) run.record.open(manifest.run_json(options, run.fingerprint, plan,
+                                         {net.geometry(), run.sampler, run.validation.size(), optimizer.buckets(),
+                                          run.scaler.describe()}),
+                      resumed.has_value(), run.first_step);
     groups.world->barrier();
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
     run.started = Clock::now();
@@ -550,7 +521,7 @@ struct Trainer::Impl {
           << plan.layers[plan.stages[s].last - 1].name << "\n";
     if (amp())
       log << "[rank 0] precision " << dtype_name(policy.compute()) << ", loss scaling " << run.scaler.describe()
-          << ", attention " << attention_path() << "\n";
+          << ", attention " << manifest.attention_path() << "\n";
     log << "[rank 0] parameter memory of rank " << topo.rank << ": " << optimizer.memory_description() << "\n";
     if (run.first_step >= config.train.steps)
       log << "[rank 0] the checkpoint is at step " << run.first_step << " of " << config.train.steps
@@ -562,70 +533,6 @@ struct Trainer::Impl {
   TimeBudget::Margin time_margin(const Run& run) const {
     return {2 * run.record.recent_step_s(), run.record.longest_evaluation_s(), run.checkpoints.expected_seconds(params),
             5.0};
-  }
-
-  // run.json, assembled here alone: the options as resolved, the build, the data set, the model,
-  // the layout, the precision (RunRecord adds every start of the run).
-  nlohmann::json manifest(const Run& run, const nlohmann::json& options) const {
-    nlohmann::json m;
-    m["config"] = options;
-    m["deck"] = config.deck;
-    m["seed"] = config.train.seed;
-    m["fingerprint"] = run.fingerprint;  // what a resume must match; also how a restart knows its own traces
-    m["build"] = {{"version", build_info::version}, {"git_commit", build_info::git_commit},
-                  {"compiler", build_info::compiler}, {"build_type", build_info::build_type},
-                  {"blas", build_info::blas}};
-    std::size_t parameters = 0;
-    double forward_flops = 0;  // matrix-product FLOPs of one micro-batch through the whole net
-    for (const auto& l : plan.layers) parameters += l.params, forward_flops += l.flops;
-    m["model"]["parameters"] = parameters;
-    // Backward takes twice the forward's products: what model FLOP utilisation counts per step.
-    m["model"]["train_flops_per_step"] = 3.0 * forward_flops * config.train.micro_batches * topo.dp;
-    m["model"]["tokens"] = net.geometry().tokens;
-    m["model"]["audio_tokens"] = net.geometry().audio_tokens;
-    m["model"]["video_tokens"] = net.geometry().video_tokens;
-    m["data"] = data_fingerprint(shards.info());
-    m["data"]["dir"] = config.data.dir;
-    m["data"]["train_samples"] = run.sampler.train_size();
-    m["data"]["val_samples"] = run.validation.size();
-    if (val_shards) m["data"]["val_dir"] = config.data.val_dir;
-    if (!shards.info().class_names.empty()) m["data"]["class_names"] = shards.info().class_names;
-    m["data"]["steps_per_epoch"] = run.sampler.steps_per_epoch();
-    nlohmann::json stages = nlohmann::json::array();
-    for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-      nlohmann::json names = nlohmann::json::array();
-      std::size_t count = 0;
-      for (int i = plan.stages[s].first; i < plan.stages[s].last; ++i) {
-        names.push_back(plan.layers[i].name);
-        count += plan.layers[i].params;
-      }
-      stages.push_back({{"stage", s}, {"layers", names}, {"parameters", count}});
-    }
-    m["layout"] = {{"device", be.name()},
-                   {"threads", config.train.threads},
-                   {"world_size", topo.world},
-                   {"pp", topo.pp},
-                   {"dp", topo.dp},
-                   {"schedule", enum_name(schedule)},
-                   {"stages", stages},
-                   {"micro_batch", config.train.micro_batch},
-                   {"micro_batches", config.train.micro_batches},
-                   {"recompute", enum_name(config.train.recompute)},
-                   {"global_batch", config.global_batch(topo.dp)},
-                   {"grad_comm_dtype", dtype_name(config.parallel.grad_comm_dtype)},
-                   {"grad_bucket_mb", config.parallel.grad_bucket_mb},
-                   {"grad_buckets", optimizer.buckets()},
-                   {"zero", config.parallel.zero}};
-    nlohmann::json fp32_modules = nlohmann::json::array();
-    if (amp())
-      for (const std::string& module : plan.modules)
-        if (policy.of(module) == DType::f32) fp32_modules.push_back(module);
-    m["precision"] = {{"mode", dtype_name(policy.compute())},
-                      {"products", be.gemm_engine(policy.compute())},
-                      {"loss_scaling", run.scaler.describe()},
-                      {"attention", attention_path()},
-                      {"fp32_modules", fp32_modules}};
-    return m;
   }
 
   // Feed: the step's micro-batches (read ahead), the loss scale it runs with.
@@ -887,7 +794,7 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   const data::Sampler sampler = d.make_sampler();
   const std::vector<std::int64_t> validation = d.validation(sampler);
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
-  const std::optional<checkpoint::Counters> loaded = checkpoints.resume(d.be, d.optimizer, false, d.fingerprint(options), log);
+  const std::optional<checkpoint::Counters> loaded = checkpoints.resume(d.be, d.optimizer, false, d.manifest.fingerprint(options), log);
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");
