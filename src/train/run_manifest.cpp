@@ -116,4 +116,19 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
   return m;
 }
 
+void RunManifest::log_layout(std::ostream& log, const StagePlan& plan, const std::string& loss_scaling,
+                             const std::string& parameter_memory) const {
+  const parallel::Topology& topo = topo_;
+  log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
+      << enum_name(config_.parallel.schedule) << ", " << config_.train.micro_batches << " micro-batch(es) of "
+      << config_.train.micro_batch << " per replica, global batch " << config_.global_batch(topo.dp) << "\n";
+  for (std::size_t s = 0; s < plan.stages.size(); ++s)
+    log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
+        << plan.layers[plan.stages[s].last - 1].name << "\n";
+  if (policy_.compute() != DType::f32)
+    log << "[rank 0] precision " << dtype_name(policy_.compute()) << ", loss scaling " << loss_scaling
+        << ", attention " << attention_path() << "\n";
+  log << "[rank 0] parameter memory of rank " << topo.rank << ": " << parameter_memory << "\n";
+}
+
 }  // namespace avtrain

@@ -1,8 +1,10 @@
 #pragma once
 // What run.json says of a run, assembled here alone: the options as resolved, the build, the data
-// set, the model, the layout, the precision (RunRecord adds every start of the run); and the
-// run's fingerprint, the part of it a resumed run (and a restart finding its own traces) must match.
+// set, the model, the layout, the precision (RunRecord adds every start of the run); the run's
+// fingerprint, the part of it a resumed run (and a restart finding its own traces) must match; and
+// the layout and precision again as the log's first lines.
 #include <cstddef>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +44,11 @@ class RunManifest {
   // run.json without its starts.
   nlohmann::json run_json(const nlohmann::json& options, const nlohmann::json& fingerprint, const StagePlan& plan,
                           const Measures& measures) const;
+
+  // The log's first lines (rank 0): the ranks and the batch, each stage's layers, the precision,
+  // and this rank's parameter memory.
+  void log_layout(std::ostream& log, const StagePlan& plan, const std::string& loss_scaling,
+                  const std::string& parameter_memory) const;
 
  private:
   const RunConfig& config_;
