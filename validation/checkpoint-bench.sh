@@ -70,10 +70,10 @@ print(f"{name}: checkpoint {mib:.1f} MiB; written in {w:.3f} s beside training, 
       f"so a checkpoint costs {lost / step:.2f} steps")
 EOF
 }
-large=(--model.width 512 --model.depth 12 --model.heads 8 --train.micro_batch 8)
+large=(--model.width 512 --model.depth 12 --model.heads 8)
 if [ "${AVTRAIN_BENCH_ONLY:-}" != zero ]; then
   bench quickstart 16 4
-  bench large 12 4 "${large[@]}"
+  bench large 12 4 "${large[@]}" --train.micro_batch 8
 fi
 for dp in 2 4; do
   for how in gathered parallel; do

@@ -3,7 +3,12 @@
 // and each step as eight phases: feed (the micro-batches) -> schedule (forwards, backwards, the
 // transfers between stages, the bucketed gradient all-reduce) -> agree (found_inf, grad norm, loss)
 // -> update (AdamW) -> report (rows to rank 0) -> evaluate -> record (the traces, the log line) ->
-// checkpoint. It orchestrates only.
+// checkpoint. It orchestrates only; the pieces it strings together each have a file of their own:
+// the stage at work (StageRunner: forwards, backwards, transfers), the stage's training state
+// (optim/DistributedOptimizer), the run's state (RunState: sampler, loss scaler, Checkpointing,
+// RunRecord, TimeBudget, BatchFeed, Evaluator), run.json's contents (RunManifest), the claim on
+// --out (out_dir), layers.csv's rows (LayerStatistics), the rank reports (RankReport), the
+// watchdog's marks (JobWatchdog) and the faults tests inject (DebugFaults).
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>

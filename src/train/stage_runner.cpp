@@ -1,0 +1,183 @@
+#include "train/stage_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "train/debug_faults.hpp"
+
+namespace avtrain {
+
+using Clock = StepWork::Clock;
+using Peer = JobWatchdog::Peer;
+
+StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::ProcessGroups& groups,
+                         const PrecisionPolicy& policy, const data::SetInfo& set, parallel::StageRange stage,
+                         DistributedOptimizer& optimizer, JobWatchdog& watchdog)
+    : config_(config), be_(be), groups_(groups), topo_(groups.topology), policy_(policy), optimizer_(optimizer),
+      params_(optimizer.params()), watchdog_(watchdog),
+      net_(be, params_, config.model, set, policy, LayerRange{stage.first, stage.last}, config.train.recompute),
+      link_(*groups.pipeline, groups.gradient_pipeline(), be, config.model.width),
+      actions_(parallel::pipeline_actions(config.parallel.schedule, topo_.pp, topo_.pp_rank, config.train.micro_batches)),
+      slot_of_(std::size_t(config.train.micro_batches), nullptr) {}
+
+bool StageRunner::reads() const { return topo_.first_stage() || topo_.last_stage(); }
+data::Fields StageRunner::fields() const { return topo_.first_stage() ? data::Fields::all : data::Fields::labels; }
+
+void StageRunner::run_actions(StepWork& w) {
+  for (const parallel::PipeAction& a : actions_) {
+    if (a.kind == parallel::PipeAction::forward)
+      forward(w, a.micro_batch);
+    else  // both schedules run the backwards in order
+      backward(w, a.micro_batch, a.micro_batch == config_.train.micro_batches - 1);
+  }
+}
+
+// Waits for what a computation needs from a neighbour stage (`receive`, when there is one), then
+// completes this rank's sends in flight: over shared memory without single-copy support a send
+// moves only while its sender is inside MPI, so one left in flight would wait a whole forward or
+// backward. Completing costs nothing when the receiver already waits, which is how both
+// schedules are built. The time is the stage's idle time in the schedule.
+template <class Receive>
+void StageRunner::wait_for_neighbour(StepWork& w, int m, const char* what, Receive receive) {
+  const auto t = Clock::now();
+  const bool receives = receive();
+  link_.finish_sends();
+  if (topo_.pp == 1) return;
+  w.row.add("idle_ms", StepWork::ms_since(t));
+  w.timeline->span(receives ? what : "complete sends", "recv", t, Clock::now(), w.step, m);
+}
+
+void StageRunner::forward(StepWork& w, int m) {
+  Slot& slot = acquire();
+  slot_of_[std::size_t(m)] = &slot;
+  Flow& flow = slot.flow;
+  if (!topo_.first_stage())
+    watchdog_.mark_micro_batch("recv activation", w.step, m, Peer::from, topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
+  wait_for_neighbour(w, m, "recv activation", [&] {
+    if (!topo_.first_stage()) link_.recv_activation(flow);
+    return !topo_.first_stage();
+  });
+  if (reads()) {
+    watchdog_.mark_micro_batch("waiting for data", w.step, m);
+    const auto t = Clock::now();
+    slot.batch = w.parts[std::size_t(m)].get();
+    w.row.add("data_wait_ms", StepWork::ms_since(t));
+    flow.batch = &slot.batch;
+  }
+  flow.mode = Mode::train;
+  flow.step = w.step;
+  flow.detect_anomaly = config_.precision.detect_anomaly;
+  flow.grad_scale = w.grad_scale;
+  flow.act_stats = &w.acts;
+  watchdog_.mark_micro_batch("forward", w.step, m);
+  const auto t = Clock::now();
+  net_.forward(flow, slot.states);
+  w.timeline->span("forward", "forward", t, Clock::now(), w.step, m);
+  w.act_bytes = std::max(w.act_bytes, activation_bytes());
+  if (topo_.last_stage()) {
+    if (!std::isfinite(flow.loss)) {
+      // fp32 has no excuse for it; in fp16/bf16 an overflow is what the scaler handles.
+      if (policy_.compute() == DType::f32 || config_.precision.detect_anomaly)
+        throw Error("step " + std::to_string(w.step) + ": the loss of micro-batch " + std::to_string(m) +
+                    " is not finite (" + std::to_string(flow.loss) + ")");
+      w.loss_finite = false;
+    }
+    w.local_loss += flow.loss / config_.train.micro_batches;
+  } else {
+    watchdog_.mark_micro_batch("send activation", w.step, m, Peer::to, topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+    const auto t_send = Clock::now();
+    link_.send_activation(flow);
+    w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
+  }
+}
+
+void StageRunner::backward(StepWork& w, int m, bool last_of_step) {
+  Slot& slot = *slot_of_[std::size_t(m)];
+  Flow& flow = slot.flow;
+  if (!topo_.last_stage())
+    watchdog_.mark_micro_batch("recv gradient", w.step, m, Peer::from, topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+  wait_for_neighbour(w, m, "recv gradient", [&] {
+    if (!topo_.last_stage()) link_.recv_gradient(flow);
+    return !topo_.last_stage();
+  });
+  if (w.inject_overflow && m == 0) DebugFaults::overflow(be_, params_);
+  watchdog_.mark_micro_batch("backward", w.step, m);
+  const auto t = Clock::now();
+  if (last_of_step) {
+    net_.backward(flow, slot.states, [&](std::size_t i) {
+      const ParamId first = net_.param_range(i).first;
+      optimizer_.gradients_final_from(first < ParamId(params_.params().size()) ? params_.info(first).offset
+                                                                               : params_.total_size());
+    });
+  } else {
+    net_.backward(flow, slot.states);
+  }
+  w.timeline->span("backward", "backward", t, Clock::now(), w.step, m);
+  if (!topo_.first_stage()) {
+    watchdog_.mark_micro_batch("send gradient", w.step, m, Peer::to, topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
+    const auto t_send = Clock::now();
+    link_.send_gradient(flow);
+    w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
+  }
+  slot.busy = false;
+}
+
+void StageRunner::forward_only(std::future<data::MicroBatch>* batch, std::vector<std::int64_t>& class_hits,
+                               double sums[2]) {
+  Slot& slot = acquire();
+  Flow& flow = slot.flow;
+  if (!topo_.first_stage()) link_.recv_activation(flow);
+  if (batch) {
+    slot.batch = batch->get();
+    flow.batch = &slot.batch;
+  }
+  flow.mode = Mode::eval;
+  flow.act_stats = nullptr;
+  flow.class_hits = &class_hits;
+  net_.forward(flow, slot.states);
+  flow.class_hits = nullptr;
+  if (topo_.last_stage()) {
+    sums[0] += flow.ce_loss * flow.B;
+    sums[1] += flow.correct;
+  } else {
+    link_.send_activation(flow);
+  }
+  slot.busy = false;
+}
+
+void StageRunner::fold_batch_statistics() {
+  const int micro_batches = config_.train.micro_batches * topo_.dp;
+  const auto combine = [&](float* x, std::size_t n) {
+    if (topo_.dp > 1) groups_.data->all_reduce(x, n, DType::f32, parallel::ReduceOp::sum);
+  };
+  for (auto& layer : net_.layers()) layer->end_step(be_, combine, micro_batches);
+}
+
+StageRunner::Slot& StageRunner::acquire() {
+  for (auto& s : slots_)
+    if (!s->busy) {
+      s->busy = true;
+      return *s;
+    }
+  slots_.push_back(std::make_unique<Slot>());
+  slots_.back()->states = net_.make_states();
+  slots_.back()->busy = true;
+  return *slots_.back();
+}
+
+std::size_t StageRunner::activation_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& s : slots_)
+    for (const auto& st : s->states) bytes += st->bytes();
+  return bytes;
+}
+
+double StageRunner::flow_bytes() const {
+  double bytes = 0;
+  for (const auto& s : slots_) bytes += double(s->flow.x.bytes() + s->flow.dx.bytes());
+  return bytes;
+}
+
+}  // namespace avtrain

@@ -1,0 +1,92 @@
+#pragma once
+// This rank's pipeline stage at work: its layers of AVNet, the micro-batches in flight on it and the
+// transfers to its neighbour stages. A step's forwards and backwards run here in the schedule's
+// order (GPipe or 1F1B); evaluation runs micro-batches forward only. A micro-batch in flight has a
+// slot (its flow, what its layers keep for backward, its samples); slots are reused, so their
+// number is the most ever in flight, and what they hold is the activation memory of the step.
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/av_net.hpp"
+#include "optim/distributed_optimizer.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "parallel/process_groups.hpp"
+#include "parallel/stage_partition.hpp"
+#include "precision/precision_policy.hpp"
+#include "train/job_watchdog.hpp"
+#include "train/run_config.hpp"
+#include "train/stage_link.hpp"
+#include "train/step_work.hpp"
+
+namespace avtrain {
+
+class StageRunner {
+ public:
+  // The stage's layers are registered into optimizer.params() here, before the optimizer is built.
+  StageRunner(const RunConfig& config, Backend& be, parallel::ProcessGroups& groups, const PrecisionPolicy& policy,
+              const data::SetInfo& set, parallel::StageRange stage, DistributedOptimizer& optimizer,
+              JobWatchdog& watchdog);
+
+  const AVNet& net() const { return net_; }
+
+  // What this stage reads of a micro-batch: the first stage its inputs (and, alone, the labels),
+  // the last stage the labels, a middle stage nothing.
+  bool reads() const;
+  data::Fields fields() const;
+
+  // A step's forwards and backwards on this stage, in the schedule's order, with the transfers
+  // between stages; the last micro-batch's backward launches each gradient bucket as soon as its
+  // layers are done.
+  void run_actions(StepWork& w);
+  // Completes this rank's sends in flight to the neighbour stages.
+  void finish_sends() { link_.finish_sends(); }
+
+  // Evaluation: one micro-batch forward only, through the pipeline. `batch`: its samples where the
+  // stage reads (null elsewhere); its hits per class added to `class_hits` and, on the last stage,
+  // its loss x samples and correct count to `sums`.
+  void forward_only(std::future<data::MicroBatch>* batch, std::vector<std::int64_t>& class_hits, double sums[2]);
+
+  // Once per step, every replica alike: the statistics the step's micro-batches gathered
+  // (BatchNorm's) are added over the data-parallel group and folded into the running ones, so that
+  // these are the same on every replica and in every layout of the same global batch.
+  void fold_batch_statistics();
+
+  // Memory the slots hold for backward: what 1F1B keeps below GPipe.
+  std::size_t activation_bytes() const;
+  // Memory of the slots' tokens and their gradients.
+  double flow_bytes() const;
+
+ private:
+  struct Slot {
+    Flow flow;
+    std::vector<std::unique_ptr<LayerState>> states;
+    data::MicroBatch batch;
+    bool busy = false;
+  };
+
+  void forward(StepWork& w, int m);
+  void backward(StepWork& w, int m, bool last_of_step);
+  template <class Receive>
+  void wait_for_neighbour(StepWork& w, int m, const char* what, Receive receive);
+  Slot& acquire();
+
+  const RunConfig& config_;
+  Backend& be_;
+  parallel::ProcessGroups& groups_;
+  const parallel::Topology& topo_;
+  const PrecisionPolicy& policy_;
+  DistributedOptimizer& optimizer_;
+  ParamStore& params_;
+  JobWatchdog& watchdog_;
+  AVNet net_;
+  StageLink link_;
+  std::vector<parallel::PipeAction> actions_;  // this stage's forwards and backwards, in order
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<Slot*> slot_of_;  // micro-batch -> its slot while in flight
+};
+
+}  // namespace avtrain
