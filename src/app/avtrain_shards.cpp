@@ -1,4 +1,5 @@
-// avtrain-shards: writes synthetic shard sets and inspects/validates shard files (docs/shard-format.md).
+// avtrain-shards: writes synthetic shard sets, inspects/validates shard files (docs/shard-format.md)
+// and measures how fast the training reader reads them (read-bench).
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "app/shards_read_bench.hpp"
 #include "core/error.hpp"
 #include "data/shard_directory.hpp"
 #include "data/shard_reader.hpp"
@@ -29,12 +31,15 @@ constexpr const char* kUsage =
     "usage: avtrain-shards synth --out DIR [--shards K --samples N --seed S ...]\n"
     "       avtrain-shards pack --manifest FILE.csv | --tree DIR  --out DIR [options]\n"
     "       avtrain-shards inspect FILE_OR_DIR...\n"
+    "       avtrain-shards read-bench --data DIR [--micro-batch B --seconds S]\n"
     "\n"
     "  synth    write a synthetic shard set whose label needs both modalities:\n"
     "           label = tone_class * motions + motion_class\n"
     "  pack     decode audio and video files with FFmpeg into a shard set (under mpirun: over the ranks)\n"
     "  inspect  print attributes, datasets, sample counts and class histograms of shard files,\n"
     "           check every rule of the format; exit 1 when a file is refused\n"
+    "  read-bench  read shuffled micro-batches through the training reader with no model behind it:\n"
+    "           samples/s, MB/s, the rate per core\n"
     "\n"
     "'avtrain-shards COMMAND --help' lists the options of a command.\n";
 
@@ -70,7 +75,8 @@ int synth(const std::vector<std::string>& args) {
       ("motions", po::value(&o.motion_classes)->default_value(o.motion_classes), "video motion classes (1..8)")
       ("noise", po::value(&o.noise)->default_value(o.noise), "noise relative to the signal")
       ("float-audio", po::bool_switch(&o.float_audio), "store audio as float32 instead of int16 PCM")
-      ("no-gzip", po::bool_switch(&no_gzip), "contiguous datasets without compression");
+      ("no-gzip", po::bool_switch(&no_gzip), "contiguous datasets without compression")
+      ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9 (as pack's)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
   if (vm.count("help")) {
@@ -79,6 +85,7 @@ int synth(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   o.gzip = !no_gzip;
+  require(o.gzip_level >= 1 && o.gzip_level <= 9, "synth: --gzip-level must be 1..9");
   write_synthetic(o);
   std::cout << "wrote " << o.shards << " shards of " << o.samples_per_shard << " samples to " << o.out_dir
             << " (" << o.tone_classes * o.motion_classes << " classes)\n";
@@ -194,12 +201,13 @@ int main(int argc, char** argv) {
     if (command == "synth") return synth(args);
     if (command == "inspect") return inspect(args);
     if (command == "pack") return pack(argv);
+    if (command == "read-bench") return read_bench(args);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;
     }
     std::cerr << "avtrain-shards: " << (command.empty() ? "no command given" : "unknown command '" + command + "'")
-              << " (expected synth, pack or inspect; see avtrain-shards --help)\n";
+              << " (expected synth, pack, inspect or read-bench; see avtrain-shards --help)\n";
     return 1;
   } catch (const po::error& e) {
     std::cerr << "avtrain-shards: " << e.what() << " (see avtrain-shards " << command << " --help)\n";

@@ -21,6 +21,7 @@ struct SynthOptions {
   double noise = 0.1;        // noise amplitude relative to the signal
   bool float_audio = false;  // int16 PCM by default
   bool gzip = true;
+  int gzip_level = 4;  // deflate level 1..9
 };
 
 // Writes out_dir/shard-00000.h5 ... (out_dir is created if missing); the same options give the same bytes.

@@ -1,0 +1,146 @@
+// avtrain-shards read-bench: how fast the training reader delivers a shard set's samples, with no
+// model behind it. Opens the set as a run does (every header, and the full value check), then reads
+// shuffled micro-batches through the same Prefetcher (the reader thread) and counts samples, bytes
+// and the CPU time the process spent: samples/s, MB/s decoded, MB/s read from the files, and per
+// core (per CPU-second). docs/data-reader.md has the table validation/data-bench.sh makes with it.
+#include "app/shards_read_bench.hpp"
+
+#include <sys/resource.h>
+
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "data/prefetcher.hpp"
+#include "data/sampler.hpp"
+#include "data/shard_set.hpp"
+
+namespace avtrain {
+namespace {
+
+namespace po = boost::program_options;
+using Clock = std::chrono::steady_clock;
+
+// User plus system CPU seconds of the whole process (every thread) so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+int read_bench(const std::vector<std::string>& args) {
+  std::string dir;
+  int micro_batch = 32, ahead = 2;
+  double seconds = 10;
+  std::int64_t max_batches = 0;
+  std::uint64_t seed = 1;
+  bool json = false;
+  po::options_description options("avtrain-shards read-bench options");
+  options.add_options()
+      ("help,h", "print this help")
+      ("data", po::value(&dir)->required(), "the shard set's directory")
+      ("micro-batch", po::value(&micro_batch)->default_value(micro_batch), "samples per read, as train.micro_batch")
+      ("ahead", po::value(&ahead)->default_value(ahead), "micro-batches submitted ahead of the one collected")
+      ("seconds", po::value(&seconds)->default_value(seconds), "read for about this long (whole micro-batches)")
+      ("batches", po::value(&max_batches)->default_value(max_batches), "stop after this many micro-batches (0: --seconds)")
+      ("seed", po::value(&seed)->default_value(seed), "the shuffle's seed (train.seed)")
+      ("json", po::bool_switch(&json), "one JSON object instead of the line");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: avtrain-shards read-bench --data DIR [options]\n\n"
+                 "Reads shuffled micro-batches of the set through the training reader (one thread)\n"
+                 "with no model behind it and prints samples/s, MB/s and the rate per core.\n\n"
+              << options;
+    return 0;
+  }
+  po::notify(vm);
+  require(micro_batch >= 1, "read-bench: --micro-batch must be at least 1");
+  require(ahead >= 0, "read-bench: --ahead must be at least 0");
+  require(seconds > 0 || max_batches > 0, "read-bench: --seconds or --batches must be positive");
+
+  const auto t_open = Clock::now();
+  const double cpu_open = cpu_seconds();
+  std::unique_ptr<data::ShardSet> set = data::ShardSet::open(dir);
+  const double open_s = seconds_since(t_open), open_cpu = cpu_seconds() - cpu_open;
+  const data::SetInfo& info = set->info();
+  require(info.total_samples >= micro_batch, "read-bench: " + dir + " holds " + std::to_string(info.total_samples) +
+                                                 " samples, fewer than one micro-batch of " +
+                                                 std::to_string(micro_batch));
+  std::uint64_t file_bytes = 0;
+  for (const data::ShardFile& f : info.shards) file_bytes += f.bytes;
+  const double stored_per_sample = double(file_bytes) / double(info.total_samples);
+  const double decoded_per_sample =
+      double(info.audio_samples) * (info.audio_int16 ? 2.0 : 4.0) +
+      double(info.frames) * info.height * info.width * info.channels;
+
+  // The training order: every sample (no validation split), shuffled per epoch by the seed, one
+  // micro-batch per step.
+  data::Sampler sampler(info.total_samples, 0.0, seed, micro_batch);
+  data::Prefetcher reader(*set);
+  std::deque<std::future<data::MicroBatch>> queued;
+  std::int64_t submitted = 0, done = 0, samples = 0;
+  const auto t0 = Clock::now();
+  const double cpu0 = cpu_seconds();
+  auto more = [&] {
+    return max_batches > 0 ? submitted < max_batches : seconds_since(t0) < seconds;
+  };
+  while (more() && std::int64_t(queued.size()) <= ahead) queued.push_back(reader.submit(sampler.batch(submitted++)));
+  while (!queued.empty()) {
+    const data::MicroBatch b = queued.front().get();
+    queued.pop_front();
+    ++done;
+    samples += b.size;
+    if (more()) queued.push_back(reader.submit(sampler.batch(submitted++)));
+  }
+  const double wall = seconds_since(t0), cpu = cpu_seconds() - cpu0;
+  const double rate = double(samples) / wall;
+  const double mb = 1e6;
+  nlohmann::json r = {{"data", dir},
+                      {"samples", samples},
+                      {"micro_batch", micro_batch},
+                      {"micro_batches", done},
+                      {"reader_threads", 1},
+                      {"seconds", wall},
+                      {"cpu_seconds", cpu},
+                      {"samples_per_s", rate},
+                      {"decoded_mb_per_s", rate * decoded_per_sample / mb},
+                      {"file_mb_per_s", rate * stored_per_sample / mb},
+                      {"samples_per_cpu_s", cpu > 0 ? double(samples) / cpu : 0.0},
+                      {"decoded_mb_per_sample", decoded_per_sample / mb},
+                      {"stored_mb_per_sample", stored_per_sample / mb},
+                      {"open_s", open_s},
+                      {"open_cpu_s", open_cpu},
+                      {"set_samples", info.total_samples},
+                      {"set_mb", double(file_bytes) / mb}};
+  if (json) {
+    std::cout << r.dump() << "\n";
+    return 0;
+  }
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(1) << "read-bench " << dir << ": " << samples << " samples in " << done
+       << " micro-batches of " << micro_batch << ", 1 reader thread: " << rate << " samples/s, "
+       << rate * decoded_per_sample / mb << " MB/s decoded (" << std::setprecision(3) << decoded_per_sample / mb
+       << " MB a sample), " << std::setprecision(1) << rate * stored_per_sample / mb << " MB/s of the files ("
+       << std::setprecision(3) << stored_per_sample / mb << " MB a sample stored); " << std::setprecision(2) << cpu / wall << " CPU-s per s, "
+       << std::setprecision(1) << (cpu > 0 ? double(samples) / cpu : 0.0) << " samples per CPU-second; opening "
+       << std::setprecision(2) << open_s << " s (" << double(file_bytes) / mb << " MB checked)\n";
+  std::cout << line.str();
+  return 0;
+}
+
+}  // namespace avtrain
