@@ -7,6 +7,7 @@
 # is measured is HDF5's reads, the inflate and the batch assembly, not the disk.
 #   quickstart  1 s of 8 kHz int16 audio, 8 frames 32x32 grey   (inputs/quickstart.ini; micro-batch 32)
 #   vggsound    10 s of 16 kHz, 80 frames 112x112 RGB           (validation/pack-bench.sh's; micro-batch 8)
+#   vggsound-float  the same with float32 audio (what a start's value check reads whole)
 #   large       4 s of 16 kHz, 16 frames 160x160 RGB            (inputs/gpu-large.ini; micro-batch 8)
 #   validation/data-bench.sh [WORK]    (default runs/data-bench; AVTRAIN_BENCH_SECONDS per reading, 8;
 #                                       AVTRAIN_BENCH_SHAPES, AVTRAIN_BENCH_COMPRESSIONS to pick)
@@ -16,7 +17,7 @@ root=$(cd "$here/.." && pwd)
 work=${1:-$root/runs/data-bench}
 bin=${AVTRAIN_BIN:-$root/build/cpu/bin}
 seconds=${AVTRAIN_BENCH_SECONDS:-8}
-shapes=${AVTRAIN_BENCH_SHAPES:-quickstart vggsound large}
+shapes=${AVTRAIN_BENCH_SHAPES:-quickstart vggsound vggsound-float large}
 compressions=${AVTRAIN_BENCH_COMPRESSIONS:-none gzip1 gzip4 gzip9}
 mkdir -p "$work"
 
@@ -24,6 +25,7 @@ shape_options() {  # NAME -> synth options and the micro-batch
   case $1 in
     quickstart) echo "--shards 4 --samples 1024 32" ;;
     vggsound) echo "--shards 2 --samples 48 --sample-rate 16000 --audio-samples 160000 --frames 80 --height 112 --width 112 --channels 3 --fps 8 8" ;;
+    vggsound-float) echo "--shards 2 --samples 48 --sample-rate 16000 --audio-samples 160000 --frames 80 --height 112 --width 112 --channels 3 --fps 8 --float-audio 8" ;;
     large) echo "--shards 2 --samples 128 --sample-rate 16000 --audio-samples 64000 --frames 16 --height 160 --width 160 --channels 3 --fps 4 8" ;;
     *) echo "data-bench: unknown shape $1" >&2; exit 1 ;;
   esac
@@ -60,14 +62,15 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 # VGGSound-like shape: its model is taken as the large deck's (a larger input would only slow it).
 per_gpu = {"quickstart": [("10.1 ms step", 32 / 0.0101)],
            "vggsound": [("375 ms step", 8 / 0.375), ("175 ms step", 8 / 0.175)],
+           "vggsound-float": [("175 ms step", 8 / 0.175)],
            "large": [("375 ms step", 8 / 0.375), ("175 ms step", 8 / 0.175)]}
 print(f"reader: 1 thread per rank; {sys.argv[2]} cores on this machine; shards in the page cache")
-print("| shape | compression | MB a sample (decoded / stored) | samples/s | MB/s decoded | MB/s of the files | samples per CPU-second | open s |")
+print("| shape | compression | MB a sample (decoded / stored) | samples/s | MB/s decoded | MB/s of the files | samples per CPU-second | the start read |")
 print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['shape']} | {r['compression']} | {r['decoded_mb_per_sample']:.3f} / {r['stored_mb_per_sample']:.3f} | "
           f"{r['samples_per_s']:.0f} | {r['decoded_mb_per_s']:.0f} | {r['file_mb_per_s']:.0f} | "
-          f"{r['samples_per_cpu_s']:.0f} | {r['open_s']:.2f} |")
+          f"{r['samples_per_cpu_s']:.0f} | {r['open_read_mb']:.2f} of {r['set_mb']:.0f} MB ({100 * r['open_read_mb'] / r['set_mb']:.2f} %) |")
 print()
 print("| shape | one node of 8 GPUs needs | reader cores it takes (at samples per CPU-second), by compression |")
 print("|---|---|---|")
