@@ -68,10 +68,10 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   avtrain::TensorMemoryScope tensors_on_the_backend(*backend);
   const std::string collectives = avtrain::use_device_collectives(config, groups, *backend);
   if (topo.rank == 0 && !collectives.empty()) std::cout << "[rank 0] collectives: " << collectives << std::endl;
-  auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world});
+  auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world, config.data.check_values});
   std::unique_ptr<avtrain::data::ShardSet> val_shards;
   if (!config.data.val_dir.empty()) {
-    val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {topo.rank, topo.world});
+    val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {topo.rank, topo.world, config.data.check_values});
     avtrain::data::require_same_samples(shards->info(), config.data.dir, val_shards->info(), config.data.val_dir);
   }
   avtrain::Trainer trainer(config, *backend, *shards, val_shards.get(), groups);
@@ -116,7 +116,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
 }
 
 void describe(const avtrain::RunConfig& config) {
-  auto shards = avtrain::data::ShardSet::open(config.data.dir);
+  auto shards = avtrain::data::ShardSet::open(config.data.dir, {0, 1, config.data.check_values});
   avtrain::RunConfig on_cpu = config;  // the description is computed on the CPU backend
   on_cpu.device = {};
   auto backend = avtrain::make_backend(on_cpu, {});

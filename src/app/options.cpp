@@ -181,6 +181,9 @@ void bind(OptionTable& t, RunConfig& c) {
         "a shard set of its own for validation (held-out speakers, sources...); all of data.dir then trains");
   t.add("[data] shard set", "data.prefetch_steps", &c.data.prefetch_steps, "steps read ahead by the reader thread",
         kAtLeast0);
+  t.add("[data] shard set", "data.check_values", &c.data.check_values,
+        "what a start reads of the values: sample (lengths and labels whole, float32 audio in a few rows of each shard; "
+        "every value is checked as it is read for training) or full (every value at the start)");
 
   t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
         kAtLeast1);

@@ -1,5 +1,5 @@
 // avtrain-shards read-bench: how fast the training reader delivers a shard set's samples, with no
-// model behind it. Opens the set as a run does (every header, and the full value check), then reads
+// model behind it. Opens the set as a run does (every header, the values as data.check_values), then reads
 // shuffled micro-batches through the same Prefetcher (the reader thread) and counts samples, bytes
 // and the CPU time the process spent: samples/s, MB/s decoded, MB/s read from the files, and per
 // core (per CPU-second); and what opening the set read (/proc/self/io's rchar: the bytes a start
@@ -17,6 +17,7 @@
 #include <future>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +63,7 @@ int read_bench(const std::vector<std::string>& args) {
   std::int64_t max_batches = 0;
   std::uint64_t seed = 1;
   bool json = false;
+  std::string check = "sample";
   po::options_description options("avtrain-shards read-bench options");
   options.add_options()
       ("help,h", "print this help")
@@ -71,6 +73,7 @@ int read_bench(const std::vector<std::string>& args) {
       ("seconds", po::value(&seconds)->default_value(seconds), "read for about this long (whole micro-batches)")
       ("batches", po::value(&max_batches)->default_value(max_batches), "stop after this many micro-batches (0: --seconds)")
       ("seed", po::value(&seed)->default_value(seed), "the shuffle's seed (train.seed)")
+      ("check-values", po::value(&check)->default_value(check), "what opening reads of the values, as data.check_values: sample or full")
       ("json", po::bool_switch(&json), "one JSON object instead of the line");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
@@ -85,10 +88,12 @@ int read_bench(const std::vector<std::string>& args) {
   require(micro_batch >= 1, "read-bench: --micro-batch must be at least 1");
   require(ahead >= 0, "read-bench: --ahead must be at least 0");
   require(seconds > 0 || max_batches > 0, "read-bench: --seconds or --batches must be positive");
+  const std::optional<data::CheckValues> values = parse_enum<data::CheckValues>(check);
+  require(values.has_value(), "read-bench: --check-values " + check + ": must be one of " + enum_words<data::CheckValues>());
 
   const auto t_open = Clock::now();
   const double cpu_open = cpu_seconds(), read_before_open = bytes_read();
-  std::unique_ptr<data::ShardSet> set = data::ShardSet::open(dir);
+  std::unique_ptr<data::ShardSet> set = data::ShardSet::open(dir, {0, 1, *values});
   const double open_s = seconds_since(t_open), open_cpu = cpu_seconds() - cpu_open;
   const double open_read = read_before_open < 0 ? -1 : bytes_read() - read_before_open;
   const data::SetInfo& info = set->info();

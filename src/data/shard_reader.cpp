@@ -208,19 +208,26 @@ void check_range(const H5Id& dataset, const std::string& path, const char* name,
                             });
 }
 
+// Float audio of `count` rows (row_of(k): the file row of the k-th), each `row` values: finite and
+// in [-1, 1], or an Error naming the file, the row and the element.
+template <class RowOf>
+void check_audio_values(const float* values, std::int64_t count, std::size_t row, const std::string& path,
+                        RowOf row_of) {
+  for (std::size_t i = 0; i < static_cast<std::size_t>(count) * row; ++i) {
+    const float v = values[i];
+    if (std::isfinite(v) && v >= -1.0f && v <= 1.0f) continue;
+    std::ostringstream message;
+    message << path << ": /audio[" << row_of(static_cast<std::int64_t>(i / row)) << ", " << i % row << "] = " << v
+            << (std::isfinite(v) ? " is outside [-1, 1]" : " is not finite");
+    throw Error(message.str());
+  }
+}
+
 void check_float_audio(const H5Id& dataset, const std::string& path, std::int64_t samples, std::int64_t audio_samples) {
   const auto row = static_cast<std::size_t>(audio_samples);
   stream_rows<float>(dataset, H5T_NATIVE_FLOAT, samples, row, path, "/audio",
                      [&](std::int64_t first, const float* values, std::int64_t rows) {
-                       for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * row; ++i) {
-                         const float v = values[i];
-                         if (std::isfinite(v) && v >= -1.0f && v <= 1.0f) continue;
-                         std::ostringstream message;
-                         message << path << ": /audio[" << first + static_cast<std::int64_t>(i / row) << ", "
-                                 << i % row << "] = " << v
-                                 << (std::isfinite(v) ? " is outside [-1, 1]" : " is not finite");
-                         throw Error(message.str());
-                       }
+                       check_audio_values(values, rows, row, path, [&](std::int64_t k) { return first + k; });
                      });
 }
 
@@ -309,7 +316,7 @@ std::vector<DatasetLayout> ShardReader::layouts() const {
           describe_dataset(label_.get(), "/label")};
 }
 
-std::vector<std::int64_t> ShardReader::check_values() const {
+std::vector<std::int64_t> ShardReader::check_values(bool sampled) const {
   silence_hdf5_error_printing();
   const ShardHeader& h = header_;
   const auto max_audio_len = static_cast<std::int32_t>(std::min<std::int64_t>(h.audio_samples, INT32_MAX));
@@ -317,8 +324,29 @@ std::vector<std::int64_t> ShardReader::check_values() const {
   check_range(video_len_, h.path, "/video_len", h.samples, 1, h.frames, nullptr);
   std::vector<std::int64_t> histogram(static_cast<std::size_t>(h.num_classes), 0);
   check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram);
-  if (!h.audio_int16) check_float_audio(audio_, h.path, h.samples, h.audio_samples);
+  if (h.audio_int16) return histogram;
+  if (!sampled) {
+    check_float_audio(audio_, h.path, h.samples, h.audio_samples);
+  } else {
+    const std::vector<std::int64_t> rows = sampled_rows();
+    std::vector<float> audio(rows.size() * static_cast<std::size_t>(h.audio_samples));
+    {
+      const std::lock_guard lock(hdf5_mutex());
+      if (!read_row_runs(audio_.get(), H5T_NATIVE_FLOAT, row_runs(rows), audio.data()))
+        throw Error(h.path + ": /audio cannot be read (the file is truncated or corrupt)");
+    }
+    check_audio_values(audio.data(), std::int64_t(rows.size()), static_cast<std::size_t>(h.audio_samples), h.path,
+                       [&](std::int64_t k) { return rows[static_cast<std::size_t>(k)]; });
+  }
   return histogram;
+}
+
+std::vector<std::int64_t> ShardReader::sampled_rows() const {
+  const std::int64_t n = header_.samples;
+  std::vector<std::int64_t> rows;
+  for (int k = 0; k <= 5; ++k) rows.push_back(n <= 1 ? 0 : (n - 1) * k / 5);
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
 }
 
 ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows, Fields fields) const {
@@ -347,6 +375,8 @@ ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows, Fields f
     std::transform(pcm.begin(), pcm.end(), out.audio.begin(), [](std::int16_t s) { return static_cast<float>(s) / 32768.0f; });
   } else {
     read(audio_, H5T_NATIVE_FLOAT, out.audio.data(), "/audio");
+    check_audio_values(out.audio.data(), out.count, audio_row, h.path,
+                       [&](std::int64_t k) { return rows[static_cast<std::size_t>(k)]; });
   }
   out.audio_len.resize(count);
   read(audio_len_, H5T_NATIVE_INT32, out.audio_len.data(), "/audio_len");

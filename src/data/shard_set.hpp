@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.hpp"
+
 namespace avtrain::data {
 
 struct ShardFile {
@@ -42,11 +44,22 @@ struct MicroBatch {
 // tokens from the stage before).
 enum class Fields { all, labels };
 
+// How much of the values opening a set reads (data.check_values): full, every value that can be out
+// of range (lengths, labels, float32 audio: for float audio the whole audio); sample, the lengths and
+// labels whole and float audio in a few rows of each shard, the rest checked as it is read for
+// training (ShardReader::read_rows), so a start reads a small share of the set and no bad value is
+// trained on. int16 audio and uint8 video hold no value out of range.
+enum class CheckValues { sample, full };
+constexpr EnumNames<CheckValues, 2> enum_names(CheckValues) {
+  return {{{CheckValues::sample, "sample"}, {CheckValues::full, "full"}}};
+}
+
 // Which shards' values this process checks when opening: shard i when i % parts == part. Every
-// rank checks the headers, types and shapes of every shard; the streaming pass over the values,
-// which reads the whole file, is shared out over the ranks.
+// rank checks the headers, types and shapes of every shard; the pass over the values is shared out
+// over the ranks.
 struct CheckShare {
   int part = 0, parts = 1;
+  CheckValues values = CheckValues::full;
 };
 
 // Throws Error naming val_dir when its samples differ in shape, type, rates or classes from the

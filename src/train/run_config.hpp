@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/enum_names.hpp"
+#include "data/shard_set.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "optim/distributed_optimizer.hpp"
@@ -18,6 +19,7 @@ struct DataConfig {
   double val_fraction = 0.1;  // held out by a seed-keyed split
   std::string val_dir;        // a shard set of its own for validation (then all of dir trains), or empty
   int prefetch_steps = 2;     // steps read ahead by the reader thread
+  data::CheckValues check_values = data::CheckValues::sample;  // what a start reads of the values
 };
 
 struct TrainConfig {

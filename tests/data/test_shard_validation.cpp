@@ -236,6 +236,40 @@ void expect_every_part_refuses(const std::string& attribute, std::int32_t value,
   }
 }
 
+// data.check_values sample: a start reads the float audio of a few rows of each shard only; a bad
+// value elsewhere passes the start and is refused when its sample is read, naming the file, the
+// row and the element (never handed to training); one in a sampled row is refused at the start;
+// the full check finds both.
+TEST(ShardSetOpen, ASampledStartChecksAFewAudioRowsAndTheReadChecksTheRest) {
+  const test::TempDir dir;
+  SynthOptions o = base_options(dir / "set", true);
+  o.samples_per_shard = 40;
+  write_synthetic(o);
+  const CheckShare sample{0, 1, CheckValues::sample};
+  edit(dir).set<float>("/audio", H5T_NATIVE_FLOAT, {3, 5}, 1.5f);  // row 3 of shard 1: not a sampled row
+  {
+    const std::unique_ptr<ShardSet> set = ShardSet::open(dir / "set", sample);
+    EXPECT_NO_THROW(set->read({0, 1, 42, 44}));
+    try {
+      set->read({2, 43});  // global 43: shard 1, row 3
+      ADD_FAILURE() << "the bad sample was read without an error";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind(dir / "set/shard-00001.h5", 0), 0u) << message;
+      EXPECT_NE(message.find("/audio[3, 5] = 1.5 is outside [-1, 1]"), std::string::npos) << message;
+    }
+  }  // the files closed, to be edited again
+  expect_refused(dir / "set", "/audio[3, 5] = 1.5");  // the full check
+  edit(dir, "shard-00000.h5").set<float>("/audio", H5T_NATIVE_FLOAT, {15, 0}, INFINITY);  // a sampled row
+  try {
+    ShardSet::open(dir / "set", sample);
+    ADD_FAILURE() << "a bad value in a sampled row passed the start";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-00000.h5: /audio[15, 0] = inf is not finite"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ShardSetOpen, HeadersOfEveryShardAreCheckedByEveryPart) {
   expect_every_part_refuses("version", 2, "attribute version = 2");
 }
