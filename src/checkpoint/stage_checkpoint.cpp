@@ -43,12 +43,7 @@ void StageSnapshot::take(Backend& be, ParamStore& store, AdamW* adamw, const Cou
   part = {0, store.total_size()};
   main = true;
   masters_in_part = false;
-  if (!store.masters_split()) {
-    host_copy(be, store.values(), values);
-  } else {  // the masters are in `values` already; the fp32 values of the rest are whole here
-    values.resize(store.total_size());
-    download_whole_values(be, store);
-  }
+  take_whole_values(be, store);  // masters split: gathered into `values` already, the rest copied here
   if (adamw) {
     require(adamw->part().size() == store.total_size(), "internal: a snapshot of part of AdamW's moments");
     host_copy(be, adamw->first_moments(), m);
@@ -69,21 +64,19 @@ void StageSnapshot::take_part(Backend& be, ParamStore& store, AdamW& adamw, bool
             "internal: the masters' part is not AdamW's");
     host_copy(be, store.masters(), masters);
   }
-  if (main) {
-    if (!masters_in_part) {
-      host_copy(be, store.values(), values);
-    } else {
-      values.resize(store.total_size());
-      download_whole_values(be, store);
-    }
-  }
+  if (main) take_whole_values(be, store);
   host_copy(be, adamw.first_moments(), m);
   host_copy(be, adamw.second_moments(), v);
   counters = c;
   fingerprint = fp.dump();
 }
 
-void StageSnapshot::download_whole_values(Backend& be, ParamStore& store) {
+void StageSnapshot::take_whole_values(Backend& be, ParamStore& store) {
+  if (!store.masters_split()) {
+    host_copy(be, store.values(), values);
+    return;
+  }
+  values.resize(store.total_size());
   for (const ParamInfo& p : params)
     if (p.working == DType::f32 && p.size)
       be.download(values.data() + p.offset, store.values().data() + p.value_offset, p.size * sizeof(float));

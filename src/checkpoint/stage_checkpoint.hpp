@@ -64,8 +64,9 @@ struct StageSnapshot {
                  const nlohmann::json& fingerprint);
 
  private:
-  // The fp32 values of the parameters without a 16-bit working copy (held whole when the masters are split).
-  void download_whole_values(Backend& be, ParamStore& store);
+  // Into `values`: every fp32 value, or, where the masters are split, those of the parameters
+  // without a 16-bit working copy (held whole on every replica).
+  void take_whole_values(Backend& be, ParamStore& store);
 };
 
 // Writes and commits a stage's file at `path`, built in snapshot.image (HDF5 calls take
