@@ -36,6 +36,8 @@ void check_options(const PackOptions& o) {
   require(s.channels == 1 || s.channels == 3, "--pixels must be gray or rgb");
   require(o.shard_size >= 1, "--shard-size must be at least 1");
   require(o.gzip_level >= 1 && o.gzip_level <= 9, "--gzip-level must be in 1..9");
+  require(std::isfinite(o.max_damaged) && o.max_damaged >= 0 && o.max_damaged <= 1,
+          "--max-damaged must be a fraction in 0..1 (0.05: 5 % of a stream's packets)");
 }
 
 }  // namespace
@@ -81,7 +83,8 @@ nlohmann::json PackPlan::description() const {
           {"shard_size", options.shard_size},
           {"compression", options.gzip ? "gzip" : "none"},
           {"gzip_level", options.gzip ? options.gzip_level : 0},
-          {"on_error", options.fail_on_error ? "fail" : "skip"}};
+          {"on_error", options.fail_on_error ? "fail" : "skip"},
+          {"max_damaged", options.max_damaged}};
 }
 
 PackPlan make_plan(const PackOptions& options) {
