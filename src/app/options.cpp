@@ -183,7 +183,7 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast0);
   t.add("[data] shard set", "data.check_values", &c.data.check_values,
         "what a start reads of the values: sample (lengths and labels whole, float32 audio in a few rows of each shard; "
-        "every value is checked as it is read for training) or full (every value at the start)");
+        "every value is checked as it is read for training) or full (every value, and the shards' digests, at the start)");
 
   t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
         kAtLeast1);

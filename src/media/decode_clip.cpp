@@ -26,6 +26,9 @@ DecodedClip decode_clip(const ClipSource& source, const ClipShape& shape, OnDama
   } catch (const MediaError& e) {
     throw MediaError(std::string("audio") + (source.audio_path.empty() ? "" : " (" + audio + ")") + ": " + e.what());
   }
+  // Float audio is stored finite and in [-1, 1] (docs/shard-format.md; the writer refuses anything
+  // else): a decoder's overshoot is clipped, as the conversion to int16 saturates.
+  for (float& v : clip.audio_float) v = std::isfinite(v) ? std::clamp(v, -1.0f, 1.0f) : 0.0f;
   return clip;
 }
 
