@@ -14,7 +14,8 @@ checkpoint step 8 is committed and step 9 is traced, node1 fails:
              node0 must print its watchdog line, "watchdog: no progress for ... in: PHASE", at least
              one naming a rank of node1 (a peer, or a group holding it); node1's ranks end by their
              own watchdog too. mpirun learns that node1 is gone from its ssh session to node1's
-             orted (ServerAlive 2 s x 3 in the harness's ssh config) and ends.
+             orted (ServerAlive 2 s x 3 in the harness's ssh config) and ends, 255; rank 0 must have
+             written its 124 to AVTRAIN_EXIT_STATUS_FILE before that (the job script reports it).
 Either way: every avtrain process of both nodes and mpirun end within WATCHDOG_S + 8 s of the fault
 (the README's bound for a stopped rank), with a non-zero exit; every committed checkpoint is whole
 (h5py reads every dataset of its files) and the newest is step 8 or later. Then node0 alone runs
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from netns_nodes import Nodes, skip_unless_possible  # noqa: E402
 
 BOUND_AFTER_WATCHDOG_S = 8.0  # README: the job ends within debug.watchdog_s + 8 s of the stall
+NO_PROGRESS = 124  # the watchdog's exit
 NODE1_RANKS = (2, 3)  # ranks by slot: node0 holds 0, 1 and node1 2, 3
 
 
@@ -89,7 +91,9 @@ def main():
     log_path, resume_log = os.path.join(work, "fault.log"), os.path.join(work, "resume.log")
     bound = watchdog_s + BOUND_AFTER_WATCHDOG_S
     with Nodes(2, work, slots=2, server_alive=(2, 3)) as nodes:
-        mpirun = ["mpirun", *nodes.mpirun_args(), "-n", "4"] + common + fault_run + [
+        status_file = os.path.join(work, "exit-status")  # rank 0's own exit code (it runs on node0)
+        os.environ["AVTRAIN_EXIT_STATUS_FILE"] = status_file
+        mpirun = ["mpirun", *nodes.mpirun_args(), "-x", "AVTRAIN_EXIT_STATUS_FILE", "-n", "4"] + common + fault_run + [
             "--out", out, "--overwrite", "--resume", "none", "--debug.watchdog_s", f"{watchdog_s:g}"]
         print("check_node_fault: " + " ".join(mpirun))
         with open(log_path, "w") as log:
@@ -135,6 +139,12 @@ def main():
                  f"{BOUND_AFTER_WATCHDOG_S:g} s) after the {mode}; log {log_path}")
         if code == 0:
             fail(f"mpirun exited 0 after the {mode}; log {log_path}")
+        rank0 = open(status_file).read().strip() if os.path.exists(status_file) else None
+        del os.environ["AVTRAIN_EXIT_STATUS_FILE"]
+        if mode == "link-down" and rank0 != str(NO_PROGRESS):
+            fail(f"rank 0 wrote {rank0!r} to AVTRAIN_EXIT_STATUS_FILE, not {NO_PROGRESS} (its watchdog's exit)")
+        print(f"  rank 0's exit code (AVTRAIN_EXIT_STATUS_FILE, what jobscripts/slurm-avtrain.sbatch reports): "
+              + (rank0 or "none: the launcher ended it before its watchdog fired"))
         lines = re.findall(r"avtrain: rank (\d+): (watchdog: no progress .*)", text)
         for r, l in lines:
             print(f"  rank {r}: {l}")
