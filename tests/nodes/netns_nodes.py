@@ -35,8 +35,6 @@ import run_processes  # noqa: E402,F401  (its SIGTERM handler: a killed test unw
 SUBNET = "10.213.0"
 PORT0 = 2200
 MARK = "AVTRAIN_TEST_SUITE"
-
-
 SKIP = 77  # CTest's SKIP_RETURN_CODE for these tests: this machine cannot make nodes
 
 
@@ -49,6 +47,13 @@ def skip_unless_possible():
         why = "ip, nsenter or unshare missing"
     elif not os.path.exists("/usr/sbin/sshd") or not shutil.which("ssh"):
         why = "openssh-server / openssh-client not installed (jobscripts/install-deps.sh)"
+    else:  # root in a container may lack CAP_NET_ADMIN or CAP_SYS_ADMIN
+        probe = f"avprobe-{os.getpid()}-{secrets.token_hex(2)}"
+        made = subprocess.run(["ip", "netns", "add", probe], stderr=subprocess.PIPE, text=True)
+        if made.returncode != 0:
+            why = f"ip netns add {probe}: {made.stderr.strip()}"
+        else:
+            subprocess.run(["ip", "netns", "del", probe], check=True)
     if why:
         print(f"netns_nodes: skipped: {why}")
         sys.exit(SKIP)
