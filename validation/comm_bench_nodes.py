@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The 16-bit gradient communication claim, measured between namespace nodes over a rate-limited link.
 
-usage: comm_bench_nodes.py AVTRAIN AVTRAIN_SHARDS WORK [--rates 1gbit,200mbit] [--steps 8] [DECK OPTIONS...]
+usage: comm_bench_nodes.py AVTRAIN AVTRAIN_SHARDS WORK [--nodes 2] [--rates 1gbit,200mbit] [--steps 8] [DECK OPTIONS...]
 
-Two nodes (tests/nodes/netns_nodes.py), one rank each, dp 2: the gradient all-reduce crosses the link.
+N nodes (tests/nodes/netns_nodes.py; 2 by default), one rank each, dp N: the gradient all-reduce
+crosses the links.
 For each link rate (every node's egress through tc tbf; "none": the veth unlimited) and each
 parallel.grad_comm_dtype (fp32, bf16, fp16), trains inputs/quickstart.ini widened so that its
 gradient is tens of MB (default: width 512, depth 3, 8 heads: 9.7 M parameters, 37 MiB of fp32
@@ -37,7 +38,11 @@ def main():
         sys.exit(__doc__)
     avtrain, shards_tool, work = argv[:3]
     rest = argv[3:]
-    rates, steps = ["1gbit", "200mbit"], 8
+    rates, steps, count = ["1gbit", "200mbit"], 8, 2
+    if "--nodes" in rest:
+        i = rest.index("--nodes")
+        count = int(rest[i + 1])
+        del rest[i:i + 2]
     if "--rates" in rest:
         i = rest.index("--rates")
         rates = rest[i + 1].split(",")
@@ -55,15 +60,15 @@ def main():
     deck = os.path.join(ROOT, "inputs", "quickstart.ini")
     table = []
     for rate in rates:
-        with Nodes(2, work, slots=1) as nodes:
+        with Nodes(count, work, slots=1) as nodes:
             if rate != "none":
                 nodes.rate(rate)
             for dtype in ("fp32", "bf16", "fp16"):
-                out = os.path.join(work, f"{rate}-{dtype}")
-                command = ["mpirun", *nodes.mpirun_args(), "-n", "2", avtrain, deck, "--data", shards, "--out", out,
+                out = os.path.join(work, f"{count}nodes-{rate}-{dtype}")
+                command = ["mpirun", *nodes.mpirun_args(), "-n", str(count), avtrain, deck, "--data", shards, "--out", out,
                            "--overwrite", "--resume", "none", "--steps", str(steps), "--threads", "1",
                            "--train.micro_batch", "4", "--train.micro_batches", "1", "--train.eval_interval", "0",
-                           "--train.log_interval", "0", "--checkpoint.interval", "0", "--dp", "2",
+                           "--train.log_interval", "0", "--checkpoint.interval", "0", "--dp", str(count),
                            "--parallel.grad_comm_dtype", dtype] + WIDE + rest
                 start = time.monotonic()
                 with open(out + ".log", "w") as log:
@@ -76,7 +81,8 @@ def main():
                 table.append((rate, dtype, sent / 2**20, step, comm))
                 print(f"comm_bench_nodes: {rate} {dtype}: step {step:.0f} ms, exposed comm {comm:.0f} ms, "
                       f"{sent / 2**20:.1f} MiB ({time.monotonic() - start:.0f} s)", flush=True)
-    print("\n| link (tbf, each direction) | grad_comm_dtype | MiB all-reduced per step (rank 0) | step_ms (median) "
+    print(f"\n{count} nodes, dp {count}:")
+    print("| link (tbf, each direction) | grad_comm_dtype | MiB all-reduced per step (rank 0) | step_ms (median) "
           "| comm_ms, exposed (median) |")
     print("|---|---|---|---|---|")
     for rate, dtype, mib, step, comm in table:

@@ -47,7 +47,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     out = os.path.join(work, "job")
-    with Nodes(2, work) as nodes, NodesSlurm(nodes, work) as slurm:
+    with Nodes(2, work) as nodes, NodesSlurm(nodes) as slurm:
         def fail(message):
             print(f"check_slurm_nodes: {message}")
             print(slurm.logs())

@@ -2,7 +2,7 @@
 and one slurmd per node (NodeName nodeI, NodeAddr its address, its own port), so that
 `sbatch -N 2 jobscripts/slurm-avtrain.sbatch` runs across them.
 
-    with Nodes(2, work) as nodes, NodesSlurm(nodes, work) as slurm:
+    with Nodes(2, work) as nodes, NodesSlurm(nodes) as slurm:
         slurm.run(["sbatch", ...])                # Slurm's commands run on node0
 
 munged runs in the host's namespaces (its socket is a file: every node reaches it); each slurmd runs
@@ -25,7 +25,7 @@ CRED_EXPIRE_S = 10
 
 
 class NodesSlurm:
-    def __init__(self, nodes, work):
+    def __init__(self, nodes):
         self.nodes = nodes
         self.dir = os.path.join(nodes.work, "slurm")
         self.pids, self.munge_dir = [], None

@@ -17,7 +17,7 @@ What it makes (names carry a tag unique to the run, so two runs never collide):
 - an ssh config (HostName, Port, key, known_hosts of the host keys made here, BatchMode) and a hostfile.
 Teardown (leaving the block, also on an exception or SIGTERM): every process in each node namespace
 (`ip netns pids`), sshd first, killed by process id until none is left, then the namespaces deleted
-by name.
+by name; the run's directory WORK/nodes-TAG (keys, configs, logs) is removed unless the block failed.
 
 The kernel here has tbf and htb but not netem (no sch_netem module): rate limits only, no delay or loss.
 """
@@ -90,8 +90,10 @@ class Nodes:
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self.teardown()
+        if exc_type is None:  # the keys, configs and daemons' logs are kept after a failure only
+            shutil.rmtree(self.work, ignore_errors=True)
         return False
 
     def _setup(self):
