@@ -11,6 +11,8 @@ set -euo pipefail
 # both (validation/bundle/cmake4-venv.sh; the cuda preset's bundle test needs it too, and CI builds
 # that preset with this base list alone). slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
+# openssh-server, openssh-client, iproute2 (ip netns, tc): the tests across namespace nodes
+# (tests/nodes: an sshd per node, mpirun --hostfile over ssh; docs/nodes.md).
 # python3-matplotlib: the run command's plot (validation/plot_traces.py).
 # libxxhash-dev: the shards' value digests (docs/shard-format.md).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
@@ -21,6 +23,7 @@ packages=(cmake g++ make git pkg-config
           libxxhash-dev libgtest-dev python3 python3-numpy python3-h5py python3-matplotlib
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap python3-venv
           slurmctld slurmd slurm-client munge
+          openssh-server openssh-client iproute2
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
 for flag in "$@"; do
   case "$flag" in

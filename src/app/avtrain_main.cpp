@@ -14,8 +14,8 @@
 #include "app/backend_choice.hpp"
 #include "app/options.hpp"
 #include "backend/backend.hpp"
-#include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/exit_status_file.hpp"
 #include "core/stop_signals.hpp"
 #include "data/shard_set.hpp"
 #include "parallel/process_groups.hpp"
@@ -32,20 +32,6 @@ namespace {
   std::exit(1);
 }
 
-// A launcher may not pass a rank's exit code on: mpirun sent SIGTERM itself ends its ranks and exits
-// 1, whatever they had done, and srun exits 0 when it could not launch them. Rank 0 writes the code
-// it exits with to $AVTRAIN_EXIT_STATUS_FILE, where a job script reads it
-// (jobscripts/slurm-avtrain.sbatch); no file means rank 0 never got that far.
-void record_exit_status(int code, int rank) {
-  const char* path = std::getenv("AVTRAIN_EXIT_STATUS_FILE");
-  if (rank != 0 || path == nullptr || *path == '\0') return;
-  try {
-    avtrain::write_file_atomically(path, std::to_string(code) + "\n");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "avtrain: rank 0: AVTRAIN_EXIT_STATUS_FILE: %s\n", e.what());
-  }
-}
-
 // An error met during training: the rank that met it prints it and aborts the world; a rank that
 // learnt of it from the others (ErrorElsewhere) gives that rank the time to print first.
 [[noreturn]] void stop_on_error(const std::exception& e, int rank, int world) {
@@ -54,7 +40,7 @@ void record_exit_status(int code, int rank) {
   } else {
     std::fprintf(stderr, "avtrain: rank %d: %s\n", rank, e.what());
   }
-  record_exit_status(avtrain::kExitFailed, rank);
+  avtrain::record_exit_status(avtrain::kExitFailed, rank);
   abort_world(world);
 }
 
@@ -92,7 +78,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   if (!summary.stopped_early.empty()) {
     // Every rank stops alike; "resume me" only with a checkpoint to resume from.
     const int code = summary.checkpointed ? avtrain::kExitStoppedEarly : avtrain::kExitFailed;
-    record_exit_status(code, topo.rank);
+    avtrain::record_exit_status(code, topo.rank);
     avtrain::exit_on_stop_signal(code);  // the launcher may end this rank when another exits first
     if (topo.rank == 0)
       std::cout << "[rank 0] stopped early after step " << summary.steps << " (" << summary.stopped_early << "): "
@@ -139,7 +125,7 @@ int main(int argc, char** argv) {
     options = avtrain::parse_options({argv + 1, argv + argc});
     if (options.help) {
       if (rank == 0) std::cout << *options.help;
-      record_exit_status(avtrain::kExitDone, rank);
+      avtrain::record_exit_status(avtrain::kExitDone, rank);
       MPI_Finalize();
       return 0;
     }
@@ -148,7 +134,7 @@ int main(int argc, char** argv) {
       groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "avtrain: %s\n", e.what());
-    record_exit_status(avtrain::kExitFailed, rank);
+    avtrain::record_exit_status(avtrain::kExitFailed, rank);
     groups.reset();
     MPI_Finalize();
     return 1;
@@ -163,7 +149,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     stop_on_error(e, rank, world);
   }
-  record_exit_status(code, rank);
+  avtrain::record_exit_status(code, rank);
   groups.reset();
   MPI_Finalize();
   return code;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/exit_status_file.hpp"
 #include "core/stop_signals.hpp"
 
 namespace avtrain {
@@ -29,6 +30,8 @@ JobWatchdog::JobWatchdog(const RunConfig& config, parallel::ProcessGroups& group
       data_group_(data_group_of(topo_)), watchdog_([this](const std::string& line) {
         std::fprintf(stderr, "avtrain: rank %d: %s; aborting the job (exit %d)\n", topo_.rank, line.c_str(), kExitNoProgress);
         std::fflush(stderr);
+        // Before the wait: a launcher that lost a node may end this rank during it, or never report 124.
+        record_exit_status(kExitNoProgress, topo_.rank);
         std::this_thread::sleep_for(std::chrono::duration<double>(std::min(5.0, watchdog_.timeout())));
         groups_.world->abort_job(kExitNoProgress);
       }) {

@@ -12,7 +12,8 @@ stop:  once the run has trained a few steps, rank VICTIM is stopped with SIGSTOP
        launcher's teardown). Every rank of the world (run.json's layout.world_size) but the stopped
        one must print its line.
 stall: the run has --debug.stall_reader VICTIM:5: rank VICTIM's line must say it waits for data.
-Every process of the run is gone at the end (a stopped rank is killed by the launcher).
+Every process of the run is gone at the end (a stopped rank is killed by the launcher), and rank 0
+has written 124 to AVTRAIN_EXIT_STATUS_FILE (a job script reports it where the launcher cannot).
 """
 import json
 import os
@@ -82,9 +83,13 @@ def main():
     extra = ["--out", out, "--overwrite", "--resume", "none", "--debug.watchdog_s", str(watchdog_s)]
     if mode == "stall":
         extra += ["--debug.stall_reader", f"{victim}:5"]
+    status_file = os.path.join(work, f"{mode}.exit-status")  # rank 0's own code, for a job script
+    if os.path.exists(status_file):
+        os.remove(status_file)
     with open(log_path, "w") as log:
         # Nothing of the run may be left, whatever happened: leaving the block kills its session.
-        with Session(command + extra, stdout=log, stderr=subprocess.STDOUT) as p:
+        with Session(command + extra, stdout=log, stderr=subprocess.STDOUT,
+                     env=dict(os.environ, AVTRAIN_EXIT_STATUS_FILE=status_file)) as p:
             code, took = watch(p, mode, out, victim, watchdog_s, log_path)
     if code is None:
         fail(f"the job still ran {watchdog_s + 60:.0f} s after the {mode}; log {log_path}")
@@ -93,6 +98,10 @@ def main():
     print("\n".join(f"  rank {r}: {l}" for r, l in lines))
     if code != NO_PROGRESS:
         fail(f"the job ended with {code}, not {NO_PROGRESS}; log {log_path}")
+    # Rank 0's watchdog (or its reader's, stalled) fired: it wrote 124 for a launcher that may not say it.
+    rank0 = open(status_file).read().strip() if os.path.exists(status_file) else None
+    if rank0 != str(NO_PROGRESS):
+        fail(f"rank 0 wrote {rank0!r} to AVTRAIN_EXIT_STATUS_FILE, not {NO_PROGRESS}")
     if mode == "stop":
         if took > watchdog_s + BOUND_AFTER_WATCHDOG_S:
             fail(f"the job ended {took:.1f} s after the stop, past watchdog {watchdog_s:.0f} s + "
