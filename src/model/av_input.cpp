@@ -73,10 +73,9 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   Buffer& logmel = ws_[kLogmel];
   logmel.resize(std::size_t(B) * Tf * frontend_.mel_bins());
   frontend_.forward(be_, audio_in_.data(), set_.audio_samples, st.frame_mask.data(), logmel.data(), B);
-  if (!mb.spec_keep.empty()) {  // SpecAugment: the masks drawn on the host (data/augment.hpp) zero bins and frames
+  if (!mb.spec_keep.empty()) {  // SpecAugment: the masks drawn on the host (data/augment.hpp)
     require(mb.spec_keep.size() == logmel.size(), "internal: micro-batch SpecAugment mask size");
-    spec_keep_.upload(mb.spec_keep.data(), mb.spec_keep.size());
-    be_.mask_rows(logmel.data(), spec_keep_.data(), int(logmel.size()), 1);
+    spec_masking_.apply(be_, logmel.data(), mb.spec_keep, st.frame_mask.data(), B, Tf, frontend_.mel_bins());
   }
   Buffer& conv_out = ws_[kConv];
   conv_out.resize(na);

@@ -26,6 +26,7 @@
 #include "device_gate.hpp"
 #include "device_query.hpp"
 #include "model/mixup_loss.hpp"
+#include "model/spec_masking.hpp"
 
 namespace avtrain {
 namespace {
@@ -1114,8 +1115,26 @@ TEST_F(CudaOps, MaskRowsOfOneElementIsSpecAugmentsMask) {
   gpu().mask_rows(d_x, d_keep, n, 1);
   const std::vector<float> got = d_x.download();
   EXPECT_TRUE(close_l2(got, x, kF32));
-  for (int i = 0; i < n; ++i)
-    if (!keep[std::size_t(i)]) ASSERT_EQ(got[std::size_t(i)], 0.0f) << i;
+  for (int i = 0; i < n; ++i) {
+    if (!keep[std::size_t(i)]) {
+      ASSERT_EQ(got[std::size_t(i)], 0.0f) << i;
+    }
+  }
+}
+
+TEST_F(CudaOps, SpecMasksMatchCpu) {
+  const int B = 16, T = 99, M = 64;
+  const std::size_t n = sz(B, T, M);
+  const auto keep = random_mask(n, "spec.masks.keep", 0.2);
+  std::vector<std::uint8_t> drop(n), all(sz(B, T), 1);
+  for (std::size_t i = 0; i < n; ++i) drop[i] = !keep[i];
+  const auto frames = random_mask(sz(B, T), "spec.masks.frames", 0.3);
+  std::vector<float> x = normal(n, "spec.masks.logmel", 4.0), mean = nans(sz(B, M)), fill = nans(n);
+  DevU8 d_keep(gpu(), keep), d_drop(gpu(), drop), d_all(gpu(), all), d_frames(gpu(), frames);
+  DevF d_x(gpu(), x), d_mean(gpu(), mean), d_fill(gpu(), fill);
+  apply_spec_masks(cpu(), x.data(), keep.data(), drop.data(), frames.data(), all.data(), mean.data(), fill.data(), B, T, M);
+  apply_spec_masks(gpu(), d_x, d_keep, d_drop, d_frames, d_all, d_mean, d_fill, B, T, M);
+  EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
 }
 
 struct EmbedShape {

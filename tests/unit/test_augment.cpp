@@ -14,6 +14,7 @@
 #include "core/keyed_random.hpp"
 #include "data/augment.hpp"
 #include "model/mixup_loss.hpp"
+#include "model/spec_masking.hpp"
 
 namespace avtrain::data {
 namespace {
@@ -352,6 +353,38 @@ double reference_mixup_loss(const std::vector<double>& logits, const std::vector
     total += lambda * (log_norm - z[a[std::size_t(r)]]) + (1 - lambda) * (log_norm - z[b[std::size_t(r)]]);
   }
   return total / rows;
+}
+
+// A masked value becomes its mel bin's mean over the sample's valid frames; the rest is untouched.
+TEST(SpecMasking, MaskedValuesTakeTheirBinsMeanOverTheValidFrames) {
+  auto be = make_cpu_backend();
+  const int B = 3, T = 6, M = 4;
+  KeyedRandom r(2, "spec.logmel");
+  std::vector<float> logmel(std::size_t(B) * T * M);
+  for (auto& v : logmel) v = float(4.0 * r.normal() - 8.0);
+  const std::vector<std::uint8_t> frames = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      if (!frames[std::size_t(b * T + t)])
+        for (int m = 0; m < M; ++m) logmel[std::size_t((b * T + t) * M + m)] = 0;  // as masked_log leaves them
+  std::vector<std::uint8_t> keep(logmel.size()), drop(logmel.size()), all(std::size_t(B) * T, 1);
+  for (std::size_t i = 0; i < keep.size(); ++i) keep[i] = r.uniform() < 0.7, drop[i] = !keep[i];
+  std::vector<float> got = logmel, mean(std::size_t(B) * M, -1), fill(logmel.size(), -1);
+  apply_spec_masks(*be, got.data(), keep.data(), drop.data(), frames.data(), all.data(), mean.data(), fill.data(), B, T, M);
+  for (int b = 0; b < B; ++b)
+    for (int m = 0; m < M; ++m) {
+      double sum = 0;
+      int n = 0;
+      for (int t = 0; t < T; ++t)
+        if (frames[std::size_t(b * T + t)]) sum += logmel[std::size_t((b * T + t) * M + m)], ++n;
+      for (int t = 0; t < T; ++t) {
+        const std::size_t i = std::size_t((b * T + t) * M + m);
+        if (keep[i])
+          EXPECT_EQ(got[i], logmel[i]) << b << " " << t << " " << m;
+        else
+          EXPECT_NEAR(got[i], sum / n, 1e-5 * (1 + std::abs(sum / n))) << b << " " << t << " " << m;
+      }
+    }
 }
 
 TEST(MixupLoss, MatchesTheDefinitionAndItsGradientMatchesFiniteDifferences) {
