@@ -5,7 +5,7 @@
 # voices and fonts. Prints the validation accuracy and loss at the last step of each run.
 #   jobscripts/augment-demo.sh [OUT] [SEEDS...]   (default runs/augment-demo, seed 1; media made as
 #   media-demo.sh makes them, or reused from OUT/media)
-# AUGMENT_RUNS: the runs, "NAME:OPTIONS" separated by ';' (default below).
+# AUGMENT_RUNS: the runs, "NAME:OPTIONS" separated by ';' (default below); AUGMENT_STEPS (300).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -13,7 +13,6 @@ bin="$root/build/cpu/bin"
 out=${1:-$root/runs/augment-demo}
 shift || true
 seeds=("${@:-1}")
-[ ${#seeds[@]} -gt 0 ] || seeds=(1)
 media="$out/media"
 mkdir -p "$out"
 if [ ! -f "$media/val.csv" ]; then
@@ -33,7 +32,7 @@ for seed in "${seeds[@]}"; do
     dir="$out/$name-seed$seed"
     # shellcheck disable=SC2086
     "$bin/avtrain" "$root/inputs/media-demo.ini" --data "$out/shards/train8" --data.val_dir "$out/shards/val" \
-      --train.micro_batches 2 --steps 300 --seed "$seed" --out "$dir" --resume none --overwrite $opts > "$dir.log" 2>&1
+      --train.micro_batches 2 --steps "${AUGMENT_STEPS:-300}" --seed "$seed" --out "$dir" --resume none --overwrite $opts > "$dir.log" 2>&1
     awk -F, -v n="$name" -v s="$seed" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
       $c["val_acc"] != "" { a = $c["val_acc"]; l = $c["val_loss"]; t = $c["loss"] }
       END { printf "augment-demo: %-6s seed %s: val_acc %.4f val_loss %.4f (train loss %.4f)\n", n, s, a, l, t }' "$dir/trace.csv"
