@@ -233,6 +233,16 @@ def main():
             lambda m: m["config"].update({"train.micro_batches": 1})))
         write_run(d("dp"), base, meta=with_meta(lambda m: m["layout"].update(dp=2)))
         write_run(d("tf32"), base, mode="tf32")
+        # Augmentation: another mixup alpha is another run; the defaults written out are the run
+        # from before [augment] existed; a mask width with its masks off changes nothing.
+        write_run(d("mixup"), base, meta=with_meta(lambda m: m["config"].update({"augment.mixup": 0.4})))
+        write_run(d("aug_off"), base, meta=with_meta(lambda m: m["config"].update(
+            {"augment.mixup": 0.0, "augment.flip": False, "augment.crop_scale": 1.0, "data.clip_seconds": 0.0,
+             "augment.freq_masks": 0, "augment.freq_mask_width": 27})))
+        write_run(d("masks"), base, meta=with_meta(lambda m: m["config"].update(
+            {"augment.time_masks": 2, "augment.time_mask_width": 10})))
+        write_run(d("masks_wider"), base, meta=with_meta(lambda m: m["config"].update(
+            {"augment.time_masks": 2, "augment.time_mask_width": 20})))
         write_run(d("optim"), base, meta=with_meta(
             lambda m: m["config"].update({"optim.lr": 0.001, "train.threads": 1})))
 
@@ -303,6 +313,8 @@ def main():
             "width": R("base", "width"), "seed": R("base", "seed"), "data": R("base", "data"),
             "split": R("base", "split"), "batch": R("base", "batch"), "dp": R("base", "dp"),
             "optim": R("base", "optim"),
+            "mixup": R("base", "mixup"), "aug_off": R("base", "aug_off"),
+            "mask_width": R("masks", "masks_wider"),
             "tf32": R("base", "tf32"),
             "tf32_flags": R("base", "tf32", *[f"--tol={k}=0,0" for k in module.METRICS]),
             "tf32_some": R("base", "tf32", "--tol", "loss=0,0"),
@@ -370,6 +382,9 @@ def main():
         expect("split", 0)  # 16 x 2 and 32 x 1: the same global batch
         expect("batch", 2, stderr_re=r"not comparable: global batch differs \(32 vs 16\)")
         expect("dp", 2, stderr_re=r"not comparable: global batch differs \(32 vs 64\)")
+        expect("mixup", 2, stderr_re=r"^avtrain-reconcile: runs are not comparable: augment\.mixup differs \(0 vs 0\.4\)$")
+        expect("aug_off", 0)
+        expect("mask_width", 2, stderr_re=r"not comparable: augment\.time_mask_width differs \(10 vs 20\)")
         expect("optim", 0)  # optimizer and threads may differ; these traces are the same
         expect("tf32", 2, stderr_re=r"tf32/run\.json: precision\.mode 'tf32' has no default")
         expect("tf32_flags", 0, r"loss 0\|x\| \(flag\)  grad_norm x1 \(flag\)")

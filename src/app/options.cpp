@@ -184,6 +184,10 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[data] shard set", "data.check_values", &c.data.check_values,
         "what a start reads of the values: sample (lengths and labels whole, float32 audio in a few rows of each shard; "
         "every value is checked as it is read for training) or full (every value, and the shards' digests, at the start)");
+  t.add("[data] shard set", "data.clip_seconds", &c.data.clip_seconds,
+        "cut each clip to this many seconds, audio and frames aligned (training: a window at a random start "
+        "keyed by seed, epoch and sample; validation: the centred window); the model's input shapes follow; "
+        "0: the stored length", kNonNegative);
 
   t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
         kAtLeast1);
@@ -329,6 +333,22 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[checkpoint] checkpoints", "checkpoint.zero_write", &c.checkpoint.zero_write,
         "under parallel.zero 1: parallel (each replica writes the file of its part of the optimizer state) or "
         "gathered (the parts gathered to the stage's first replica, one file per stage); both load at any layout");
+
+  const std::string G = "[augment] training-time augmentation (docs/augmentation.md), keyed by seed, epoch and sample";
+  t.add(G, "augment.freq_masks", &c.augment.freq_masks, "SpecAugment frequency masks per sample (0: off)", kAtLeast0);
+  t.add(G, "augment.freq_mask_width", &c.augment.freq_mask_width,
+        "largest frequency mask, in mel bins (each width uniform in 0..this)", kAtLeast0);
+  t.add(G, "augment.time_masks", &c.augment.time_masks, "SpecAugment time masks per sample (0: off)", kAtLeast0);
+  t.add(G, "augment.time_mask_width", &c.augment.time_mask_width,
+        "largest time mask, in log-mel frames (each width uniform in 0..this, within the valid frames)", kAtLeast0);
+  t.add(G, "augment.crop_scale", &c.augment.crop_scale,
+        "random resized crop of the frames: smallest share of the area kept (aspect ratio in [3/4, 4/3]), resized "
+        "back bilinearly; the same crop for every frame of a clip; 1: off",
+        Range<double>{std::numeric_limits<double>::denorm_min(), 1.0, "in (0, 1]"});
+  t.add(G, "augment.flip", &c.augment.flip, "mirror a clip's frames left-right with probability 1/2");
+  t.add(G, "augment.mixup", &c.augment.mixup,
+        "mixup alpha: the rows of a micro-batch mixed with a keyed permutation of it, lambda = max(l, 1 - l), "
+        "l ~ Beta(alpha, alpha); loss lambda CE(own label) + (1 - lambda) CE(partner's); 0: off", kNonNegative);
 
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");

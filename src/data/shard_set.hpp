@@ -38,6 +38,10 @@ struct MicroBatch {
   std::vector<std::uint8_t> video;     // [B, F, H, W, C]
   std::vector<std::int32_t> video_len; // [B]
   std::vector<std::int32_t> label;     // [B]
+  // Set by training augmentation (data/augment.hpp), empty otherwise:
+  std::vector<std::int32_t> mix_label; // [B] mixup: the label of the sample each row was mixed with
+  float mix_weight = 1;                // mixup: lambda, the weight of `label` (1 - lambda: of mix_label)
+  std::vector<std::uint8_t> spec_keep; // [B, Tf, mel_bins] SpecAugment: 0 where the log-mel is masked
 };
 
 // What a read fetches: everything, or only the labels (the last pipeline stage, which gets its

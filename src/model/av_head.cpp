@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/mixup_loss.hpp"
 #include "model/saved_tensor.hpp"
 
 namespace avtrain {
@@ -11,7 +12,8 @@ namespace {
 struct HeadState final : LayerState {
   SavedTensor x, z;
   Buffer mean, rstd, dlogits, dpa, dpv;  // fp32: statistics and the loss gradients (B rows)
-  std::size_t bytes() const override { return total_bytes(x, z, mean, rstd, dlogits, dpa, dpv); }
+  Buffer dlogits_mix;                     // mixup: the partner labels' term of the loss gradient
+  std::size_t bytes() const override { return total_bytes(x, z, mean, rstd, dlogits, dpa, dpv, dlogits_mix); }
 };
 
 // Workspace slots.
@@ -62,8 +64,16 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   const bool training = flow.mode == Mode::train;
   st.dlogits.resize(logits.size());
   labels_.upload(flow.batch->label.data(), flow.batch->label.size());
-  flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
-                                   classes_, flow.grad_scale * ce_weight_, &flow.correct);
+  if (training && !flow.batch->mix_label.empty()) {
+    mix_labels_.upload(flow.batch->mix_label.data(), flow.batch->mix_label.size());
+    st.dlogits_mix.resize(logits.size());
+    flow.ce_loss = mixup_cross_entropy(be_, logits.data(), labels_.data(), mix_labels_.data(), flow.batch->mix_weight,
+                                       st.dlogits.data(), st.dlogits_mix.data(), B, classes_, flow.grad_scale * ce_weight_,
+                                       &flow.correct);
+  } else {
+    flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
+                                     classes_, flow.grad_scale * ce_weight_, &flow.correct);
+  }
   if (!training && flow.class_hits) count_class_hits(logits, flow);
   flow.nce_loss = 0;
   st.dpa.resize(std::size_t(B) * D);

@@ -1,7 +1,8 @@
 #pragma once
 // The last layer of AVNet: tokens in, loss out.
 //   head.ln -> masked mean pool of audio tokens (pa) and of video tokens (pv)
-//   head.cls([pa | pv]) -> ce_weight * cross-entropy with the labels
+//   head.cls([pa | pv]) -> ce_weight * cross-entropy with the labels (under mixup, the two labels
+//   weighted: model/mixup_loss.hpp)
 //   + nce_weight * symmetric InfoNCE(pa, pv) over the micro-batch at nce_temperature.
 // Pooling and both losses run in fp32; the logits are rounded to head.cls's type first.
 #include "backend/backend.hpp"
@@ -32,6 +33,7 @@ class AVHead final : public Layer {
   LayerNorm ln_;
   Linear cls_;
   Labels labels_;  // the micro-batch's labels in tensor memory
+  Labels mix_labels_;  // mixup: the labels each row was mixed with
 };
 
 }  // namespace avtrain

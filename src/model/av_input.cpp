@@ -86,6 +86,10 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   Buffer& logmel = ws_[kLogmel];
   logmel.resize(std::size_t(B) * Tf * frontend_.mel_bins());
   frontend_.forward(be_, audio_in_.data(), set_.audio_samples, st.frame_mask.data(), logmel.data(), B);
+  if (!mb.spec_keep.empty()) {  // SpecAugment: the masks drawn on the host (data/augment.hpp)
+    require(mb.spec_keep.size() == logmel.size(), "internal: micro-batch SpecAugment mask size");
+    spec_masking_.apply(be_, logmel.data(), mb.spec_keep, st.frame_mask.data(), B, Tf, frontend_.mel_bins());
+  }
   Buffer& conv_out = ws_[kConv];
   conv_out.resize(na);
   conv_.forward(be_, logmel.data(), ws_[kCol], conv_out.data(), B, Tf);

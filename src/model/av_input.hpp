@@ -1,6 +1,7 @@
 #pragma once
 // The first layer of AVNet: samples in, tokens out.
 //   audio -> log-mel (fp32) -> audio.conv (Conv1d k=3 s=2) -> audio.bn (masked BatchNorm1d) -> GELU
+//   (SpecAugment's masks, when a training micro-batch has them, between log-mel and conv: model/spec_masking.hpp)
 //   video -> tubelets t x p x p x C -> video.patch (linear)
 //   [audio tokens | video tokens] + embed.pos[L] + embed.modality[0|1], with the key-padding mask.
 // The log-mel front end always runs in fp32; GELU's output takes the type of audio.bn.
@@ -14,6 +15,7 @@
 #include "model/linear.hpp"
 #include "model/log_mel_frontend.hpp"
 #include "model/model_config.hpp"
+#include "model/spec_masking.hpp"
 #include "precision/precision_policy.hpp"
 
 namespace avtrain {
@@ -50,6 +52,7 @@ class AVInput final : public Layer {
   DType embed_dtype_;  // of the token sum
   std::vector<std::uint8_t> host_frame_mask_, host_audio_mask_, host_video_mask_, host_key_mask_;
   Buffer audio_in_;                          // the micro-batch's samples in tensor memory
+  SpecMasking spec_masking_;                 // SpecAugment's masks, when the micro-batch has them
   AlignedArray<std::uint8_t> video_in_;
   std::unique_ptr<Backend::InputUpload> audio_upload_, video_upload_;
   std::vector<std::int64_t> staged_;  // the samples of the batch stage() copies (global indices)

@@ -3,14 +3,16 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/model_config.hpp"
 
 namespace avtrain {
 
 BatchFeed::BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config,
                      const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step,
-                     std::int64_t stall_at)
+                     std::int64_t stall_at, const data::Augmenter* augmenter)
     : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields), reader_(shards),
-      next_to_submit_(first_step), stall_at_(stall_at) {}
+      next_to_submit_(first_step), stall_at_(stall_at),
+      augmenter_(augmenter && augmenter->changes_training() ? augmenter : nullptr) {}
 
 std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
   const int M = config_.train.micro_batches, mb = config_.train.micro_batch;
@@ -22,6 +24,11 @@ std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
       for (int m = 0; m < M; ++m) {
         const auto begin = global.begin() + (std::int64_t(topo_.dp_rank) * M + m) * mb;
         parts.push_back(reader_.submit({begin, begin + mb}, fields_));
+        if (augmenter_) {
+          const std::int64_t epoch = sampler_.epoch_of(next_to_submit_);
+          const data::Augmenter& a = *augmenter_;
+          parts.back() = transformed(std::move(parts.back()), [&a, epoch](data::MicroBatch& b) { a.train(b, epoch); });
+        }
       }
       if (next_to_submit_ == stall_at_) parts[0] = never_.get_future();
     }
@@ -31,6 +38,24 @@ std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
   auto parts = std::move(ahead_.front());
   ahead_.pop_front();
   return parts;
+}
+
+data::Augmenter make_augmenter(const RunConfig& config, const data::SetInfo& stored) {
+  data::SpecShape spec;
+  if (config.augment.spec_masks()) {
+    const TokenGeometry g = TokenGeometry::of(config.model, data::cropped_input(stored, config.data.clip_seconds));
+    spec = {g.frames, config.model.mel_bins, [g](int audio_len) { return g.valid_frames(audio_len); }};
+  }
+  return data::Augmenter(config.augment, config.data.clip_seconds, stored, config.train.seed, std::move(spec));
+}
+
+std::future<data::MicroBatch> transformed(std::future<data::MicroBatch> read,
+                                          std::function<void(data::MicroBatch&)> augment) {
+  return std::async(std::launch::deferred, [read = std::move(read), augment = std::move(augment)]() mutable {
+    data::MicroBatch b = read.get();
+    augment(b);
+    return b;
+  });
 }
 
 }  // namespace avtrain

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "train/batch_feed.hpp"
+
 namespace avtrain {
 
 namespace {
@@ -22,7 +24,9 @@ Evaluator::Evaluator(const RunConfig& config, const parallel::Topology& topo, pa
                      const data::ShardSet& shards, const data::ShardSet* val_shards, const data::Sampler& sampler)
     : config_(config), topo_(topo), world_(world), shards_(shards), samples_(validation_samples(val_shards, sampler)) {}
 
-Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& reader) const {
+Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& reader,
+                                      const data::Augmenter* augmenter) const {
+  if (augmenter && !augmenter->changes_evaluation()) augmenter = nullptr;
   Result e;
   const std::vector<std::int64_t>& val = samples_;
   if (val.empty()) return e;
@@ -37,7 +41,11 @@ Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& rea
   std::size_t next = 0;
   auto refill = [&] {
     if (!runner.reads()) return;
-    for (; next < mine.size() && pending.size() < ahead; ++next) pending.push_back(reader.submit(mine[next], runner.fields()));
+    for (; next < mine.size() && pending.size() < ahead; ++next) {
+      pending.push_back(reader.submit(mine[next], runner.fields()));
+      if (augmenter)
+        pending.back() = transformed(std::move(pending.back()), [augmenter](data::MicroBatch& b) { augmenter->evaluate(b); });
+    }
   };
   double sums[2] = {0, 0};  // loss x samples, correct
   std::vector<std::int64_t> hits(std::size_t(2 * shards_.info().num_classes), 0);

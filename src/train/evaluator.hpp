@@ -34,7 +34,8 @@ class Evaluator {
     nlohmann::json per_class = nlohmann::json::array();
   };
   // `reader` reads the validation set (where this stage reads samples at all).
-  Result evaluate(StageRunner& runner, data::Prefetcher& reader) const;
+  // augmenter: cuts validation clips to the run's input (the centred window), or null.
+  Result evaluate(StageRunner& runner, data::Prefetcher& reader, const data::Augmenter* augmenter = nullptr) const;
 
   // "dog 0.950 (40), cat 0.900 (40), ...": accuracy and samples per class.
   static std::string per_class_text(const nlohmann::json& rows);

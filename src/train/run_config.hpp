@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/enum_names.hpp"
+#include "data/augment.hpp"
 #include "data/shard_set.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
@@ -20,6 +21,7 @@ struct DataConfig {
   std::string val_dir;        // a shard set of its own for validation (then all of dir trains), or empty
   int prefetch_steps = 2;     // steps read ahead by the reader thread
   data::CheckValues check_values = data::CheckValues::sample;  // what a start reads of the values
+  double clip_seconds = 0;    // clips cut to this length (training: a random window; validation: centred); 0: as stored
 };
 
 struct TrainConfig {
@@ -94,6 +96,7 @@ struct RunConfig {
   DeviceConfig device;
   DebugConfig debug;
   CheckpointConfig checkpoint;
+  data::AugmentConfig augment;  // [augment]: training-time augmentation, all off by default
   std::string resume = "auto";  // auto: the newest committed checkpoint, if any; none; or a checkpoint directory
   bool overwrite = false;       // a fresh run may replace the traces already in --out
   bool eval_only = false;       // evaluate the checkpoint --resume names on the validation split, then exit

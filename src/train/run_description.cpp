@@ -86,7 +86,7 @@ std::string zero_note(const RunConfig& c) {
 }  // namespace
 
 void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::ostream& out) {
-  const data::SetInfo& s = shards.info();
+  const data::SetInfo s = data::cropped_input(shards.info(), c.data.clip_seconds);
   const int pp = c.parallel.pp;
   const StagePlan plan = plan_stages(c, be, s, pp);
   const PrecisionPolicy policy(c.precision);

@@ -40,6 +40,12 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
     if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
   f["data"] = data_fingerprint(shards_.info());
   if (val_shards_) f["val_data"] = data_fingerprint(val_shards_->info());
+  // Augmentation changes what trains: a resume must keep it. Absent when off, as before it existed.
+  if (config_.augment.any() || config_.data.clip_seconds != 0) {
+    f["augment"] = nlohmann::json::object();
+    for (auto it = options.begin(); it != options.end(); ++it)
+      if (it.key().rfind("augment.", 0) == 0 || it.key() == "data.clip_seconds") f["augment"][it.key()] = *it;
+  }
   return f;
 }
 

@@ -58,6 +58,7 @@ struct Trainer::Impl {
   parallel::ProcessGroups& groups;
   const parallel::Topology& topo;
   PrecisionPolicy policy;
+  data::Augmenter augmenter;  // [augment] and data.clip_seconds: the model's input shapes, the transforms
   StagePlan plan;
   DistributedOptimizer optimizer;  // the stage's parameters, their reduction, AdamW, the ZeRO parts
   ParamStore& params;
@@ -70,9 +71,9 @@ struct Trainer::Impl {
 
   Impl(const RunConfig& c, Backend& b, data::ShardSet& s, data::ShardSet* v, parallel::ProcessGroups& g)
       : config(c), be(b), shards(s), val_shards(v), groups(g), topo(g.topology), policy(c.precision),
-        plan(plan_stages(c, b, s.info(), g.topology.pp)), optimizer(b, distributed_optimizer_config(c)),
+        augmenter(make_augmenter(c, s.info())), plan(plan_stages(c, b, augmenter.input(), g.topology.pp)), optimizer(b, distributed_optimizer_config(c)),
         params(optimizer.params()), watchdog(c, g),
-        runner(c, b, g, policy, s.info(), plan.stages[g.topology.pp_rank], optimizer, watchdog),
+        runner(c, b, g, policy, augmenter.input(), plan.stages[g.topology.pp_rank], optimizer, watchdog),
         manifest(c, g.topology, b, policy, s, v), faults(c.debug, g.topology.rank),
         bubble_theory(parallel::ideal_bubble(g.topology.pp, c.train.micro_batches)) {
     optimizer.build(topo.dp, topo.dp_rank, g.data.get());  // the runner's layers have registered the parameters
@@ -143,7 +144,7 @@ struct Trainer::Impl {
     run.timeline.emplace(!config.parallel.timeline.empty(), Clock::now(), topo.rank);
     run.started = Clock::now();
     run.feed.emplace(shards, run.sampler, config, topo, runner.reads(), runner.fields(), run.first_step,
-                     faults.stall_reader_at());
+                     faults.stall_reader_at(), &augmenter);
     if (val_shards) run.val_reader = std::make_unique<data::Prefetcher>(*val_shards);
     run.summary.steps = int(run.first_step);
     log << std::fixed;
@@ -310,7 +311,8 @@ struct Trainer::Impl {
     watchdog.mark_all_ranks("the evaluation after step " + std::to_string(step));
     const auto t_eval = Clock::now();
     check_replicas_agree(step);
-    const Evaluator::Result e = run.evaluator.evaluate(runner, run.val_reader ? *run.val_reader : run.feed->reader());
+    const Evaluator::Result e = run.evaluator.evaluate(runner, run.val_reader ? *run.val_reader : run.feed->reader(),
+                                                               &augmenter);
     run.timeline->span("evaluation", "eval", t_eval, Clock::now(), step);
     run.record.evaluation_took(std::chrono::duration<double>(Clock::now() - t_eval).count());
     if (run.evaluator.samples().empty()) return;
@@ -414,7 +416,7 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");
   data::Prefetcher reader(d.val_shards ? *d.val_shards : d.shards);
-  const Evaluator::Result e = evaluator.evaluate(d.runner, reader);
+  const Evaluator::Result e = evaluator.evaluate(d.runner, reader, &d.augmenter);
   const std::string& which = checkpoints.loaded();
   const nlohmann::json& per_class = e.per_class;
   nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"val_loss", e.loss},

@@ -25,6 +25,8 @@
 #include "cuda_backend.hpp"
 #include "device_gate.hpp"
 #include "device_query.hpp"
+#include "model/mixup_loss.hpp"
+#include "model/spec_masking.hpp"
 
 namespace avtrain {
 namespace {
@@ -1137,6 +1139,39 @@ TEST_F(CudaOps, MaskRowsZeroesMaskedRowsWhateverTheyHeld) {
   EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
 }
 
+// SpecAugment's use (model/av_input.cpp): a mask per element of the log-mel, rows of one.
+TEST_F(CudaOps, MaskRowsOfOneElementIsSpecAugmentsMask) {
+  const int B = 16, T = 99, mel = 64, n = B * T * mel;
+  const auto keep = random_mask(n, "spec.keep", 0.2);
+  std::vector<float> x = normal(sz(n, 1), "spec.logmel");
+  DevU8 d_keep(gpu(), keep);
+  DevF d_x(gpu(), x);
+  cpu().mask_rows(x.data(), keep.data(), n, 1);
+  gpu().mask_rows(d_x, d_keep, n, 1);
+  const std::vector<float> got = d_x.download();
+  EXPECT_TRUE(close_l2(got, x, kF32));
+  for (int i = 0; i < n; ++i) {
+    if (!keep[std::size_t(i)]) {
+      ASSERT_EQ(got[std::size_t(i)], 0.0f) << i;
+    }
+  }
+}
+
+TEST_F(CudaOps, SpecMasksMatchCpu) {
+  const int B = 16, T = 99, M = 64;
+  const std::size_t n = sz(B, T, M);
+  const auto keep = random_mask(n, "spec.masks.keep", 0.2);
+  std::vector<std::uint8_t> drop(n), all(sz(B, T), 1);
+  for (std::size_t i = 0; i < n; ++i) drop[i] = !keep[i];
+  const auto frames = random_mask(sz(B, T), "spec.masks.frames", 0.3);
+  std::vector<float> x = normal(n, "spec.masks.logmel", 4.0), mean = nans(sz(B, M)), fill = nans(n);
+  DevU8 d_keep(gpu(), keep), d_drop(gpu(), drop), d_all(gpu(), all), d_frames(gpu(), frames);
+  DevF d_x(gpu(), x), d_mean(gpu(), mean), d_fill(gpu(), fill);
+  apply_spec_masks(cpu(), x.data(), keep.data(), drop.data(), frames.data(), all.data(), mean.data(), fill.data(), B, T, M);
+  apply_spec_masks(gpu(), d_x, d_keep, d_drop, d_frames, d_all, d_mean, d_fill, B, T, M);
+  EXPECT_TRUE(close_l2(d_x.download(), x, kF32));
+}
+
 struct EmbedShape {
   static constexpr int B = 8, Ta = 31, L = 95, D = 128, Tv = L - Ta;  // x has 97280 elements
 };
@@ -1256,6 +1291,30 @@ TEST_F(CudaOps, CrossEntropyLossGradientAndCorrectCountMatchCpu) {
     EXPECT_TRUE(close_scalar(eval, loss, kF32)) << "loss without dlogits";
     EXPECT_EQ(got_correct, correct) << "correct without dlogits";
   }
+}
+
+TEST_F(CudaOps, MixupCrossEntropyMatchesCpu) {
+  const int rows = 32, classes = 309;
+  const float grad_scale = 0.7f, lambda = 0.7f;
+  const auto logits = normal(sz(rows, classes), "mix.logits", 3.0);
+  KeyedRandom rng(kSeed, "mix.labels");
+  std::vector<std::int32_t> labels(rows), mix(rows);
+  for (int r = 0; r < rows; ++r) {
+    labels[r] = std::int32_t(rng.below(std::uint64_t(classes)));
+    mix[r] = std::int32_t(rng.below(std::uint64_t(classes)));
+  }
+  std::vector<float> dlogits = nans(logits.size()), scratch = nans(logits.size());
+  int correct = -1;
+  const double loss = mixup_cross_entropy(cpu(), logits.data(), labels.data(), mix.data(), lambda, dlogits.data(),
+                                          scratch.data(), rows, classes, grad_scale, &correct);
+  DevF d_logits(gpu(), logits), d_dlogits(gpu(), nans(logits.size())), d_scratch(gpu(), nans(logits.size()));
+  DeviceBuffer<std::int32_t> d_labels(gpu(), labels), d_mix(gpu(), mix);
+  int got_correct = -1;
+  const double got = mixup_cross_entropy(gpu(), d_logits, d_labels, d_mix, lambda, d_dlogits, d_scratch, rows, classes,
+                                         grad_scale, &got_correct);
+  EXPECT_TRUE(close_scalar(got, loss, kF32)) << "loss";
+  EXPECT_EQ(got_correct, correct);
+  EXPECT_TRUE(close_l2(d_dlogits.download(), dlogits, kF32)) << "dlogits";
 }
 
 TEST_F(CudaOps, InfoNceLossMatchesCpuAndAccumulatesGradients) {
