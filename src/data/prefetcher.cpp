@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/error.hpp"
+
 namespace avtrain::data {
 
 struct Prefetcher::Impl {
@@ -14,18 +16,21 @@ struct Prefetcher::Impl {
     std::promise<MicroBatch> result;
   };
 
-  explicit Impl(ShardSet& shard_set) : set(shard_set), worker([this] { run(); }) {}
+  Impl(ShardSet& shard_set, int threads) : set(shard_set) {
+    require(threads >= 1, "data.reader_threads = " + std::to_string(threads) + ": must be >= 1");
+    for (int t = 0; t < threads; ++t) workers.emplace_back([this] { run(); });
+  }
 
   ~Impl() {
     {
       const std::lock_guard lock(mutex);
       stopping = true;
     }
-    wake.notify_one();
-    worker.join();
+    wake.notify_all();
+    for (std::thread& w : workers) w.join();
   }
 
-  // Runs every queued job, in order, until stopping is set and the queue is empty.
+  // Takes queued jobs, oldest first, until stopping is set and the queue is empty.
   void run() {
     for (;;) {
       Job job;
@@ -49,12 +54,14 @@ struct Prefetcher::Impl {
   std::condition_variable wake;
   std::deque<Job> jobs;
   bool stopping = false;
-  std::thread worker;  // last member: starts after everything it uses exists
+  std::vector<std::thread> workers;  // last member: they start after everything they use exists
 };
 
-Prefetcher::Prefetcher(ShardSet& set) : impl_(std::make_unique<Impl>(set)) {}
+Prefetcher::Prefetcher(ShardSet& set, int threads) : impl_(std::make_unique<Impl>(set, threads)) {}
 
 Prefetcher::~Prefetcher() = default;
+
+int Prefetcher::threads() const { return static_cast<int>(impl_->workers.size()); }
 
 std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices, Fields fields) {
   Impl::Job job{std::move(global_indices), fields, {}};

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "data/zstd_filter.hpp"
 
 namespace avtrain::data {
 
@@ -60,7 +61,13 @@ H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t
     H5Pset_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data());
     if (layout.gzip) {
       H5Pset_shuffle(plist.get());
-      H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
+      if (layout.zstd_level > 0) {
+        register_zstd_filter();
+        const auto level = static_cast<unsigned>(layout.zstd_level);
+        H5Pset_filter(plist.get(), kZstdFilter, H5Z_FLAG_MANDATORY, 1, &level);
+      } else {
+        H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
+      }
     }
   }
   H5Id dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Dclose);

@@ -20,6 +20,7 @@ struct DataConfig {
   std::string val_dir;        // a shard set of its own for validation (then all of dir trains), or empty
   int prefetch_steps = 2;     // steps read ahead by the reader thread
   data::CheckValues check_values = data::CheckValues::sample;  // what a start reads of the values
+  int reader_threads = 0;     // reader threads per rank; 0 until options derive it (app/reader_threads.hpp)
 };
 
 struct TrainConfig {
