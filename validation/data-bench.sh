@@ -15,7 +15,8 @@
 #                                       AVTRAIN_BENCH_SHAPES, AVTRAIN_BENCH_COMPRESSIONS,
 #                                       AVTRAIN_BENCH_THREADS (1 2 4) to pick)
 #   validation/data-bench.sh --fed [WORK]   a 2-rank CPU training run at the vggsound shape with a
-#       deliberately fast step (a tiny model: inputs/ci.ini's at width 16, depth 1), gzip 4 and zstd 3,
+#       deliberately fast step (a tiny model: inputs/ci.ini's at width 16, depth 1, 156 audio frames of
+#       1024 samples, tubelets of 16 frames x 28 x 28: 80 video tokens), 1 compute thread a rank, gzip 4 and zstd 3,
 #       data.reader_threads 1 and 2: data_wait_ms as a share of step_ms in the steady state (steps
 #       after the 5th, trace.csv), and the reader cores the step rate needs (samples per CPU-second
 #       from read-bench).
@@ -73,7 +74,7 @@ if [ $fed = 1 ]; then
       rm -rf "$out"
       mpirun -np 2 --oversubscribe --bind-to none "$bin/avtrain" "$root/inputs/ci.ini" --data "$data" --out "$out" \
         --steps "$steps" --train.micro_batch 4 --train.micro_batches 1 --model.width 16 --model.depth 1 --model.heads 2 \
-        --model.mel_bins 16 --threads 1 --train.eval_interval 0 --data.val_fraction 0.1 --data.reader_threads "$t" > "$out.log" 2>&1
+        --model.mel_bins 16 --model.audio_window 1024 --model.audio_hop 1024 --model.tubelet_frames 16 --model.patch 28 --threads 1 --train.eval_interval 0 --data.val_fraction 0.1 --data.reader_threads "$t" > "$out.log" 2>&1
       /usr/bin/python3 - "$out/trace.csv" "$c" "$t" "$rate" >> "$fed_results" <<'PY'
 import csv, json, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step"].isdigit()]
@@ -132,8 +133,9 @@ for r in rows:
     by.setdefault((r["shape"], r["compression"]), {})[r["reader_threads"]] = r
 cols = " / ".join(str(t) for t in threads)
 print(f"| shape | compression | MB a sample (decoded / stored) | samples/s ({cols}) | CPU-s per s ({cols}) | "
-      f"samples per CPU-second ({cols}) | MB/s of the files per core | the start read |")
-print("|---|---|---|---|---|---|---|---|")
+      f"samples per CPU-second ({cols}) | MB/s of the files per core | HDF5 lock held, share of CPU (1 thread) | "
+      f"4 free cores give at most | the start read |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (shape, c), t in by.items():
     r = t[threads[0]]
     join = lambda key, f: " / ".join(f.format(t[n][key]) if n in t else "-" for n in threads)
@@ -141,7 +143,8 @@ for (shape, c), t in by.items():
     print(f"| {shape} | {c} | {r['decoded_mb_per_sample']:.3f} / {r['stored_mb_per_sample']:.3f} | "
           f"{join('samples_per_s', '{:.0f}')} | {cpu} | {join('samples_per_cpu_s', '{:.0f}')} | "
           f"{r['samples_per_cpu_s'] * r['stored_mb_per_sample']:.0f} | "
-          f"{r['open_read_mb']:.2f} of {r['set_mb']:.0f} MB ({100 * r['open_read_mb'] / r['set_mb']:.2f} %) |")
+          f"{100 * r.get('lock_share', 0):.1f} % | {r.get('speedup_limit_4_cores', 0):.2f}x |"
+          f" {r['open_read_mb']:.2f} of {r['set_mb']:.0f} MB ({100 * r['open_read_mb'] / r['set_mb']:.2f} %) |")
 print()
 print("| shape | one node of 8 GPUs needs | reader cores it takes (at samples per CPU-second, 1 thread), by compression |")
 print("|---|---|---|")

@@ -24,6 +24,7 @@
 
 #include "core/error.hpp"
 #include "data/prefetcher.hpp"
+#include "data/raw_chunks.hpp"
 #include "data/sampler.hpp"
 #include "data/shard_set.hpp"
 
@@ -117,7 +118,7 @@ int read_bench(const std::vector<std::string>& args) {
   std::deque<std::future<data::MicroBatch>> queued;
   std::int64_t submitted = 0, done = 0, samples = 0;
   const auto t0 = Clock::now();
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = cpu_seconds(), lock0 = data::TimedHdf5Lock::held_seconds();
   auto more = [&] {
     return max_batches > 0 ? submitted < max_batches : seconds_since(t0) < seconds;
   };
@@ -130,6 +131,10 @@ int read_bench(const std::vector<std::string>& args) {
     if (more()) queued.push_back(reader.submit(sampler.batch(submitted++)));
   }
   const double wall = seconds_since(t0), cpu = cpu_seconds() - cpu0;
+  // The share of the reading's CPU time spent holding the HDF5 lock, s: threads overlap the rest, so
+  // n cores give at most 1 / (s + (1 - s) / n) times one core's rate (Amdahl).
+  const double lock_share = cpu > 0 ? (data::TimedHdf5Lock::held_seconds() - lock0) / cpu : 0.0;
+  const auto speedup = [&](int n) { return 1.0 / (lock_share + (1.0 - lock_share) / n); };
   const double rate = double(samples) / wall;
   const double mb = 1e6;
   nlohmann::json r = {{"data", dir},
@@ -149,7 +154,9 @@ int read_bench(const std::vector<std::string>& args) {
                       {"open_cpu_s", open_cpu},
                       {"open_read_mb", open_read / mb},
                       {"set_samples", info.total_samples},
-                      {"set_mb", double(file_bytes) / mb}};
+                      {"set_mb", double(file_bytes) / mb},
+                      {"lock_share", lock_share},
+                      {"speedup_limit_4_cores", speedup(4)}};
   if (json) {
     std::cout << r.dump() << "\n";
     return 0;
@@ -162,7 +169,9 @@ int read_bench(const std::vector<std::string>& args) {
        << std::setprecision(3) << stored_per_sample / mb << " MB a sample stored); " << std::setprecision(2) << cpu / wall << " CPU-s per s, "
        << std::setprecision(1) << (cpu > 0 ? double(samples) / cpu : 0.0) << " samples per CPU-second; opening "
        << std::setprecision(2) << open_s << " s, reading " << open_read / mb << " MB of the set's "
-       << double(file_bytes) / mb << " MB (the start's checks)\n";
+       << double(file_bytes) / mb << " MB (the start's checks); the HDF5 lock held " << std::setprecision(1)
+       << 100 * lock_share << " % of the CPU time: 4 cores give at most " << std::setprecision(2) << speedup(4)
+       << "x one core's rate\n";
   std::cout << line.str();
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "data/prefetcher.hpp"
 
+#include <malloc.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -8,6 +10,23 @@
 #include "core/error.hpp"
 
 namespace avtrain::data {
+
+namespace {
+
+// glibc's malloc (per-thread arenas, a dynamic mmap threshold) gives the micro-batches' memory back to
+// the kernel and faults it in again: measured at the large shape, uncompressed, 22 page faults a sample
+// with one reader thread and 134 with two (2-4x fewer samples per CPU-second), at the VGGSound-like
+// shape ~900 a sample (every page of every sample). A fixed mmap threshold of 32 MiB and a trim
+// threshold of 256 MiB keep it for reuse (3-8x fewer faults). Process-wide, once; no result changes.
+void keep_batch_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+}
+
+}  // namespace
 
 struct Prefetcher::Impl {
   struct Job {
@@ -18,6 +37,7 @@ struct Prefetcher::Impl {
 
   Impl(ShardSet& shard_set, int threads) : set(shard_set) {
     require(threads >= 1, "data.reader_threads = " + std::to_string(threads) + ": must be >= 1");
+    keep_batch_memory();
     for (int t = 0; t < threads; ++t) workers.emplace_back([this] { run(); });
   }
 

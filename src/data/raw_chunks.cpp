@@ -101,7 +101,21 @@ bool unzstd(const unsigned char* in, std::size_t in_bytes, unsigned char* out, s
   return !ZSTD_isError(got) && got == bytes;
 }
 
+std::atomic<std::int64_t> lock_held_ns{0};
+
 }  // namespace
+
+TimedHdf5Lock::TimedHdf5Lock() {
+  hdf5_mutex().lock();
+  since_ = std::chrono::steady_clock::now();
+}
+
+TimedHdf5Lock::~TimedHdf5Lock() {
+  lock_held_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since_).count();
+  hdf5_mutex().unlock();
+}
+
+double TimedHdf5Lock::held_seconds() { return 1e-9 * double(lock_held_ns.load()); }
 
 void require_filters_available(hid_t dataset, const std::string& path, const char* name) {
   register_zstd_filter();
@@ -204,7 +218,7 @@ void read_raw_rows(hid_t dataset, hid_t mem_type, const RawRowPlan& plan, const 
     return Error(path + ": " + name + "[" + std::to_string(row) + "] " + what + " (the file is truncated or corrupt)");
   };
   if (!plan.raw) {
-    const std::lock_guard lock(hdf5_mutex());
+    const TimedHdf5Lock lock;
     if (!read_row_runs(dataset, mem_type, row_runs(rows), out))
       throw Error(path + ": " + name + " cannot be read (the file is truncated or corrupt)");
     return;
@@ -216,7 +230,7 @@ void read_raw_rows(hid_t dataset, hid_t mem_type, const RawRowPlan& plan, const 
   };
   std::vector<Stored> stored(rows.size());
   {
-    const std::lock_guard lock(hdf5_mutex());
+    const TimedHdf5Lock lock;
     const H5Id space(H5Dget_space(dataset), H5Sclose);
     const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : 0;
     std::vector<hsize_t> offset(static_cast<std::size_t>(std::max(rank, 1)), 0);

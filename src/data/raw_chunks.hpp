@@ -7,12 +7,28 @@
 // read) is read through H5Dread (read_row_runs) under the lock: the bytes are the same either way.
 #include <hdf5.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace avtrain::data {
+
+// hdf5_mutex() held by the training reads (read_rows), timed: the share of a reader's CPU time spent
+// holding it is what no number of reader threads can overlap (read-bench reports it).
+class TimedHdf5Lock {
+ public:
+  TimedHdf5Lock();
+  ~TimedHdf5Lock();
+  TimedHdf5Lock(const TimedHdf5Lock&) = delete;
+  TimedHdf5Lock& operator=(const TimedHdf5Lock&) = delete;
+  static double held_seconds();  // in total, since the process started
+
+ private:
+  std::chrono::steady_clock::time_point since_;
+};
 
 enum class ChunkFilter { shuffle, deflate, zstd };
 

@@ -363,7 +363,7 @@ ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows, Fields f
   const auto audio_row = static_cast<std::size_t>(h.audio_samples);
   const auto video_row = static_cast<std::size_t>(h.frames) * h.height * h.width * h.channels;
   const auto read = [&](const H5Id& dataset, hid_t mem_type, void* buffer, const char* name) {
-    const std::lock_guard lock(hdf5_mutex());
+    const TimedHdf5Lock lock;
     if (!read_row_runs(dataset.get(), mem_type, runs, buffer)) {
       throw Error(h.path + ": " + name + " cannot be read (the file is truncated or corrupt)");
     }

@@ -64,7 +64,7 @@ H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t
       if (layout.zstd_level > 0) {
         register_zstd_filter();
         const auto level = static_cast<unsigned>(layout.zstd_level);
-        H5Pset_filter(plist.get(), kZstdFilter, H5Z_FLAG_MANDATORY, 1, &level);
+        H5Pset_filter(plist.get(), kZstdFilter, H5Z_FLAG_OPTIONAL, 1, &level);  // optional, as deflate: HDF5 refuses a mandatory filter on /source's strings
       } else {
         H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
       }
