@@ -3,6 +3,9 @@
 #include <libdeflate.h>
 #include <zstd.h>
 
+#include <time.h>
+
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -105,13 +108,23 @@ std::atomic<std::int64_t> lock_held_ns{0};
 
 }  // namespace
 
+namespace {
+
+std::int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+}  // namespace
+
 TimedHdf5Lock::TimedHdf5Lock() {
   hdf5_mutex().lock();
-  since_ = std::chrono::steady_clock::now();
+  since_ns_ = thread_cpu_ns();
 }
 
 TimedHdf5Lock::~TimedHdf5Lock() {
-  lock_held_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since_).count();
+  lock_held_ns += thread_cpu_ns() - since_ns_;
   hdf5_mutex().unlock();
 }
 

@@ -7,8 +7,6 @@
 // read) is read through H5Dread (read_row_runs) under the lock: the bytes are the same either way.
 #include <hdf5.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,8 +14,9 @@
 
 namespace avtrain::data {
 
-// hdf5_mutex() held by the training reads (read_rows), timed: the share of a reader's CPU time spent
-// holding it is what no number of reader threads can overlap (read-bench reports it).
+// hdf5_mutex() held by the training reads (read_rows), timed in the holding thread's CPU time (not the
+// wall clock, which would count the time a preempted holder waits for a core): the share of a reader's
+// CPU time spent holding it is what no number of reader threads can overlap (read-bench reports it).
 class TimedHdf5Lock {
  public:
   TimedHdf5Lock();
@@ -27,7 +26,7 @@ class TimedHdf5Lock {
   static double held_seconds();  // in total, since the process started
 
  private:
-  std::chrono::steady_clock::time_point since_;
+  std::int64_t since_ns_ = 0;
 };
 
 enum class ChunkFilter { shuffle, deflate, zstd };
