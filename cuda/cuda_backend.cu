@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "cuda_input_upload.hpp"
 
 namespace avtrain::cuda {
 
@@ -56,6 +57,8 @@ CudaBackend::~CudaBackend() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) { return std::make_unique<CudaBackend>(options); }
+
+std::unique_ptr<Backend::InputUpload> CudaBackend::make_input_upload() { return cuda::make_input_upload(stream_); }
 
 void* CudaBackend::DeviceMemory::allocate(std::size_t bytes) {
   const std::size_t rounded = round_up(bytes, kAlignment);

@@ -40,6 +40,8 @@ class CudaBackend final : public Backend {
   std::size_t peak_bytes() const override { return arena_ ? arena_->peak_bytes() : 0; }
   void synchronize() override;
   std::size_t memory_for_tensors() const override;
+  // Page-locked staging and a copy stream (cuda_input_upload.hpp).
+  std::unique_ptr<InputUpload> make_input_upload() override;
 
   // Takes one block of `bytes` of device memory now; from then on every allocation of this backend
   // (the tensors, its own scratch) comes from it, so nothing calls cudaMalloc inside the step loop,

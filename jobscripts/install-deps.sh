@@ -12,13 +12,14 @@ set -euo pipefail
 # that preset with this base list alone). slurmctld, slurmd, slurm-client, munge: the test of the Slurm job script against
 # a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and stops its daemons).
 # python3-matplotlib: the run command's plot (validation/plot_traces.py).
+# libxxhash-dev: the shards' value digests (docs/shard-format.md).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
 # make their media with it. libdeflate-dev, libzstd-dev: the data reader's decompression outside the
 # HDF5 lock, and the zstd filter (src/data/raw_chunks.cpp, zstd_filter.cpp).
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
-          libgtest-dev python3 python3-numpy python3-h5py python3-matplotlib
+          libxxhash-dev libgtest-dev python3 python3-numpy python3-h5py python3-matplotlib
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap python3-venv
           slurmctld slurmd slurm-client munge
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg

@@ -9,7 +9,7 @@
 # not the disk.
 #   quickstart  1 s of 8 kHz int16 audio, 8 frames 32x32 grey   (inputs/quickstart.ini; micro-batch 32)
 #   vggsound    10 s of 16 kHz, 80 frames 112x112 RGB           (validation/pack-bench.sh's; micro-batch 8)
-#   vggsound-float  the same with float32 audio (what a start's value check reads whole)
+#   vggsound-float  the same with float32 audio (float audio is what a start's value check samples)
 #   large       4 s of 16 kHz, 16 frames 160x160 RGB            (inputs/gpu-large.ini; micro-batch 8)
 #   validation/data-bench.sh [WORK]    (default runs/data-bench; AVTRAIN_BENCH_SECONDS per reading, 8;
 #                                       AVTRAIN_BENCH_SHAPES, AVTRAIN_BENCH_COMPRESSIONS,

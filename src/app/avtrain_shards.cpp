@@ -20,6 +20,7 @@
 #include "data/shard_directory.hpp"
 #include "data/shard_reader.hpp"
 #include "data/synthetic.hpp"
+#include "data/value_digest.hpp"
 
 namespace po = boost::program_options;
 using namespace avtrain;
@@ -30,14 +31,14 @@ namespace {
 constexpr const char* kUsage =
     "usage: avtrain-shards synth --out DIR [--shards K --samples N --seed S ...]\n"
     "       avtrain-shards pack --manifest FILE.csv | --tree DIR  --out DIR [options]\n"
-    "       avtrain-shards inspect FILE_OR_DIR...\n"
+    "       avtrain-shards inspect [--check-values] FILE_OR_DIR...\n"
     "       avtrain-shards read-bench --data DIR [--micro-batch B --seconds S]\n"
     "\n"
     "  synth    write a synthetic shard set whose label needs both modalities:\n"
     "           label = tone_class * motions + motion_class\n"
     "  pack     decode audio and video files with FFmpeg into a shard set (under mpirun: over the ranks)\n"
     "  inspect  print attributes, datasets, sample counts and class histograms of shard files,\n"
-    "           check every rule of the format; exit 1 when a file is refused\n"
+    "           check them as a start does (--check-values: every value and digest); exit 1 when refused\n"
     "  read-bench  read shuffled micro-batches through the training reader with no model behind it:\n"
     "           samples/s, MB/s, the rate per core\n"
     "\n"
@@ -119,7 +120,8 @@ void print_histogram(const std::vector<std::int64_t>& histogram) {
 }
 
 // Prints one shard and checks it; returns its header, or nothing (after printing the error) when refused.
-std::optional<ShardHeader> inspect_file(const std::string& path, const std::optional<ShardHeader>& first_of_set) {
+std::optional<ShardHeader> inspect_file(const std::string& path, const std::optional<ShardHeader>& first_of_set,
+                                        bool check_every_value) {
   std::error_code ec;
   const auto bytes = std::filesystem::file_size(path, ec);
   std::cout << path;
@@ -137,9 +139,24 @@ std::optional<ShardHeader> inspect_file(const std::string& path, const std::opti
       std::cout << '\n';
     }
     if (!h.packed_with.empty()) std::cout << "  packed_with " << h.packed_with << '\n';
+    if (h.digests) {
+      std::cout << "  values_checked 1, digests (" << kDigestAlgorithm << ")";
+      for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d)
+        std::cout << (d ? ", " : " ") << kDigestedDatasets[d] << " " << hex_digest((*h.digests)[d]);
+      std::cout << '\n';
+    }
     print_layouts(shard);
     std::cout << "  samples   " << h.samples << '\n';
-    const std::vector<std::int64_t> histogram = shard.check_values();
+    const std::vector<std::int64_t> histogram = shard.check_values(!check_every_value);
+    std::cout << "  values    ";
+    if (check_every_value) {
+      std::cout << (h.digests ? "every value checked, every digest matches" : "every value checked (no digests)");
+    } else {
+      std::cout << "lengths and labels checked" << (h.digests ? " (their digests match)" : "");
+      if (!h.audio_int16) std::cout << ", float audio in " << shard.sampled_rows().size() << " row(s)";
+      std::cout << "; --check-values reads every value";
+    }
+    std::cout << '\n';
     print_histogram(histogram);
     if (first_of_set) require_same_set(*first_of_set, h);
     std::cout << "  ok\n";
@@ -153,8 +170,12 @@ std::optional<ShardHeader> inspect_file(const std::string& path, const std::opti
 
 int inspect(const std::vector<std::string>& args) {
   std::vector<std::string> paths;
+  bool check_every_value = false;
   po::options_description options("avtrain-shards inspect options");
-  options.add_options()("help,h", "print this help");
+  options.add_options()("help,h", "print this help")(
+      "check-values", po::bool_switch(&check_every_value),
+      "read every value: lengths, labels and float audio in range, and every dataset against its digest where the "
+      "shard records them (as data.check_values full); without it, the checks of a start (data.check_values sample)");
   po::options_description hidden;
   hidden.add_options()("path", po::value(&paths));
   po::options_description all;
@@ -165,7 +186,7 @@ int inspect(const std::vector<std::string>& args) {
   po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << "usage: avtrain-shards inspect FILE_OR_DIR...\n"
+    std::cout << "usage: avtrain-shards inspect [--check-values] FILE_OR_DIR...\n"
                  "  a directory is checked as one shard set: its *.h5 files must agree with each other\n\n"
               << options;
     return 0;
@@ -175,7 +196,7 @@ int inspect(const std::vector<std::string>& args) {
   bool all_ok = true;
   for (const std::string& path : paths) {
     if (!std::filesystem::is_directory(path)) {
-      all_ok = inspect_file(path, std::nullopt).has_value() && all_ok;
+      all_ok = inspect_file(path, std::nullopt, check_every_value).has_value() && all_ok;
       continue;
     }
     std::optional<ShardHeader> first;
@@ -183,7 +204,7 @@ int inspect(const std::vector<std::string>& args) {
     bool set_ok = true;
     const std::vector<std::string> files = list_shard_files(path);
     for (const std::string& file : files) {
-      const std::optional<ShardHeader> header = inspect_file(file, first);
+      const std::optional<ShardHeader> header = inspect_file(file, first, check_every_value);
       set_ok = header.has_value() && set_ok;
       if (header && !first) first = header;
       if (header) samples += header->samples;

@@ -65,6 +65,8 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
       ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9")
       ("zstd-level", po::value(&zstd_level)->default_value(zstd_level), "zstd level 1..22 (--compression zstd)")
       ("on-error", po::value(&on_error)->default_value(on_error), "skip (report the clip and go on) or fail (stop the pack)")
+      ("max-damaged", po::value(&o.max_damaged)->default_value(o.max_damaged, "0.05"),
+       "a clip with more of a stream's packets damaged is skipped; at or under it, packed with a warning (damaged packets skipped)")
       ("threads", po::value(&c.threads)->default_value(0), "clips decoded at once per rank (0: the cores this rank may use)")
       ("overwrite", po::bool_switch(&c.overwrite), "start again in an --out that holds another pack")
       ("progress-s", po::value(&c.progress_s)->default_value(5.0), "seconds between progress lines on stderr (0: none)")
@@ -283,18 +285,19 @@ int run(int argc, char** argv) {
         const std::vector<ShardOutcome> outcomes = read_outcomes(plan);
         require(int(outcomes.size()) == plan.shards(), "some shards are not finished (" +
                                                            std::to_string(plan.shards() - int(outcomes.size())) + ")");
-        std::int64_t samples = 0, failures = 0, files = 0;
+        std::int64_t samples = 0, failures = 0, warnings = 0, files = 0;
         for (const ShardOutcome& o : outcomes) {
           samples += o.samples;
           failures += std::int64_t(o.failures.size());
+          warnings += std::int64_t(o.warnings.size());
           files += o.samples > 0 ? 1 : 0;
         }
         const std::string report = write_report(plan, outcomes);
         const double rate = seconds > 0 ? double(clips_left) / seconds : 0.0;
         std::cout.precision(3);
         std::cout << "avtrain-shards pack: " << count_of(samples, "clip") << " packed into " << count_of(files, "shard") << " in "
-                  << plan.options.out << ", " << failures << " skipped";
-        if (failures > 0) std::cout << " (" << report << ")";
+                  << plan.options.out << ", " << failures << " skipped, " << warnings << " with warnings";
+        if (failures + warnings > 0) std::cout << " (" << report << ")";
         if (clips_left == 0) {
           std::cout << "; the pack was complete already\n";
         } else {

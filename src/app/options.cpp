@@ -184,7 +184,7 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast0);
   t.add("[data] shard set", "data.check_values", &c.data.check_values,
         "what a start reads of the values: sample (lengths and labels whole, float32 audio in a few rows of each shard; "
-        "every value is checked as it is read for training) or full (every value at the start)");
+        "every value is checked as it is read for training) or full (every value, and the shards' digests, at the start)");
   t.add("[data] shard set", "data.reader_threads", &c.data.reader_threads,
         "reader threads per rank, each reading whole micro-batches (HDF5 calls one at a time, the decompression "
         "at once); not given (shown as 0): the cores a rank may use minus train.threads on a CPU run, at least 1",

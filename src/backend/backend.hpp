@@ -40,6 +40,22 @@ class Backend : public TensorMemory {
   // host's available memory (MemAvailable), on a GPU its arena's capacity, or its free memory before one.
   virtual std::size_t memory_for_tensors() const = 0;
 
+  // ---- the micro-batch's input: a copy from host to tensor memory that does not hold up the ops.
+  class InputUpload {
+   public:
+    virtual ~InputUpload() = default;
+    // Starts copying `bytes` of host memory at src to dst (tensor memory) and returns; src may change
+    // at once (it is first copied into the upload's own host buffer, page-locked on CUDA). The copy
+    // waits for the ops issued before it (they may still read dst) and runs beside those issued
+    // after it, until ready().
+    virtual void start(void* dst, const void* src, std::size_t bytes) = 0;
+    // The ops issued from now on wait for the copy started last (on the device; the host goes on).
+    virtual void ready() = 0;
+  };
+  // The default (the CPU) copies at once, as upload(); CUDA copies on a stream of its own from
+  // page-locked memory, the compute stream waiting for an event of the copy.
+  virtual std::unique_ptr<InputUpload> make_input_upload();
+
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.
   // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
   // or bf16 operands, fp32 accumulation). Operands may be stored in fp32 or in `compute`; an fp32

@@ -1,8 +1,11 @@
 #pragma once
 // What one shard file declares: its attributes and the shapes of its datasets.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "data/value_digest.hpp"
 
 namespace avtrain::data {
 
@@ -18,6 +21,9 @@ struct ShardHeader {
   bool audio_int16 = false;        // else float32
   std::vector<std::string> class_names;  // optional attribute class_names: one name per class, or empty
   std::string packed_with;               // optional attribute packed_with: the pack's options as JSON, or ""
+  // Optional attributes values_checked = 1 and the digests (value_digest.hpp): the writer checked every
+  // value, and this is what they hashed to. Per shard: not compared between shards.
+  std::optional<ShardDigests> digests;
 };
 
 // A version-1 header declaring the sample shape of `shape`: any description with the header's

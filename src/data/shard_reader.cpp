@@ -1,14 +1,17 @@
 #include "data/shard_reader.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "data/row_runs.hpp"
+#include "data/value_digest.hpp"
 
 namespace avtrain::data {
 
@@ -26,6 +29,10 @@ H5Id open_file(const std::string& path) {
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (is_hdf5 < 0 || !file.valid()) throw Error(path + ": cannot open as HDF5 (the file is truncated or corrupt)");
   return file;
+}
+
+bool is_integer(hid_t type, std::size_t bytes, H5T_sign_t sign) {
+  return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == bytes && H5Tget_sign(type) == sign;
 }
 
 // ---- attributes -------------------------------------------------------------------------------
@@ -119,6 +126,39 @@ double read_number_attribute(hid_t file, const std::string& path, const char* na
   return value;
 }
 
+// values_checked = 1, digest_algorithm and one digest_* per dataset (value_digest.hpp): all or none.
+std::optional<ShardDigests> read_digests(hid_t file, const std::string& path) {
+  std::vector<std::string> names{"values_checked", "digest_algorithm"};
+  for (const char* dataset : kDigestedDatasets) names.push_back(digest_attribute(dataset));
+  std::size_t present = 0;
+  for (const std::string& name : names) present += H5Aexists(file, name.c_str()) > 0;
+  if (present == 0) return std::nullopt;
+  for (const std::string& name : names) {
+    if (H5Aexists(file, name.c_str()) <= 0) {
+      throw Error(path + ": attribute " + name + " is missing (values_checked, digest_algorithm and the digest_* " +
+                  "attributes go together)");
+    }
+  }
+  const long long checked = read_integer_attribute(file, path, "values_checked");
+  if (checked != 1) throw Error(path + ": attribute values_checked = " + std::to_string(checked) + ", expected 1");
+  const std::string algorithm = read_string_attribute(file, path, "digest_algorithm");
+  if (algorithm != kDigestAlgorithm) {
+    throw Error(path + ": attribute digest_algorithm = \"" + algorithm + "\", this reader knows " + kDigestAlgorithm +
+                " only");
+  }
+  ShardDigests digests{};
+  for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d) {
+    const std::string name = digest_attribute(kDigestedDatasets[d]);
+    const H5Id attribute = open_attribute(file, path, name.c_str());
+    const H5Id type = type_of_attribute(attribute);
+    if (!is_integer(type.get(), 8, H5T_SGN_NONE) ||
+        H5Aread(attribute.get(), H5T_NATIVE_UINT64, &digests[d]) < 0) {
+      throw Error(path + ": attribute " + name + " must be a 64-bit unsigned integer, is " + type_name(type.get()));
+    }
+  }
+  return digests;
+}
+
 int positive_int_attribute(hid_t file, const std::string& path, const char* name) {
   const long long value = read_integer_attribute(file, path, name);
   if (value < 1 || value > INT_MAX) {
@@ -134,10 +174,6 @@ H5Id open_dataset(hid_t file, const std::string& path, const char* name) {
   H5Id dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
   if (!dataset.valid()) throw Error(path + ": " + name + " is not a dataset");
   return dataset;
-}
-
-bool is_integer(hid_t type, std::size_t bytes, H5T_sign_t sign) {
-  return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == bytes && H5Tget_sign(type) == sign;
 }
 
 bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
@@ -192,10 +228,12 @@ void stream_rows(const H5Id& dataset, hid_t mem_type, std::int64_t samples, std:
   }
 }
 
+// digest (may be null) gets the values in row order.
 void check_range(const H5Id& dataset, const std::string& path, const char* name, std::int64_t samples,
-                 std::int32_t low, std::int32_t high, std::vector<std::int64_t>* histogram) {
+                 std::int32_t low, std::int32_t high, std::vector<std::int64_t>* histogram, ValueDigest* digest) {
   stream_rows<std::int32_t>(dataset, H5T_NATIVE_INT32, samples, 1, path, name,
                             [&](std::int64_t first, const std::int32_t* values, std::int64_t rows) {
+                              if (digest != nullptr) digest->add_values(values, static_cast<std::size_t>(rows));
                               for (std::int64_t i = 0; i < rows; ++i) {
                                 const std::int32_t v = values[i];
                                 if (v < low || v > high) {
@@ -223,12 +261,32 @@ void check_audio_values(const float* values, std::int64_t count, std::size_t row
   }
 }
 
-void check_float_audio(const H5Id& dataset, const std::string& path, std::int64_t samples, std::int64_t audio_samples) {
+void check_float_audio(const H5Id& dataset, const std::string& path, std::int64_t samples, std::int64_t audio_samples,
+                       ValueDigest* digest) {
   const auto row = static_cast<std::size_t>(audio_samples);
   stream_rows<float>(dataset, H5T_NATIVE_FLOAT, samples, row, path, "/audio",
                      [&](std::int64_t first, const float* values, std::int64_t rows) {
                        check_audio_values(values, rows, row, path, [&](std::int64_t k) { return first + k; });
+                       if (digest != nullptr) digest->add_values(values, static_cast<std::size_t>(rows) * row);
                      });
+}
+
+// The digest of a dataset whose values need no check (int16 audio, uint8 video), read whole.
+template <typename T>
+void digest_rows(const H5Id& dataset, hid_t mem_type, std::int64_t samples, std::size_t row_elements,
+                 const std::string& path, const char* name, ValueDigest& digest) {
+  stream_rows<T>(dataset, mem_type, samples, row_elements, path, name, [&](std::int64_t, const T* values, std::int64_t rows) {
+    digest.add_values(values, static_cast<std::size_t>(rows) * row_elements);
+  });
+}
+
+// Throws Error naming the file and the dataset when what was read does not hash to the recorded digest.
+void require_digest(const ShardHeader& h, std::size_t dataset, const ValueDigest& read) {
+  const std::uint64_t recorded = (*h.digests)[dataset], found = read.value();
+  if (recorded == found) return;
+  throw Error(h.path + ": " + kDigestedDatasets[dataset] + " does not match its digest (" + kDigestAlgorithm + " " +
+              hex_digest(recorded) + " recorded by the writer, " + hex_digest(found) +
+              " read): a value was changed after the shard was written");
 }
 
 }  // namespace
@@ -273,6 +331,7 @@ ShardReader::ShardReader(std::string path) {
     }
   }
   if (H5Aexists(file, "packed_with") > 0) header_.packed_with = read_string_attribute(file, p, "packed_with");
+  header_.digests = read_digests(file, p);
 
   audio_ = open_dataset(file, p, "/audio");
   audio_len_ = open_dataset(file, p, "/audio_len");
@@ -325,15 +384,33 @@ std::vector<DatasetLayout> ShardReader::layouts() const {
 std::vector<std::int64_t> ShardReader::check_values(bool sampled) const {
   silence_hdf5_error_printing();
   const ShardHeader& h = header_;
+  // The digests are recomputed of what is read whole: the lengths and labels always (a few bytes a
+  // sample), the audio and video by the full check alone.
+  std::optional<std::array<ValueDigest, kDigestedDatasets.size()>> read;
+  if (h.digests) read.emplace();
+  const auto digest = [&](std::size_t d) { return read ? &(*read)[d] : nullptr; };
   const auto max_audio_len = static_cast<std::int32_t>(std::min<std::int64_t>(h.audio_samples, INT32_MAX));
-  check_range(audio_len_, h.path, "/audio_len", h.samples, 1, max_audio_len, nullptr);
-  check_range(video_len_, h.path, "/video_len", h.samples, 1, h.frames, nullptr);
+  check_range(audio_len_, h.path, "/audio_len", h.samples, 1, max_audio_len, nullptr, digest(digest_audio_len));
+  check_range(video_len_, h.path, "/video_len", h.samples, 1, h.frames, nullptr, digest(digest_video_len));
   std::vector<std::int64_t> histogram(static_cast<std::size_t>(h.num_classes), 0);
-  check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram);
-  if (h.audio_int16) return histogram;
+  check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram, digest(digest_label));
+  if (read) {
+    for (const std::size_t d : {digest_audio_len, digest_video_len, digest_label}) require_digest(h, d, (*read)[d]);
+  }
   if (!sampled) {
-    check_float_audio(audio_, h.path, h.samples, h.audio_samples);
-  } else {
+    const auto audio_row = static_cast<std::size_t>(h.audio_samples);
+    if (!h.audio_int16) {
+      check_float_audio(audio_, h.path, h.samples, h.audio_samples, digest(digest_audio));
+    } else if (read) {
+      digest_rows<std::int16_t>(audio_, H5T_NATIVE_INT16, h.samples, audio_row, h.path, "/audio", (*read)[digest_audio]);
+    }
+    if (read) {
+      require_digest(h, digest_audio, (*read)[digest_audio]);
+      const std::size_t video_row = std::size_t(h.frames) * h.height * h.width * h.channels;
+      digest_rows<std::uint8_t>(video_, H5T_NATIVE_UINT8, h.samples, video_row, h.path, "/video", (*read)[digest_video]);
+      require_digest(h, digest_video, (*read)[digest_video]);
+    }
+  } else if (!h.audio_int16) {
     const std::vector<std::int64_t> rows = sampled_rows();
     std::vector<float> audio(rows.size() * static_cast<std::size_t>(h.audio_samples));
     {
@@ -349,6 +426,8 @@ std::vector<std::int64_t> ShardReader::check_values(bool sampled) const {
 
 std::vector<std::int64_t> ShardReader::sampled_rows() const {
   const std::int64_t n = header_.samples;
+  // A shard whose writer checked every value (values_checked): one row, the middle one.
+  if (header_.digests) return {n / 2};
   std::vector<std::int64_t> rows;
   for (int k = 0; k <= 5; ++k) rows.push_back(n <= 1 ? 0 : (n - 1) * k / 5);
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());

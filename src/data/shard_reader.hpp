@@ -33,13 +33,16 @@ class ShardReader {
   std::vector<DatasetLayout> layouts() const;
 
   // Streams through the file in blocks of samples: lengths and labels in range, float audio finite and
-  // in [-1, 1]. Returns the number of samples of each class. sampled: the lengths and labels whole (a
-  // few bytes a sample), float audio only in a few rows spread over the file (the first, the last and
-  // four between), so a start reads a small share of the file; read_rows checks the float audio of
-  // every row it reads, so no value out of range is ever trained on.
+  // in [-1, 1]; where the shard records digests (values_checked), every dataset read whole and hashed
+  // to its digest, so a value changed even within its range is named (file and dataset). Returns the
+  // number of samples of each class. sampled: the lengths and labels whole (a few bytes a sample; their
+  // digests checked), float audio only in the rows of sampled_rows(), so a start reads a small share of
+  // the file; read_rows checks the float audio of every row it reads, so no value out of range is ever
+  // trained on.
   std::vector<std::int64_t> check_values(bool sampled = false) const;
 
-  // The rows check_values(true) reads the float audio of: 0, the last, and four spread between.
+  // The rows check_values(true) reads the float audio of: one, the middle, where the writer checked
+  // every value (values_checked); otherwise 0, the last, and four spread between.
   std::vector<std::int64_t> sampled_rows() const;
 
   // rows: row indices within this shard, sorted ascending, unique, in range. Fields::labels reads

@@ -1,8 +1,10 @@
 #include "data/shard_writer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "data/zstd_filter.hpp"
@@ -90,6 +92,49 @@ void write_rows(const H5Id& dataset, const std::string& path, const char* name, 
   }
 }
 
+void require_block_size(const std::string& path, const char* name, std::size_t found, std::size_t expected) {
+  if (found != expected) {
+    throw Error(path + ": the block of " + name + " holds " + std::to_string(found) + " values, expected " +
+                std::to_string(expected));
+  }
+}
+
+void require_in_range(const std::string& path, const char* name, std::int64_t first_row,
+                      const std::vector<std::int32_t>& values, std::int32_t low, std::int32_t high) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i] >= low && values[i] <= high) continue;
+    throw Error(path + ": " + name + "[" + std::to_string(first_row + std::int64_t(i)) + "] = " +
+                std::to_string(values[i]) + " is outside " + std::to_string(low) + ".." + std::to_string(high) +
+                " (refused by the writer)");
+  }
+}
+
+// The format's value rules (docs/shard-format.md) for one block, rows first_row..: lengths and
+// labels in range, float audio finite and in [-1, 1]; an Error names the file, dataset and row.
+void check_block(const ShardHeader& h, std::int64_t first_row, const SampleBlock& block) {
+  const auto count = static_cast<std::size_t>(block.count);
+  const auto audio_row = static_cast<std::size_t>(h.audio_samples);
+  const std::size_t video_row = std::size_t(h.frames) * h.height * h.width * h.channels;
+  require_block_size(h.path, "/audio", h.audio_int16 ? block.audio_pcm.size() : block.audio_float.size(), count * audio_row);
+  require_block_size(h.path, "/audio_len", block.audio_len.size(), count);
+  require_block_size(h.path, "/video", block.video.size(), count * video_row);
+  require_block_size(h.path, "/video_len", block.video_len.size(), count);
+  require_block_size(h.path, "/label", block.label.size(), count);
+  require_in_range(h.path, "/audio_len", first_row, block.audio_len, 1,
+                   static_cast<std::int32_t>(std::min<std::int64_t>(h.audio_samples, INT32_MAX)));
+  require_in_range(h.path, "/video_len", first_row, block.video_len, 1, h.frames);
+  require_in_range(h.path, "/label", first_row, block.label, 0, h.num_classes - 1);
+  if (h.audio_int16) return;
+  for (std::size_t i = 0; i < block.audio_float.size(); ++i) {
+    const float v = block.audio_float[i];
+    if (std::isfinite(v) && v >= -1.0f && v <= 1.0f) continue;
+    std::ostringstream message;
+    message << h.path << ": /audio[" << first_row + std::int64_t(i / audio_row) << ", " << i % audio_row << "] = " << v
+            << (std::isfinite(v) ? " is outside [-1, 1]" : " is not finite") << " (refused by the writer)";
+    throw Error(message.str());
+  }
+}
+
 }  // namespace
 
 ShardWriter::ShardWriter(const ShardHeader& header, bool gzip) : ShardWriter(header, ShardLayout{gzip}) {}
@@ -134,6 +179,11 @@ ShardWriter::~ShardWriter() {
 void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
   const std::string& p = temporary_path_;
   const std::int64_t rows = block.count;
+  if (first_row != written_rows_) {
+    throw Error(header_.path + ": rows written out of order (row " + std::to_string(first_row) + " after " +
+                std::to_string(written_rows_) + " rows): the digests need them in order");
+  }
+  check_block(header_, first_row, block);
   if (header_.audio_int16) {
     write_rows(audio_, p, "/audio", H5T_NATIVE_INT16, first_row, rows, block.audio_pcm.data());
   } else {
@@ -149,6 +199,13 @@ void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
     texts.resize(static_cast<std::size_t>(rows), "");
     write_rows(source_, p, "/source", variable_string_type().get(), first_row, rows, texts.data());
   }
+  if (header_.audio_int16) digests_[digest_audio].add_values(block.audio_pcm.data(), block.audio_pcm.size());
+  else digests_[digest_audio].add_values(block.audio_float.data(), block.audio_float.size());
+  digests_[digest_audio_len].add_values(block.audio_len.data(), block.audio_len.size());
+  digests_[digest_video].add_values(block.video.data(), block.video.size());
+  digests_[digest_video_len].add_values(block.video_len.data(), block.video_len.size());
+  digests_[digest_label].add_values(block.label.data(), block.label.size());
+  written_rows_ += rows;
 }
 
 void ShardWriter::append(const SampleBlock& block) {
@@ -172,6 +229,20 @@ void ShardWriter::close() {
 }
 
 void ShardWriter::commit() {
+  const std::int64_t expected = layout_.growable ? rows_ : header_.samples;
+  if (written_rows_ != expected) {
+    throw Error(header_.path + ": " + std::to_string(written_rows_) + " of its " + std::to_string(expected) +
+                " rows written");
+  }
+  const std::string& p = temporary_path_;
+  const std::int32_t checked = 1;
+  write_attribute(file_.get(), p, "values_checked", H5T_STD_I32LE, H5T_NATIVE_INT32, &checked);
+  write_string_attribute(file_.get(), p, "digest_algorithm", kDigestAlgorithm);
+  for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d) {
+    const std::uint64_t digest = digests_[d].value();
+    write_attribute(file_.get(), p, digest_attribute(kDigestedDatasets[d]).c_str(), H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                    &digest);
+  }
   const bool flushed = H5Fflush(file_.get(), H5F_SCOPE_LOCAL) >= 0;
   close();
   if (!flushed) throw Error(temporary_path_ + ": cannot write the file (disk full?)");

@@ -1,11 +1,15 @@
 #pragma once
 // Writes one shard file of format v1 atomically: everything goes to PATH.tmp, commit() renames it to PATH.
+// Every value is checked as it is written (a bad one refused with one line naming the file, dataset and
+// row) and digested, and commit() records values_checked = 1 and the digests (docs/shard-format.md).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "data/hdf5_id.hpp"
 #include "data/shard_header.hpp"
+#include "data/value_digest.hpp"
 
 namespace avtrain::data {
 
@@ -40,17 +44,24 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
+  // Rows are written in order: first_row is the row after the last one written (0 at first). Throws
+  // Error naming the file, the dataset and the row for a length or label out of range or float audio
+  // not finite or outside [-1, 1]; nothing of the block is written then.
   void write(std::int64_t first_row, const SampleBlock& block);
   void append(const SampleBlock& block);  // growable only: the block becomes rows rows()..
   std::int64_t rows() const { return rows_; }
-  void commit();  // closes the file and renames PATH.tmp to PATH
+  // Records values_checked and the digests, closes the file and renames PATH.tmp to PATH. A shard of
+  // fixed size must have had all its rows written.
+  void commit();
 
  private:
   void close();
 
   ShardHeader header_;
   ShardLayout layout_;
-  std::int64_t rows_ = 0;
+  std::int64_t rows_ = 0;           // growable: the rows the datasets hold
+  std::int64_t written_rows_ = 0;   // the rows written (and digested) so far
+  std::array<ValueDigest, kDigestedDatasets.size()> digests_;
   std::string temporary_path_;
   bool committed_ = false;
   H5Id file_;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "media/media_stream.hpp"
 
 extern "C" {
 #include <libavutil/channel_layout.h>
+#include <libavutil/samplefmt.h>
 }
 
 namespace avtrain::media {
@@ -44,18 +46,41 @@ class MonoResampler {
 
   // Converts `frame` (nullptr: what the filter still holds) into out_ (replaced each call).
   int convert(const AVFrame* frame) {
-    const int in_samples = frame ? frame->nb_samples : 0;
-    const int room = swr_get_out_samples(swr_.get(), in_samples) + 32;
-    out_.resize(std::size_t(room) * (int16_ ? 2 : 4));
-    std::uint8_t* out[] = {out_.data()};
-    const int made = swr_convert(swr_.get(), out, room, frame ? const_cast<const std::uint8_t**>(frame->extended_data) : nullptr,
-                                 in_samples);
-    if (made < 0) throw MediaError("cannot resample the audio: " + av_error_text(made));
+    return convert(frame ? const_cast<const std::uint8_t**>(frame->extended_data) : nullptr, frame ? frame->nb_samples : 0);
+  }
+  // Converts `samples` of silence in the input's format (the gap of a damaged packet): the filter
+  // goes on through it, so the audio after the gap keeps its time.
+  int convert_silence(int samples) {
+    std::uint8_t** silence = nullptr;
+    const AVSampleFormat format = AVSampleFormat(in_format_);
+    const int code = av_samples_alloc_array_and_samples(&silence, nullptr, in_channels_, samples, format, 0);
+    if (code < 0) throw MediaError("cannot fill a gap in the audio: " + av_error_text(code));
+    av_samples_set_silence(silence, 0, samples, in_channels_, format);
+    int made = 0;
+    try {
+      made = convert(const_cast<const std::uint8_t**>(silence), samples);
+    } catch (...) {
+      av_freep(&silence[0]);
+      av_freep(&silence);
+      throw;
+    }
+    av_freep(&silence[0]);
+    av_freep(&silence);
     return made;
   }
+  int input_rate() const { return in_rate_; }
   const std::uint8_t* samples() const { return out_.data(); }
 
  private:
+  int convert(const std::uint8_t** in, int in_samples) {
+    const int room = swr_get_out_samples(swr_.get(), in_samples) + 32;
+    out_.resize(std::size_t(room) * (int16_ ? 2 : 4));
+    std::uint8_t* out[] = {out_.data()};
+    const int made = swr_convert(swr_.get(), out, room, in, in_samples);
+    if (made < 0) throw MediaError("cannot resample the audio: " + av_error_text(made));
+    return made;
+  }
+
   int rate_;
   bool int16_;
   int in_rate_ = 0, in_format_ = 0, in_channels_ = 0;
@@ -65,8 +90,9 @@ class MonoResampler {
 
 }  // namespace
 
-void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip) {
-  MediaStream stream(path, AVMEDIA_TYPE_AUDIO);
+void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip,
+                  OnDamaged on_damaged) {
+  MediaStream stream(path, AVMEDIA_TYPE_AUDIO, on_damaged);
   stream.seek(start);
   const std::int64_t want = std::min<std::int64_t>(shape.audio_samples, std::llround(seconds * shape.sample_rate));
   const std::size_t bytes = shape.audio_int16 ? 2 : 4;
@@ -85,11 +111,32 @@ void decode_audio(const std::string& path, double start, double seconds, const C
     filled += std::max<std::int64_t>(n, 0);
   };
 
+  // Damaged packets (skipped by the stream): silence for as long as they lasted, so the audio after
+  // them stays at its time. The gap is where the next frame starts against where it would have
+  // without the loss (from the timestamps), else the lost packets' durations; never more than the
+  // clip still needs.
+  double next_t = std::numeric_limits<double>::quiet_NaN();  // where the next frame starts, if none is lost
+  MediaStream::Lost lost;
+  auto fill_gap = [&](double gap) {
+    if (!(gap > 0)) return;  // no time lost (or none known)
+    const double needed = double(want - filled + to_skip) / shape.sample_rate + 0.1;
+    const auto samples = std::llround(std::min(gap, needed) * resampler->input_rate());
+    if (samples > 0) take(resampler->convert_silence(int(samples)));
+  };
+
   while (filled < want) {
     const AVFrame* frame = stream.next_frame();
+    const MediaStream::Lost now = stream.take_lost();
+    lost.packets += now.packets;
+    lost.seconds += now.seconds;
     if (frame == nullptr) break;
     if (frame->nb_samples <= 0) continue;
     double t = stream.seconds(frame);
+    if (resampler && lost.packets > 0 && resampler->accepts(*frame)) {
+      fill_gap(std::isfinite(t) && std::isfinite(next_t) ? t - next_t : lost.seconds);
+      if (filled >= want) break;
+    }
+    lost = MediaStream::Lost{};
     if (!resampler) {
       resampler = std::make_unique<MonoResampler>(*frame, shape);
       if (!std::isfinite(t)) t = 0;
@@ -103,9 +150,20 @@ void decode_audio(const std::string& path, double start, double seconds, const C
       throw MediaError("the audio changes its sample rate, format or channels mid-stream");
     }
     if (std::isfinite(t)) end_seen = std::max(end_seen, t + stream.duration(frame));
+    next_t = std::isfinite(t) ? t + stream.duration(frame) : next_t + stream.duration(frame);
     take(resampler->convert(frame));
   }
+  // Damaged packets at the end: their silence too.
+  if (resampler && lost.packets > 0 && filled < want) {
+    fill_gap(lost.seconds);
+    if (std::isfinite(stream.damaged_end())) end_seen = std::max(end_seen, stream.damaged_end());
+  }
   if (resampler && filled < want) take(resampler->convert(nullptr));
+  clip.audio_packets = stream.packets();
+  if (!resampler && stream.packets().damaged > 0) {
+    throw MediaError("no audio decoded: " + std::to_string(stream.packets().damaged) + " of " +
+                     std::to_string(stream.packets().packets) + " packets damaged (" + stream.packets().first_error + ")");
+  }
   if (!resampler) throw MediaError("no audio decoded");
   if (filled <= 0) {
     throw start_past_the_end(stream, start, end_seen);

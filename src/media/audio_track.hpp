@@ -7,7 +7,9 @@
 namespace avtrain::media {
 
 // Fills clip.audio_* ([A], zero past the end) and clip.audio_len with `seconds` of the audio of
-// `path` from `start`. Throws MediaError (no audio stream, start past the end, ...).
-void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip);
+// `path` from `start`, and clip.audio_packets. Throws MediaError (no audio stream, start past the end,
+// ...). A damaged packet (OnDamaged::skip) leaves silence for its duration.
+void decode_audio(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip,
+                  OnDamaged on_damaged);
 
 }  // namespace avtrain::media

@@ -28,6 +28,18 @@ struct ClipShape {
   bool audio_int16 = true;  // else float32
 };
 
+// A stream's packets as the clip's decode went through them: `damaged` of them failed to decode and
+// were skipped, the gap filled (audio: silence for their duration; video: the previous frame shown).
+struct PacketCount {
+  std::int64_t packets = 0;  // the stream's packets sent to the decoder
+  std::int64_t damaged = 0;  // of those (and of the decoder's own errors), the ones that failed to decode
+  std::string first_error;   // FFmpeg's text for the first ("Invalid data found when processing input")
+};
+
+// What a packet that fails to decode does: skip (counted in PacketCount, the gap filled) or fail
+// (MediaError naming the packet's time, as --on-error fail wants).
+enum class OnDamaged { skip, fail };
+
 // A decoded clip in the shard's layout; zero past audio_len and video_len.
 struct DecodedClip {
   std::vector<std::int16_t> audio_pcm;  // [A], when audio_int16
@@ -35,6 +47,7 @@ struct DecodedClip {
   std::int32_t audio_len = 0;           // 1..A
   std::vector<std::uint8_t> video;      // [F, H, W, C]
   std::int32_t video_len = 0;           // 1..F
+  PacketCount audio_packets, video_packets;
 };
 
 // Why a clip cannot be packed, in a few words for pack-report.csv ("no audio stream", ...).
@@ -45,8 +58,8 @@ class MediaError : public std::runtime_error {
 
 // Decodes the clip with FFmpeg's libraries; throws MediaError. Thread-safe: each call has its own
 // demuxers, decoders, resampler and scaler (single-threaded decoders, so the bytes do not depend on
-// how many clips run at once).
-DecodedClip decode_clip(const ClipSource& source, const ClipShape& shape);
+// how many clips run at once). Damaged packets: see OnDamaged; the counts are in the clip.
+DecodedClip decode_clip(const ClipSource& source, const ClipShape& shape, OnDamaged on_damaged = OnDamaged::skip);
 
 // FFmpeg's own log lines off (the reasons go to the pack report instead); call once before decoding.
 void quiet_ffmpeg_log();

@@ -1,5 +1,6 @@
 #include "media/media_stream.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -27,7 +28,18 @@ MediaError start_past_the_end(const MediaStream& stream, double start, double en
 
 void quiet_ffmpeg_log() { av_log_set_level(AV_LOG_QUIET); }
 
-MediaStream::MediaStream(const std::string& path, AVMediaType type) : type_(type) {
+namespace {
+
+// A decoder's error that says nothing about the packet's data: the clip cannot be decoded at all.
+bool not_about_the_data(int code) {
+  return code == AVERROR(ENOMEM) || code == AVERROR_PATCHWELCOME || code == AVERROR_BUG || code == AVERROR_BUG2 ||
+         code == AVERROR(ENOSYS) || code == AVERROR_EXIT;
+}
+
+}  // namespace
+
+MediaStream::MediaStream(const std::string& path, AVMediaType type, OnDamaged on_damaged)
+    : type_(type), on_damaged_(on_damaged), damaged_end_(-std::numeric_limits<double>::infinity()) {
   std::error_code ec;
   const bool pattern = path.find('%') != std::string::npos;  // an image sequence, img-%04d.png
   if (!pattern && !std::filesystem::exists(path, ec)) throw MediaError("file not found");
@@ -94,14 +106,54 @@ void MediaStream::send_next_packet() {
       av_packet_unref(packet_.get());
       continue;
     }
+    sent_start_ = packet_->pts != AV_NOPTS_VALUE ? double(packet_->pts) * av_q2d(stream_->time_base) - origin_
+                                                 : std::numeric_limits<double>::quiet_NaN();
+    sent_seconds_ = packet_seconds(*packet_);
+    ++count_.packets;
+    sent_since_error_ = true;
     const int sent = avcodec_send_packet(decoder_.get(), packet_.get());
     av_packet_unref(packet_.get());
-    if (sent < 0 && sent != AVERROR(EAGAIN)) {
+    if (sent == AVERROR_EOF) {
       throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
                        av_error_text(sent));
     }
+    // The decoder dropped the packet; it goes on with the next one (as the ffmpeg tool does).
+    if (sent < 0 && sent != AVERROR(EAGAIN)) damaged(sent, sent_start_, sent_seconds_);
     return;
   }
+}
+
+double MediaStream::packet_seconds(const AVPacket& packet) const {
+  if (packet.duration > 0) return double(packet.duration) * av_q2d(stream_->time_base);
+  if (type_ == AVMEDIA_TYPE_AUDIO) {
+    return decoder_->frame_size > 0 && decoder_->sample_rate > 0 ? double(decoder_->frame_size) / decoder_->sample_rate
+                                                                 : 0.0;
+  }
+  const AVRational rate = av_guess_frame_rate(format_.get(), stream_, nullptr);
+  return rate.num > 0 && rate.den > 0 ? av_q2d(av_inv_q(rate)) : 0.0;
+}
+
+void MediaStream::damaged(int code, double start, double seconds) {
+  if (not_about_the_data(code)) {
+    throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
+                     av_error_text(code));
+  }
+  if (on_damaged_ == OnDamaged::fail) {
+    throw MediaError("cannot decode the " + std::string(kind()) + " packet at " +
+                     seconds_text(std::isfinite(start) ? start : last_seconds_) + ": " + av_error_text(code) +
+                     " (a damaged packet)");
+  }
+  ++count_.damaged;
+  if (count_.first_error.empty()) count_.first_error = av_error_text(code);
+  ++lost_.packets;
+  lost_.seconds += seconds;
+  if (std::isfinite(start)) damaged_end_ = std::max(damaged_end_, start + seconds);
+}
+
+MediaStream::Lost MediaStream::take_lost() {
+  const Lost lost = lost_;
+  lost_ = Lost{};
+  return lost;
 }
 
 AVFrame* MediaStream::next_frame() {
@@ -114,8 +166,16 @@ AVFrame* MediaStream::next_frame() {
     }
     if (code == AVERROR_EOF) return nullptr;
     if (code != AVERROR(EAGAIN)) {
-      throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
-                       av_error_text(code));
+      // The decoder's error on what it was last sent: that packet is damaged. The same error again
+      // without new input would never end: then the stream cannot be decoded further.
+      if (!sent_since_error_) {
+        throw MediaError("cannot decode the " + std::string(kind()) + " after " + seconds_text(last_seconds_) + ": " +
+                         av_error_text(code));
+      }
+      sent_since_error_ = false;
+      damaged(code, sent_start_, sent_seconds_);
+      if (flushed_) return nullptr;  // draining: what is left of the stream is lost
+      continue;
     }
     if (flushed_) return nullptr;
     send_next_packet();

@@ -83,8 +83,9 @@ class FrameConverter {
 
 }  // namespace
 
-void decode_video(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip) {
-  MediaStream stream(path, AVMEDIA_TYPE_VIDEO);
+void decode_video(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip,
+                  OnDamaged on_damaged) {
+  MediaStream stream(path, AVMEDIA_TYPE_VIDEO, on_damaged);
   stream.seek(start);
   // Targets start + k / fps for k / fps < seconds.
   const int count = std::min(shape.frames, std::max(1, int(std::ceil(seconds * shape.fps - 1e-9))));
@@ -114,8 +115,15 @@ void decode_video(const std::string& path, double start, double seconds, const C
     have_held = true;
     held_end = t + stream.duration(frame);
   }
-  // The end of the stream: the last frame lasts its duration.
+  // The end of the stream: the last frame lasts its duration, and through the damaged packets after
+  // it (a damaged frame is the previous one shown longer, here as between frames).
+  if (have_held && std::isfinite(stream.damaged_end())) held_end = std::max(held_end, stream.damaged_end());
   while (have_held && k < count && target(k) < held_end - kSameInstant) emit(*held);
+  clip.video_packets = stream.packets();
+  if (!have_held && stream.packets().damaged > 0) {
+    throw MediaError("no video frame decoded: " + std::to_string(stream.packets().damaged) + " of " +
+                     std::to_string(stream.packets().packets) + " packets damaged (" + stream.packets().first_error + ")");
+  }
   if (!have_held) throw MediaError("no video frame decoded");
   if (k == 0) {
     throw start_past_the_end(stream, start, held_end);

@@ -8,7 +8,10 @@
 namespace avtrain::media {
 
 // Fills clip.video ([F, H, W, C], zero past the end) and clip.video_len with the frames shown at
-// start + k / fps for k / fps < seconds. Throws MediaError (no video stream, start past the end, ...).
-void decode_video(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip);
+// start + k / fps for k / fps < seconds, and clip.video_packets. Throws MediaError (no video stream,
+// start past the end, ...). A damaged packet (OnDamaged::skip) is skipped: the frame before it is shown
+// until the next one that decodes.
+void decode_video(const std::string& path, double start, double seconds, const ClipShape& shape, DecodedClip& clip,
+                  OnDamaged on_damaged);
 
 }  // namespace avtrain::media

@@ -30,6 +30,17 @@ AVInput::AVInput(Backend& be, ParamStore& params, Workspace& ws, const Precision
   pos_ = params.add("embed", "pos", {g_.tokens, m.width}, Init::normal, m.init_std, true);
   modality_ = params.add("embed", "modality", {2, m.width}, Init::normal, m.init_std, true);
   embed_dtype_ = policy.of("embed");
+  audio_upload_ = be.make_input_upload();
+  video_upload_ = be.make_input_upload();
+}
+
+void AVInput::stage(const data::MicroBatch& mb) {
+  audio_in_.resize(mb.audio.size());
+  video_in_.resize(mb.video.size());
+  audio_upload_->start(audio_in_.data(), mb.audio.data(), mb.audio.size() * sizeof(float));
+  video_upload_->start(video_in_.data(), mb.video.data(), mb.video.size());
+  staged_ = mb.index;
+  staged_valid_ = true;
 }
 
 std::unique_ptr<LayerState> AVInput::make_state() const { return std::make_unique<AVInputState>(); }
@@ -65,8 +76,10 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   st.audio_mask.upload(host_audio_mask_.data(), host_audio_mask_.size());
   st.video_mask.upload(host_video_mask_.data(), host_video_mask_.size());
   flow.token_mask.upload(host_key_mask_.data(), host_key_mask_.size());
-  audio_in_.upload(mb.audio.data(), mb.audio.size());
-  video_in_.upload(mb.video.data(), mb.video.size());
+  if (!staged_valid_ || staged_ != mb.index) stage(mb);
+  staged_valid_ = false;
+  audio_upload_->ready();
+  video_upload_->ready();
 
   // Audio branch.
   const std::size_t na = std::size_t(B) * Ta * D;

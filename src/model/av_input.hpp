@@ -30,6 +30,10 @@ class AVInput final : public Layer {
     bn_.fold_running_stats(be, combine, micro_batches);
   }
   const TokenGeometry& geometry() const { return g_; }
+  // Starts the copy of mb's samples (audio, video) to tensor memory, so that on CUDA it runs beside
+  // the ops issued before forward(mb): the stage runner calls it as soon as it holds the batch.
+  // forward() copies a batch not staged this way itself.
+  void stage(const data::MicroBatch& mb);
 
  private:
   Backend& be_;
@@ -47,6 +51,9 @@ class AVInput final : public Layer {
   std::vector<std::uint8_t> host_frame_mask_, host_audio_mask_, host_video_mask_, host_key_mask_;
   Buffer audio_in_;                          // the micro-batch's samples in tensor memory
   AlignedArray<std::uint8_t> video_in_;
+  std::unique_ptr<Backend::InputUpload> audio_upload_, video_upload_;
+  std::vector<std::int64_t> staged_;  // the samples of the batch stage() copies (global indices)
+  bool staged_valid_ = false;
 };
 
 }  // namespace avtrain

@@ -38,6 +38,10 @@ std::vector<std::unique_ptr<LayerState>> AVNet::make_states() const {
   return states;
 }
 
+void AVNet::stage_input(const data::MicroBatch& mb) {
+  if (has_input()) static_cast<AVInput&>(*layers_.front()).stage(mb);
+}
+
 void AVNet::forward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states) {
   for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->forward(flow, *states[i]);
 }

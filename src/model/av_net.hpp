@@ -49,6 +49,9 @@ class AVNet {
   // Forward through the layers (the head leaves the loss and, in train mode, its gradient in the
   // flow); backward through them in reverse, calling after_layer(i) once layer i's gradients are in.
   void forward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states);
+  // The input layer's stage() (AVInput): the samples of the next forward's micro-batch start their
+  // copy to tensor memory. Nothing without the input layer.
+  void stage_input(const data::MicroBatch& mb);
   void backward(Flow& flow, std::vector<std::unique_ptr<LayerState>>& states,
                 const std::function<void(std::size_t)>& after_layer = {});
 

@@ -37,6 +37,8 @@ void check_options(const PackOptions& o) {
   require(o.shard_size >= 1, "--shard-size must be at least 1");
   require(o.gzip_level >= 1 && o.gzip_level <= 9, "--gzip-level must be in 1..9");
   require(o.zstd_level >= 0 && o.zstd_level <= 22, "--zstd-level must be in 1..22");
+  require(std::isfinite(o.max_damaged) && o.max_damaged >= 0 && o.max_damaged <= 1,
+          "--max-damaged must be a fraction in 0..1 (0.05: 5 % of a stream's packets)");
 }
 
 }  // namespace
@@ -82,7 +84,8 @@ nlohmann::json PackPlan::description() const {
           {"shard_size", options.shard_size},
           {"compression", !options.gzip ? "none" : options.zstd_level > 0 ? "zstd" : "gzip"},
           {"gzip_level", options.gzip && options.zstd_level == 0 ? options.gzip_level : 0},
-          {"on_error", options.fail_on_error ? "fail" : "skip"}};
+          {"on_error", options.fail_on_error ? "fail" : "skip"},
+          {"max_damaged", options.max_damaged}};
   if (options.gzip && options.zstd_level > 0) d["zstd_level"] = options.zstd_level;  // only then: gzip packs keep their bytes
   return d;
 }

@@ -1,5 +1,6 @@
 #include "pack/pack_state.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -110,10 +111,16 @@ void prepare_output(const PackPlan& plan, bool overwrite) {
 bool shard_finished(const PackPlan& plan, int shard) { return finished_record(plan, shard).has_value(); }
 
 void record_shard(const PackPlan& plan, const ShardOutcome& outcome) {
-  nlohmann::json failures = nlohmann::json::array();
-  for (const ClipFailure& f : outcome.failures)
-    failures.push_back({{"line", f.line}, {"path", f.path}, {"start", f.start}, {"reason", f.reason}});
-  const nlohmann::json j = {{"shard", outcome.shard}, {"samples", outcome.samples}, {"failures", failures}};
+  const auto rows = [](const std::vector<ClipFailure>& clips) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const ClipFailure& f : clips)
+      rows.push_back({{"line", f.line}, {"path", f.path}, {"start", f.start}, {"reason", f.reason}});
+    return rows;
+  };
+  const nlohmann::json j = {{"shard", outcome.shard},
+                            {"samples", outcome.samples},
+                            {"failures", rows(outcome.failures)},
+                            {"warnings", rows(outcome.warnings)}};
   write_atomically(record_path(plan, outcome.shard), j.dump(1) + "\n");
 }
 
@@ -126,9 +133,13 @@ std::vector<ShardOutcome> read_outcomes(const PackPlan& plan) {
     ShardOutcome o;
     o.shard = shard;
     o.samples = j.value("samples", std::int64_t(0));
-    for (const auto& f : j.at("failures"))
-      o.failures.push_back({f.at("line").get<std::int64_t>(), f.at("path").get<std::string>(), f.at("start").get<double>(),
-                            f.at("reason").get<std::string>()});
+    const auto rows = [](const nlohmann::json& from, std::vector<ClipFailure>& to) {
+      for (const auto& f : from)
+        to.push_back({f.at("line").get<std::int64_t>(), f.at("path").get<std::string>(), f.at("start").get<double>(),
+                      f.at("reason").get<std::string>()});
+    };
+    rows(j.at("failures"), o.failures);
+    if (j.contains("warnings")) rows(j.at("warnings"), o.warnings);  // records of packs before warnings had none
     outcomes.push_back(std::move(o));
   }
   return outcomes;
@@ -136,12 +147,18 @@ std::vector<ShardOutcome> read_outcomes(const PackPlan& plan) {
 
 std::string write_report(const PackPlan& plan, const std::vector<ShardOutcome>& outcomes) {
   std::ostringstream csv;
-  csv << "line,path,start,reason\n";
+  csv << "line,path,start,status,reason\n";
   for (const ShardOutcome& o : outcomes) {
-    for (const ClipFailure& f : o.failures) {
+    // A shard's skipped and warned clips, in list order (the lines rise along the list).
+    std::vector<std::pair<const ClipFailure*, const char*>> rows;
+    for (const ClipFailure& f : o.failures) rows.emplace_back(&f, "skipped");
+    for (const ClipFailure& f : o.warnings) rows.emplace_back(&f, "warning");
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first->line < b.first->line; });
+    for (const auto& [f, status] : rows) {
       std::ostringstream start;
-      start << f.start;
-      csv << f.line << ',' << csv_field(f.path) << ',' << start.str() << ',' << csv_field(f.reason) << '\n';
+      start << f->start;
+      csv << f->line << ',' << csv_field(f->path) << ',' << start.str() << ',' << status << ',' << csv_field(f->reason)
+          << '\n';
     }
   }
   const fs::path report = fs::path(plan.options.out) / "pack-report.csv";

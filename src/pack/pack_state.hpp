@@ -21,7 +21,8 @@ bool shard_finished(const PackPlan& plan, int shard);
 void record_shard(const PackPlan& plan, const ShardOutcome& outcome);
 // Every finished shard's record, in shard order.
 std::vector<ShardOutcome> read_outcomes(const PackPlan& plan);
-// OUT/pack-report.csv: line,path,start,reason for every skipped clip, in list order.
+// OUT/pack-report.csv: line,path,start,status,reason for every skipped clip (status "skipped") and every
+// clip packed with damaged packets skipped ("warning"), in list order.
 std::string write_report(const PackPlan& plan, const std::vector<ShardOutcome>& outcomes);
 
 }  // namespace avtrain::pack

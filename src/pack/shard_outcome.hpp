@@ -1,5 +1,6 @@
 #pragma once
-// What packing one shard came to: its samples and the clips it skipped, with why.
+// What packing one shard came to: its samples, the clips it skipped, with why, and the clips packed
+// with a warning (damaged packets skipped).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ struct ShardOutcome {
   int shard = 0;
   std::int64_t samples = 0;  // 0: every clip failed and no file was written
   std::vector<ClipFailure> failures;
+  std::vector<ClipFailure> warnings;  // clips packed, their reason the damaged packets skipped
 };
 
 }  // namespace avtrain::pack

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <new>
@@ -20,8 +21,45 @@ constexpr std::size_t kWriteBytes = std::size_t{64} << 20;   // clips written to
 
 struct ClipResult {
   std::optional<media::DecodedClip> clip;
-  std::string reason;  // when !clip
+  std::string reason;   // when !clip
+  std::string warning;  // when packed with damaged packets skipped
 };
+
+// A stream's damaged packets in the report's words ("audio: 3 of 412 packets damaged, skipped (filled
+// with silence)"); past max_damaged of the stream's packets, why the clip is skipped instead.
+std::string damage_text(const std::string& stream, const media::PacketCount& p, const char* filled, double max_damaged,
+                        bool& over) {
+  const std::int64_t packets = std::max(p.packets, p.damaged);
+  const double share = packets > 0 ? double(p.damaged) / double(packets) : 0.0;
+  over = share > max_damaged;
+  std::string text = stream + ": " + std::to_string(p.damaged) + " of " + std::to_string(packets) + " packets damaged";
+  if (!over) return text + ", skipped (" + filled + ")";
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, " (%.1f %%), more than --max-damaged %g allows", 100.0 * share, max_damaged);
+  return text + numbers + " (" + p.first_error + ")";
+}
+
+// The clip's damaged packets against --max-damaged, per stream: a warning, or the reason it is skipped.
+void judge_damage(const PackPlan& plan, const ClipEntry& entry, ClipResult& result) {
+  const media::DecodedClip& c = *result.clip;
+  const std::string audio = entry.audio_path.empty() ? "audio" : "audio (" + entry.audio_path + ")";
+  std::string warning, reason;
+  const auto judge = [&](const std::string& stream, const media::PacketCount& p, const char* filled) {
+    if (p.damaged == 0) return;
+    bool over = false;
+    const std::string text = damage_text(stream, p, filled, plan.options.max_damaged, over);
+    std::string& to = over ? reason : warning;
+    to += (to.empty() ? "" : "; ") + text;
+  };
+  judge("video", c.video_packets, "the previous frame shown");
+  judge(audio, c.audio_packets, "filled with silence");
+  if (!reason.empty()) {
+    result.clip.reset();
+    result.reason = reason;
+  } else {
+    result.warning = warning;
+  }
+}
 
 // Every shard's header but its path.
 data::ShardHeader shard_header(const PackPlan& plan) {
@@ -40,7 +78,9 @@ ClipResult decode_one(const PackPlan& plan, std::int64_t index) {
     return result;
   }
   try {
-    result.clip = media::decode_clip({entry.path, entry.audio_path, entry.start, entry.duration}, plan.options.shape);
+    result.clip = media::decode_clip({entry.path, entry.audio_path, entry.start, entry.duration}, plan.options.shape,
+                                     plan.options.fail_on_error ? media::OnDamaged::fail : media::OnDamaged::skip);
+    judge_damage(plan, entry, result);
   } catch (const media::MediaError& e) {
     result.reason = e.what();
   } catch (const std::bad_alloc&) {
@@ -125,6 +165,10 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
         outcome.failures.push_back({entry.line, entry.path, entry.start, r.reason});
         ++done.skipped;
         continue;
+      }
+      if (!r.warning.empty()) {
+        outcome.warnings.push_back({entry.line, entry.path, entry.start, r.warning});
+        ++done.warned;
       }
       const media::DecodedClip& c = *r.clip;
       if (s.audio_int16) group.audio_pcm.insert(group.audio_pcm.end(), c.audio_pcm.begin(), c.audio_pcm.begin() + audio_row);

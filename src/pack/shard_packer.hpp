@@ -13,6 +13,7 @@ namespace avtrain::pack {
 struct BlockDone {
   int packed = 0;   // clips of the block appended to the shard
   int skipped = 0;  // clips of the block that failed
+  int warned = 0;   // clips of the block packed with damaged packets skipped
   const ClipFailure* first_failure = nullptr;  // of this block, when skipped > 0
 };
 

@@ -59,7 +59,11 @@ void StageRunner::forward(StepWork& w, int m) {
     if (!topo_.first_stage()) link_.recv_activation(flow);
     return !topo_.first_stage();
   });
-  if (reads()) {
+  if (next_m_ == m) {
+    slot.batch = std::move(next_batch_);  // collected and staged by forward(m - 1)
+    next_m_ = -1;
+    flow.batch = &slot.batch;
+  } else if (reads()) {
     watchdog_.mark_micro_batch("waiting for data", w.step, m);
     const auto t = Clock::now();
     slot.batch = w.parts[std::size_t(m)].get();
@@ -90,6 +94,16 @@ void StageRunner::forward(StepWork& w, int m) {
     const auto t_send = Clock::now();
     link_.send_activation(flow);
     w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
+  }
+  // The first stage collects the next micro-batch of the step now and starts its samples' copy to
+  // the device, which then runs beside this one's backward (on the CPU the copy is made at once).
+  if (net_.has_input() && m + 1 < config_.train.micro_batches) {
+    watchdog_.mark_micro_batch("waiting for data", w.step, m + 1);
+    const auto t_data = Clock::now();
+    next_batch_ = w.parts[std::size_t(m + 1)].get();
+    w.row.add("data_wait_ms", StepWork::ms_since(t_data));
+    next_m_ = m + 1;
+    net_.stage_input(next_batch_);
   }
 }
 

@@ -87,6 +87,10 @@ class StageRunner {
   std::vector<parallel::PipeAction> actions_;  // this stage's forwards and backwards, in order
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<Slot*> slot_of_;  // micro-batch -> its slot while in flight
+  // The first stage's next micro-batch (next_m_ of this step; -1: none), collected at the end of the
+  // forward before it so its samples' copy to the device runs beside that micro-batch's backward.
+  data::MicroBatch next_batch_;
+  int next_m_ = -1;
 };
 
 }  // namespace avtrain

@@ -1,6 +1,7 @@
 // ShardSet::open refuses every way a shard set can break the format, with one line that names
 // the file, the dataset or attribute, and what is wrong.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <filesystem>
@@ -9,7 +10,9 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "data/shard_reader.hpp"
 #include "data/shard_set.hpp"
+#include "data/shard_writer.hpp"
 #include "data/synthetic.hpp"
 #include "shard_edit.hpp"
 #include "temp_dir.hpp"
@@ -95,6 +98,15 @@ std::vector<Case> cases() {
       {"FloatAudioNaN", true, [nan](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {1, 7}, nan); }, "shard-00001.h5", {"/audio[1, 7]", "not finite"}},
       {"FloatAudioInfinite", true, [](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {4, 399}, INFINITY); }, "shard-00001.h5", {"/audio[4, 399]", "not finite"}},
       {"FloatAudioAboveOne", true, [](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {0, 3}, 1.5f); }, "shard-00001.h5", {"/audio[0, 3] = 1.5", "outside [-1, 1]"}},
+      // Values changed within their range after the write: only the digests (values_checked) find them.
+      {"FloatAudioChangedWithinRange", true, [](const Dir& d) { edit(d).set<float>("/audio", H5T_NATIVE_FLOAT, {2, 7}, 0.123f); }, "shard-00001.h5", {"/audio does not match its digest", "XXH3_64bits"}},
+      {"Int16AudioChanged", false, [](const Dir& d) { edit(d).set<std::int16_t>("/audio", H5T_NATIVE_INT16, {0, 0}, 12345); }, "shard-00001.h5", {"/audio does not match its digest"}},
+      {"VideoPixelChanged", false, [](const Dir& d) { edit(d, "shard-00000.h5").set<std::uint8_t>("/video", H5T_NATIVE_UINT8, {1, 0, 0, 0, 0}, 255); }, "shard-00000.h5", {"/video does not match its digest"}},
+      {"DigestMissing", false, [](const Dir& d) { edit(d).remove_attribute("digest_video"); }, "shard-00001.h5", {"attribute digest_video is missing"}},
+      {"ValuesCheckedWithoutDigests", false, [](const Dir& d) { auto e = edit(d); e.remove_attribute("digest_audio"); e.remove_attribute("digest_label"); }, "shard-00001.h5", {"attribute digest_audio is missing"}},
+      {"DigestNotUint64", false, [](const Dir& d) { edit(d).set_attribute<double>("digest_audio", H5T_NATIVE_DOUBLE, 1.0); }, "shard-00001.h5", {"digest_audio", "64-bit unsigned integer", "float64"}},
+      {"ValuesCheckedZero", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("values_checked", H5T_NATIVE_INT32, 0); }, "shard-00001.h5", {"values_checked = 0", "expected 1"}},
+      {"DigestAlgorithmUnknown", false, [](const Dir& d) { edit(d).set_string_attribute("digest_algorithm", "md5"); }, "shard-00001.h5", {"digest_algorithm = \"md5\"", "XXH3_64bits only"}},
       {"FrameSizeDiffersBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.width = 16; }); },
        "shard-00001.h5", {"/video", "[N, 4, 16, 16, 1] differs from [N, 4, 16, 12, 1]", "shard-00000.h5"}},
       {"AudioLengthDiffersBetweenShards", false, [](const Dir& d) { swap_in_shard_from(d, [](SynthOptions& o) { o.audio_samples = 300; }); },
@@ -260,7 +272,42 @@ TEST(ShardSetOpen, ASampledStartChecksAFewAudioRowsAndTheReadChecksTheRest) {
     }
   }  // the files closed, to be edited again
   expect_refused(dir / "set", "/audio[3, 5] = 1.5");  // the full check
+  // The writer checked every value (values_checked): the one sampled row is the middle one.
+  EXPECT_EQ(ShardReader(dir / "set/shard-00000.h5").sampled_rows(), std::vector<std::int64_t>{20});
+  edit(dir, "shard-00000.h5").set<float>("/audio", H5T_NATIVE_FLOAT, {20, 0}, INFINITY);  // the sampled row
+  try {
+    ShardSet::open(dir / "set", sample);
+    ADD_FAILURE() << "a bad value in a sampled row passed the start";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-00000.h5: /audio[20, 0] = inf is not finite"), std::string::npos)
+        << e.what();
+  }
+}
+
+void remove_value_digests(const std::string& path) {
+  test::ShardEdit e(path);
+  for (const char* name : {"values_checked", "digest_algorithm"}) e.remove_attribute(name);
+  for (const char* dataset : kDigestedDatasets) e.remove_attribute(digest_attribute(dataset));
+}
+
+// A set without values_checked (an older pack, h5py's): it opens, and a sampled start reads the float
+// audio of 6 rows of each shard (the first, the last and four between).
+TEST(ShardSetOpen, ASetWithoutDigestsOpensAndSamplesSixRows) {
+  const test::TempDir dir;
+  SynthOptions o = base_options(dir / "set", true);
+  o.samples_per_shard = 40;
+  write_synthetic(o);
+  for (const char* file : {"shard-00000.h5", "shard-00001.h5"}) remove_value_digests(dir / ("set/" + std::string(file)));
+  const CheckShare sample{0, 1, CheckValues::sample};
+  EXPECT_NO_THROW(ShardSet::open(dir / "set", sample));
+  EXPECT_NO_THROW(ShardSet::open(dir / "set"));
+  {
+    const ShardReader shard(dir / "set/shard-00000.h5");
+    EXPECT_FALSE(shard.header().digests.has_value());
+    EXPECT_EQ(shard.sampled_rows(), (std::vector<std::int64_t>{0, 7, 15, 23, 31, 39}));
+  }  // closed, to be edited
   edit(dir, "shard-00000.h5").set<float>("/audio", H5T_NATIVE_FLOAT, {15, 0}, INFINITY);  // a sampled row
+  expect_refused(dir / "set", "shard-00000.h5: /audio[15, 0] = inf is not finite");
   try {
     ShardSet::open(dir / "set", sample);
     ADD_FAILURE() << "a bad value in a sampled row passed the start";
@@ -268,6 +315,102 @@ TEST(ShardSetOpen, ASampledStartChecksAFewAudioRowsAndTheReadChecksTheRest) {
     EXPECT_NE(std::string(e.what()).find("shard-00000.h5: /audio[15, 0] = inf is not finite"), std::string::npos)
         << e.what();
   }
+}
+
+// A sampled start reads the lengths and labels whole, so it checks their digests too: a label moved to
+// another valid class is refused at the start, naming the file and /label.
+TEST(ShardSetOpen, ASampledStartChecksTheDigestsOfLengthsAndLabels) {
+  const test::TempDir dir;
+  write_synthetic(base_options(dir / "set", false));
+  const std::string path = dir / "set/shard-00001.h5";
+  const std::int32_t label = test::read_all<std::int32_t>(path, "/label", H5T_NATIVE_INT32)[3];
+  edit(dir).set<std::int32_t>("/label", H5T_NATIVE_INT32, {3}, (label + 1) % 16);
+  try {
+    ShardSet::open(dir / "set", {0, 1, CheckValues::sample});
+    ADD_FAILURE() << "a changed label passed the start";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": /label does not match its digest", 0), 0u) << e.what();
+  }
+}
+
+// An independent digest of what synth wrote: XXH3_64bits in one call over each dataset read whole.
+TEST(ShardWriter, RecordsValuesCheckedAndTheDigestOfEachDataset) {
+  const test::TempDir dir;
+  for (const bool float_audio : {false, true}) {
+    const std::string set = dir / (float_audio ? "float" : "int16");
+    write_synthetic(base_options(set, float_audio));
+    const std::string path = set + "/shard-00001.h5";
+    const ShardHeader h = ShardReader(path).header();
+    ASSERT_TRUE(h.digests.has_value()) << path;
+    const auto one_call = [](const auto& values) {
+      return XXH3_64bits(values.data(), values.size() * sizeof(values[0]));
+    };
+    if (float_audio) EXPECT_EQ((*h.digests)[digest_audio], one_call(test::read_all<float>(path, "/audio", H5T_NATIVE_FLOAT)));
+    else EXPECT_EQ((*h.digests)[digest_audio], one_call(test::read_all<std::int16_t>(path, "/audio", H5T_NATIVE_INT16)));
+    EXPECT_EQ((*h.digests)[digest_video], one_call(test::read_all<std::uint8_t>(path, "/video", H5T_NATIVE_UINT8)));
+    for (const auto d : {digest_audio_len, digest_video_len, digest_label}) {
+      EXPECT_EQ((*h.digests)[d], one_call(test::read_all<std::int32_t>(path, kDigestedDatasets[d], H5T_NATIVE_INT32)))
+          << kDigestedDatasets[d];
+    }
+  }
+}
+
+// The writer refuses a value the format does not allow, naming the file, the dataset and the row, and
+// leaves no file behind; rows go in order, and a shard of fixed size commits only when whole.
+TEST(ShardWriter, RefusesAValueOutsideTheFormat) {
+  const test::TempDir dir;
+  ShardHeader h;
+  h.version = 1;
+  h.path = dir / "shard.h5";
+  h.sample_rate = 8000;
+  h.fps = 8;
+  h.num_classes = 4;
+  h.samples = 3;
+  h.audio_samples = 10;
+  h.frames = 2;
+  h.height = h.width = 4;
+  h.channels = 1;
+  h.audio_int16 = false;
+  const auto good_block = [&](std::int64_t count) {
+    SampleBlock b;
+    b.count = count;
+    b.audio_float.assign(std::size_t(count) * 10, 0.5f);
+    b.audio_len.assign(std::size_t(count), 10);
+    b.video.assign(std::size_t(count) * 2 * 4 * 4, 7);
+    b.video_len.assign(std::size_t(count), 2);
+    b.label.assign(std::size_t(count), 3);
+    return b;
+  };
+  const auto refused = [&](const std::function<void(SampleBlock&)>& damage, const std::string& words) {
+    ShardWriter writer(h, false);
+    SampleBlock b = good_block(3);
+    damage(b);
+    try {
+      writer.write(0, b);
+      ADD_FAILURE() << "the writer accepted a block with " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(h.path + ": " + words, 0), 0u) << e.what();
+    }
+  };
+  refused([](SampleBlock& b) { b.label[2] = 4; }, "/label[2] = 4 is outside 0..3");
+  refused([](SampleBlock& b) { b.audio_len[1] = 0; }, "/audio_len[1] = 0 is outside 1..10");
+  refused([](SampleBlock& b) { b.video_len[0] = 3; }, "/video_len[0] = 3 is outside 1..2");
+  refused([](SampleBlock& b) { b.audio_float[13] = std::nanf(""); }, "/audio[1, 3] = nan is not finite");
+  refused([](SampleBlock& b) { b.audio_float[29] = -1.25f; }, "/audio[2, 9] = -1.25 is outside [-1, 1]");
+  EXPECT_FALSE(fs::exists(h.path));
+  EXPECT_FALSE(fs::exists(h.path + ".tmp"));
+  {
+    ShardWriter writer(h, false);
+    writer.write(0, good_block(1));
+    EXPECT_THROW(writer.write(2, good_block(1)), Error);  // row 1 skipped
+    writer.write(1, good_block(1));
+    EXPECT_THROW(writer.commit(), Error);  // 2 of 3 rows
+  }
+  ShardWriter writer(h, false);
+  writer.write(0, good_block(2));
+  writer.write(2, good_block(1));
+  writer.commit();
+  EXPECT_TRUE(ShardReader(h.path).header().digests.has_value());
 }
 
 TEST(ShardSetOpen, HeadersOfEveryShardAreCheckedByEveryPart) {

@@ -403,6 +403,41 @@ TEST_F(CudaOps, FillWritesEveryElement) {
   EXPECT_TRUE(close_l2(dy.download(), want, kF32));
 }
 
+// The micro-batch's samples through make_input_upload() (page-locked staging, a copy stream, an event
+// the compute stream waits for) arrive bit for bit as upload() puts them, on both backends: the copy
+// lands after an op issued before it that writes its destination, an op issued after ready() reads
+// it, the source may change as soon as start() returns, and the upload's host buffer is reused by
+// the next batch (audio, then video bytes of another size).
+TEST_F(CudaOps, InputUploadGivesTheBytesOfTheSynchronousUpload) {
+  const std::size_t n = 3000017;  // 12 MB of float audio
+  for (Backend* be : {&cpu(), &gpu()}) {
+    std::unique_ptr<Backend::InputUpload> upload = be->make_input_upload();
+    std::vector<float> audio = uniform(n, "input upload audio", -1.0, 1.0);
+    const std::vector<float> audio_sent = audio;
+    DevF synchronous(*be, audio);
+    DevF staged(*be, nans(n));
+    DevF read_after(*be, nans(n));
+    be->fill(staged, n, 7.0f);  // before the copy, into its destination
+    upload->start(staged.get(), audio.data(), n * sizeof(float));
+    std::fill(audio.begin(), audio.end(), -2.0f);  // the source, changed at once
+    upload->ready();
+    be->copy(read_after.get(), staged.get(), n * sizeof(float));  // after ready(): sees the copy
+    const std::vector<float> want = synchronous.download(), got = staged.download(), got_after = read_after.download();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << be->name();
+    EXPECT_EQ(std::memcmp(got_after.data(), audio_sent.data(), n * sizeof(float)), 0) << be->name();
+
+    std::vector<std::uint8_t> video(5 * n + 3);
+    KeyedRandom rng(kSeed, "input upload video");
+    for (auto& v : video) v = std::uint8_t(rng.uniform() * 256);
+    DevU8 video_synchronous(*be, video);
+    DevU8 video_staged(*be, std::vector<std::uint8_t>(video.size(), 0));
+    upload->start(video_staged.get(), video.data(), video.size());
+    upload->ready();
+    EXPECT_EQ(video_staged.download(), video_synchronous.download()) << be->name();
+  }
+}
+
 TEST_F(CudaOps, AddAccumulatesIntoY) {
   const std::size_t n = 70001;
   const auto x = normal(n, "add.x");

@@ -5,6 +5,8 @@
     check_pack.py same SET_A SET_B             the same samples in the same places, every value
     check_pack.py report SET MEDIA_DIR         pack-report.csv names every bad clip with its reason
     check_pack.py fail PACK MEDIA_DIR OUT -- LAUNCH...   --on-error fail stops every rank, exit 1, one line
+    check_pack.py damaged PACK MEDIA_DIR OUT -- LAUNCH...   damaged packets: warning rows, the gaps filled,
+        past --max-damaged skipped, --on-error fail stops
     check_pack.py resume PACK MEDIA_DIR OUT -- LAUNCH...   a pack killed (SIGKILL, then SIGUSR1: exit 75)
         and run again ends with the set of a pack that ran through (on one rank, OUT.reference);
         rounds: AVTRAIN_PACK_KILL_ROUNDS (1)
@@ -230,6 +232,137 @@ def resume(pack, media_dir, out, launch):
     print(f"check_pack: resume ok: {rounds} round(s) of SIGKILL and SIGUSR1 (AVTRAIN_PACK_KILL_ROUNDS for more)")
 
 
+def ffmpeg_decode_errors(path):
+    """FFmpeg's own count of the packets it could not decode, per stream type: `ffmpeg -v error -i FILE
+    -f null -` (its "Error while decoding stream #0:N" lines, with "Last message repeated K times")."""
+    types = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_type", "-of", "csv=p=0", path],
+                           check=True, capture_output=True, text=True).stdout.split()
+    stderr = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-i", path, "-f", "null", "-"],
+                            capture_output=True, text=True).stderr
+    counts, last = {}, None
+    for line in stderr.splitlines():
+        if line.startswith("Error while decoding stream #0:"):
+            last = types[int(line.split("#0:")[1].split(":")[0])]
+            counts[last] = counts.get(last, 0) + 1
+        elif "Last message repeated" in line and last:
+            counts[last] += int(line.split("repeated")[1].split()[0])
+        elif not line.startswith("["):
+            last = None
+    return counts
+
+
+def packet_times(path, stream):
+    """(start, duration) in seconds from the media's start of each packet of the stream ("a:0")."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", stream, "-show_entries",
+                          "packet=pts_time,duration_time", "-of", "json", path],
+                         check=True, capture_output=True, text=True).stdout
+    origin = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=start_time", "-of", "csv=p=0", path],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    origin = float(origin) if origin and origin != "N/A" else 0.0
+    return [(float(p["pts_time"]) - origin, float(p["duration_time"])) for p in json.loads(out)["packets"]]
+
+
+def damaged(pack, media_dir, out, launch):
+    """Clips with a few damaged packets are packed with warning rows naming FFmpeg's own count, the gaps
+    filled (silence for the lost audio, the frame before a lost one), everything else as the clean clip
+    packs; one past --max-damaged is skipped with its reason; --on-error fail stops at the first."""
+    expect = json.load(open(os.path.join(media_dir, "expect.json")))
+    clips = expect["damaged"]
+    rate = 16000
+    # The media are bad as meant: ffmpeg itself fails on exactly those packets, and on none of the clean file.
+    for clip in clips:
+        errors = ffmpeg_decode_errors(os.path.join(media_dir, clip["path"]))
+        if errors != clip["damaged"]:
+            fail(f"{clip['path']}: ffmpeg -f null fails on {errors} packets, the media were made with {clip['damaged']}")
+    base = [pack, "pack", "--manifest", os.path.join(media_dir, "damaged.csv"), "--classes",
+            os.path.join(media_dir, "classes.txt"), "--progress-s", "0", "--overwrite", *expect["damaged_options"]]
+    code, stdout, stderr = run_to_end(launch + base + ["--out", out, "--shard-size", "2"])
+    if code != 0 or ", 1 skipped, 3 with warnings (" not in stdout:
+        fail(f"the pack of damaged.csv: exit {code}, stdout:\n{stdout}\nstderr:\n{stderr}")
+    rows = {int(r["line"]): r for r in csv.DictReader(open(os.path.join(out, "pack-report.csv")))}
+    for clip in clips:
+        row = rows.get(clip["line"])
+        if clip["status"] == "packed":
+            if row:
+                fail(f"{clip['path']} is in the report: {row}")
+            continue
+        if not row or row["status"] != clip["status"] or not row["path"].endswith(clip["path"]):
+            fail(f"{clip['path']}: report row {row}, expected status {clip['status']}")
+        for stream, n in clip["damaged"].items():
+            filled = "filled with silence" if stream == "audio" else "the previous frame shown"
+            words = (f"{stream}: {n} of " if clip["status"] == "skipped" else f"{stream}: {n} of ")
+            at = row["reason"].find(words)
+            if at < 0:
+                fail(f"{clip['path']}: reason {row['reason']!r} does not say {words!r}...")
+            total = int(row["reason"][at + len(words):].split()[0])
+            if not 90 <= total <= 250:  # 4 s of 25 frames or 43 AAC packets a second (31 AC-3 ones)
+                fail(f"{clip['path']}: {total} {stream} packets in {row['reason']!r}")
+            tail = "more than --max-damaged 0.05" if clip["status"] == "skipped" else f"packets damaged, skipped ({filled})"
+            if tail not in row["reason"]:
+                fail(f"{clip['path']}: reason {row['reason']!r} lacks {tail!r}")
+        print(f"  line {row['line']}: {row['path']}: {row['status']}: {row['reason']}")
+    if len(rows) != 4:
+        fail(f"{len(rows)} report rows, expected 4: {rows}")
+
+    data, _, _ = load_set(out)
+    sources = [x.decode().replace(media_dir.rstrip("/") + "/", "") for x in data["source"]]
+    packed = [c for c in clips if c["status"] != "skipped"]
+    if sources != [c["path"] for c in packed]:
+        fail(f"samples {sources}, expected {[c['path'] for c in packed]}")
+    at = {c["path"]: i for i, c in enumerate(packed)}
+    clean = at["media/damaged/clean.mp4"]
+    audio_clean, video_clean = data["audio"][clean].astype(np.int64), data["video"][clean]
+    # Lost video frames: the frame before shown instead (every source frame is a target at 25 fps); the
+    # others and the audio as in the clean clip, bit for bit.
+    v = at["media/damaged/video.mp4"]
+    lost = set(clips[[c["path"] for c in clips].index("media/damaged/video.mp4")]["video_lost"])
+    for k in range(int(data["video_len"][clean])):
+        shown = k
+        while shown in lost and shown > 0:
+            shown -= 1
+        if not np.array_equal(data["video"][v][k], video_clean[shown]):
+            fail(f"video.mp4: frame {k} is not the clean clip's frame {shown}")
+    if not np.array_equal(data["audio"][v], data["audio"][clean]) or data["video_len"][v] != data["video_len"][clean]:
+        fail("video.mp4: its audio or video_len differ from the clean clip's")
+    # Lost audio packets: silence for their time, and the audio on both sides at its time: as the clean
+    # clip's, but for the decoder's overlap into the next packet (AAC: one frame of 1024 samples).
+    a = at["media/damaged/audio.mp4"]
+    if not np.array_equal(data["video"][a], video_clean) or data["audio_len"][a] != data["audio_len"][clean]:
+        fail("audio.mp4: its video or audio_len differ from the clean clip's")
+    times = packet_times(os.path.join(media_dir, "media/damaged/clean.mp4"), "a:0")
+    lost_audio = [20, 90, 150]
+    near = np.zeros(len(audio_clean), bool)
+    audio = data["audio"][a].astype(np.int64)
+    for i in lost_audio:
+        t0, length = times[i]
+        g0, g1 = round(t0 * rate), round((t0 + length) * rate)
+        if np.any(audio[g0 + 40:g1 - 40] != 0):
+            fail(f"audio.mp4: the lost packet {i} ({t0:.3f} s + {length:.3f} s) is not silent: "
+                 f"{np.abs(audio[g0 + 40:g1 - 40]).max()}")
+        near[max(0, g0 - 40):g1 + round(1024 / 44100 * rate) + 40] = True
+    difference = np.abs(audio - audio_clean)[~near].max()
+    if difference > 2:
+        where = int(np.argmax(np.abs(audio - audio_clean) * ~near))
+        fail(f"audio.mp4: away from the gaps the audio differs from the clean clip's by {difference} at {where}")
+    print(f"check_pack: damaged: packed with warning rows of FFmpeg's count, lost frames {sorted(lost)} show the one "
+          f"before, lost audio packets {lost_audio} silent, the rest as the clean clip (within {difference} LSB); "
+          f"the clip past --max-damaged skipped")
+
+    # --max-damaged 0: every damaged clip skipped; 0.2: the 11 % one packed, with its warning.
+    for max_damaged, samples, warnings in [("0", 1, 0), ("0.2", 5, 4)]:
+        code, stdout, stderr = run_to_end(base + ["--out", out + ".max", "--max-damaged", max_damaged])
+        want = f"{samples} clip{'s' if samples > 1 else ''} packed into"
+        if code != 0 or want not in stdout or f" {warnings} with warnings" not in stdout:
+            fail(f"--max-damaged {max_damaged}: exit {code}, expected '{want}' and {warnings} warnings:\n{stdout}{stderr}")
+    # --on-error fail: the first damaged packet stops the pack, the file named.
+    code, stdout, stderr = run_to_end(launch + base + ["--out", out + ".fail", "--on-error", "fail", "--shard-size", "1",
+                                                       "--threads", "1"])
+    lines = [l for l in stderr.splitlines() if "--on-error fail" in l]
+    if code != 1 or not lines or "media/damaged/" not in lines[0] or "(a damaged packet)" not in lines[0]:
+        fail(f"--on-error fail on damaged packets: exit {code}, stderr:\n{stderr}")
+    print(f"check_pack: damaged: --max-damaged 0 and 0.2 as meant; --on-error fail: '{lines[0]}'")
+
+
 def main():
     args = sys.argv[1:]
     launch = args[args.index("--") + 1:] if "--" in args else []
@@ -242,6 +375,8 @@ def main():
         report(args[1], args[2])
     elif args[0] == "fail":
         fail_mode(args[1], args[2], args[3], launch)
+    elif args[0] == "damaged":
+        damaged(args[1], args[2], args[3], launch)
     elif args[0] == "resume":
         resume(args[1], args[2], args[3], launch)
     else:

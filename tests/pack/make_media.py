@@ -5,7 +5,8 @@ pack must make of them.
     make_media.py DIR
 
 writes DIR/media/* (many containers and codecs, lavfi sources), DIR/good.csv (clips that must pack),
-DIR/bad.csv (clips that must be reported), DIR/classes.txt and DIR/expect.json: per good clip its
+DIR/bad.csv (clips that must be reported), DIR/damaged.csv (clips with a few packets overwritten, and
+one with many), DIR/classes.txt and DIR/expect.json: per good clip its
 tone (Hz), audio length and the source frame (a counter drawn into every frame as its grey level,
 20 + 6 n) expected at each target time, taken from ffprobe's timestamps by the rule of the pack:
 the frame shown at start + k / fps is the last one whose timestamp is not after it.
@@ -84,6 +85,62 @@ def expected_frames(path, start, seconds, fps, frames):
         shown = [i for i in order if times[i] <= target + 1e-6]
         picks.append(shown[-1] if shown else order[0])
     return picks, times
+
+
+def packets_of(path, stream):
+    """(byte offset, size) of each packet of the stream ("a:0", "v:0"), in file order, as ffprobe reads them."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", stream, "-show_entries", "packet=pos,size",
+                          "-of", "json", path], check=True, capture_output=True, text=True).stdout
+    return [(int(p["pos"]), int(p["size"])) for p in json.loads(out)["packets"]]
+
+
+def damage_packets(source, target, damage):
+    """Copies source to target with the packets damage = {"a:0": [index, ...], "v:0": [...]} overwritten by
+    0xff bytes (a bad header: the decoders refuse them, as ffmpeg -f null shows)."""
+    with open(source, "rb") as f:
+        data = bytearray(f.read())
+    for stream, indices in damage.items():
+        packets = packets_of(source, stream)
+        for i in indices:
+            pos, size = packets[i]
+            data[pos:pos + size] = b"\xff" * size
+    with open(target, "wb") as f:
+        f.write(data)
+
+
+# The damaged-packet pack: its own shape (4 s clips; frames at the source's 25 fps, so that every
+# source frame is a target and a lost one shows as the one before it).
+DAMAGED_OPTIONS = ["--duration", "4", "--sample-rate", "16000", "--fps", "25", "--size", "32x24", "--pixels", "rgb"]
+
+
+def damaged_media(root, media):
+    """media/damaged/*: a clean file and copies with a few packets overwritten; DIR/damaged.csv; what the
+    pack must report (expect["damaged"]). Video all key frames (a lost frame damages no other)."""
+    os.makedirs(os.path.join(media, "damaged"), exist_ok=True)
+    d = lambda name: os.path.join(media, "damaged", name)
+    ffmpeg(*counter_video("64x48", 25, 4.2), *sine(440, 44100, 4.2), "-c:v", "libx264", "-g", "1", "-c:a", "aac",
+           "-shortest", d("clean.mp4"))
+    # Like Megamind.avi (the opencv sample film): MPEG-4 video and AC-3 audio in AVI.
+    ffmpeg(*counter_video("64x48", 25, 4.2), *sine(660, 48000, 4.2, 2), "-c:v", "mpeg4", "-g", "1", "-c:a", "ac3",
+           "-shortest", d("mpeg4_ac3.avi"))
+    clips = [  # file, made from, damaged packets, expected status
+        ("clean.mp4", None, {}, "packed"),
+        ("audio.mp4", "clean.mp4", {"a:0": [20, 90, 150]}, "warning"),
+        ("video.mp4", "clean.mp4", {"v:0": [20, 50, 51]}, "warning"),
+        ("both.avi", "mpeg4_ac3.avi", {"a:0": [15, 60], "v:0": [30, 70]}, "warning"),
+        ("too_damaged.mp4", "clean.mp4", {"a:0": list(range(10, 50, 2))}, "skipped"),  # 20 of ~180: 11 %
+    ]
+    expect = []
+    with open(os.path.join(root, "damaged.csv"), "w") as f:
+        f.write("path,label\n")
+        for i, (name, made_from, damage, status) in enumerate(clips):
+            if made_from:
+                damage_packets(d(made_from), d(name), damage)
+            f.write(f"media/damaged/{name},{['bird', 'cat', 'dog'][i % 3]}\n")
+            expect.append({"path": "media/damaged/" + name, "line": i + 2, "status": status,
+                           "damaged": {"audio" if s == "a:0" else "video": len(ix) for s, ix in damage.items()},
+                           "video_lost": damage.get("v:0", []), "like": made_from})
+    return expect
 
 
 def main():
@@ -185,6 +242,8 @@ def main():
         for path, label, audio, start, _ in bad:
             f.write(f"media/{path},{label},{'media/' + audio if audio else ''},{start}\n")
     expect["bad"] = [{"line": i + 3, "path": path, "reason": reason} for i, (path, _, _, _, reason) in enumerate(bad)]
+    expect["damaged"] = damaged_media(root, media)
+    expect["damaged_options"] = DAMAGED_OPTIONS
     with open(os.path.join(root, "expect.json"), "w") as f:
         json.dump(expect, f, indent=1)
     print(f"make_media: {len(good)} good clips, {len(bad)} bad ones in {root}")
