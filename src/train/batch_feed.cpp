@@ -9,7 +9,8 @@ namespace avtrain {
 BatchFeed::BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config,
                      const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step,
                      std::int64_t stall_at)
-    : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields), reader_(shards, config.data.reader_threads),
+    : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields),
+      reader_(shards, config.data.reader_threads),
       next_to_submit_(first_step), stall_at_(stall_at) {}
 
 std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
