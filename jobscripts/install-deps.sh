@@ -16,7 +16,8 @@ set -euo pipefail
 # python3-matplotlib: the run command's plot (validation/plot_traces.py).
 # libxxhash-dev: the shards' value digests (docs/shard-format.md).
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
-# make their media with it.
+# make their media with it. libdeflate-dev, libzstd-dev: the data reader's decompression outside the
+# HDF5 lock, and the zstd filter (src/data/raw_chunks.cpp, zstd_filter.cpp).
 packages=(cmake g++ make git pkg-config
           libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
@@ -24,7 +25,8 @@ packages=(cmake g++ make git pkg-config
           patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap python3-venv
           slurmctld slurmd slurm-client munge
           openssh-server openssh-client iproute2
-          libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg)
+          libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg
+          libdeflate-dev libzstd-dev)
 for flag in "$@"; do
   case "$flag" in
     --reference) packages+=(python3-torch) ;;

@@ -77,7 +77,9 @@ int synth(const std::vector<std::string>& args) {
       ("noise", po::value(&o.noise)->default_value(o.noise), "noise relative to the signal")
       ("float-audio", po::bool_switch(&o.float_audio), "store audio as float32 instead of int16 PCM")
       ("no-gzip", po::bool_switch(&no_gzip), "contiguous datasets without compression")
-      ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9 (as pack's)");
+      ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9 (as pack's)")
+      ("zstd-level", po::value(&o.zstd_level)->default_value(o.zstd_level),
+       "> 0: zstd at this level 1..22 in place of deflate (shuffle + zstd, as pack --compression zstd)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
   if (vm.count("help")) {
@@ -87,6 +89,7 @@ int synth(const std::vector<std::string>& args) {
   po::notify(vm);
   o.gzip = !no_gzip;
   require(o.gzip_level >= 1 && o.gzip_level <= 9, "synth: --gzip-level must be 1..9");
+  require(o.zstd_level >= 0 && o.zstd_level <= 22, "synth: --zstd-level must be 0 (deflate) or 1..22");
   write_synthetic(o);
   std::cout << "wrote " << o.shards << " shards of " << o.samples_per_shard << " samples to " << o.out_dir
             << " (" << o.tone_classes * o.motion_classes << " classes)\n";

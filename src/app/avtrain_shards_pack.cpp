@@ -46,6 +46,7 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
   PackOptions& o = c.pack;
   std::string size = "32x32", pixels = "gray", compression = "gzip", on_error = "skip";
   bool float_audio = false;
+  int zstd_level = 3;
   po::options_description options("avtrain-shards pack options");
   options.add_options()
       ("help,h", "print this help")
@@ -60,8 +61,9 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
       ("size", po::value(&size)->default_value(size), "frame WIDTHxHEIGHT: scaled to cover keeping the aspect, centre-cropped")
       ("pixels", po::value(&pixels)->default_value(pixels), "gray or rgb")
       ("shard-size", po::value(&o.shard_size)->default_value(o.shard_size), "clips of the list per shard")
-      ("compression", po::value(&compression)->default_value(compression), "gzip (shuffle + deflate) or none")
+      ("compression", po::value(&compression)->default_value(compression), "gzip (shuffle + deflate), zstd (shuffle + zstd, HDF5 filter 32015) or none")
       ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9")
+      ("zstd-level", po::value(&zstd_level)->default_value(zstd_level), "zstd level 1..22 (--compression zstd)")
       ("on-error", po::value(&on_error)->default_value(on_error), "skip (report the clip and go on) or fail (stop the pack)")
       ("max-damaged", po::value(&o.max_damaged)->default_value(o.max_damaged, "0.05"),
        "a clip with more of a stream's packets damaged is skipped; at or under it, packed with a warning (damaged packets skipped)")
@@ -93,8 +95,11 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
   require(pixels == "gray" || pixels == "rgb", "--pixels \"" + pixels + "\" is neither gray nor rgb");
   o.shape.channels = pixels == "gray" ? 1 : 3;
   o.shape.audio_int16 = !float_audio;
-  require(compression == "gzip" || compression == "none", "--compression \"" + compression + "\" is neither gzip nor none");
-  o.gzip = compression == "gzip";
+  require(compression == "gzip" || compression == "zstd" || compression == "none",
+          "--compression \"" + compression + "\" is not gzip, zstd or none");
+  require(zstd_level >= 1 && zstd_level <= 22, "--zstd-level must be in 1..22");
+  o.gzip = compression != "none";
+  o.zstd_level = compression == "zstd" ? zstd_level : 0;
   require(on_error == "skip" || on_error == "fail", "--on-error \"" + on_error + "\" is neither skip nor fail");
   o.fail_on_error = on_error == "fail";
   require(c.threads >= 0, "--threads must be >= 0");

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/enum_names.hpp"
+#include "app/reader_threads.hpp"
 #include "core/error.hpp"
 
 namespace po = boost::program_options;
@@ -188,6 +189,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "cut each clip to this many seconds, audio and frames aligned (training: a window at a random start "
         "keyed by seed, epoch and sample; validation: the centred window); the model's input shapes follow; "
         "0: the stored length", kNonNegative);
+  t.add("[data] shard set", "data.reader_threads", &c.data.reader_threads,
+        "reader threads per rank, each reading whole micro-batches (HDF5 calls one at a time, the decompression "
+        "at once); not given (shown as 0): the cores a rank may use minus train.threads on a CPU run, at least 1",
+        Range<int>{1, 1024, "in [1, 1024]"});
 
   t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
         kAtLeast1);
@@ -431,6 +436,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (c.overwrite && c.eval_only) throw Error("--overwrite and --eval-only: an evaluation replaces nothing; drop one");
   if (c.overwrite && c.resume != "auto" && c.resume != "none")
     throw Error("--overwrite starts the run afresh, --resume " + c.resume + " continues from a checkpoint; give one of them");
+  if (!vm.count("data.reader_threads") || vm["data.reader_threads"].defaulted())
+    c.data.reader_threads = default_reader_threads(c.device.backend == DeviceBackend::cpu, c.train.threads);
   table.check();
   table.dump(parsed.resolved);
   return parsed;

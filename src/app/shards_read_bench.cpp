@@ -1,6 +1,6 @@
 // avtrain-shards read-bench: how fast the training reader delivers a shard set's samples, with no
 // model behind it. Opens the set as a run does (every header, the values as data.check_values), then reads
-// shuffled micro-batches through the same Prefetcher (the reader thread) and counts samples, bytes
+// shuffled micro-batches through the same Prefetcher (its reader threads) and counts samples, bytes
 // and the CPU time the process spent: samples/s, MB/s decoded, MB/s read from the files, and per
 // core (per CPU-second); and what opening the set read (/proc/self/io's rchar: the bytes a start
 // reads before its first step). docs/data-reader.md has the table validation/data-bench.sh makes with it.
@@ -24,6 +24,7 @@
 
 #include "core/error.hpp"
 #include "data/prefetcher.hpp"
+#include "data/raw_chunks.hpp"
 #include "data/sampler.hpp"
 #include "data/shard_set.hpp"
 
@@ -58,7 +59,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 int read_bench(const std::vector<std::string>& args) {
   std::string dir;
-  int micro_batch = 32, ahead = 2;
+  int micro_batch = 32, ahead = -1, threads = 1;
   double seconds = 10;
   std::int64_t max_batches = 0;
   std::uint64_t seed = 1;
@@ -69,7 +70,8 @@ int read_bench(const std::vector<std::string>& args) {
       ("help,h", "print this help")
       ("data", po::value(&dir)->required(), "the shard set's directory")
       ("micro-batch", po::value(&micro_batch)->default_value(micro_batch), "samples per read, as train.micro_batch")
-      ("ahead", po::value(&ahead)->default_value(ahead), "micro-batches submitted ahead of the one collected")
+      ("ahead", po::value(&ahead)->default_value(ahead), "micro-batches submitted ahead of the one collected (-1: 2 per reader thread)")
+      ("reader-threads", po::value(&threads)->default_value(threads), "reader threads, as data.reader_threads")
       ("seconds", po::value(&seconds)->default_value(seconds), "read for about this long (whole micro-batches)")
       ("batches", po::value(&max_batches)->default_value(max_batches), "stop after this many micro-batches (0: --seconds)")
       ("seed", po::value(&seed)->default_value(seed), "the shuffle's seed (train.seed)")
@@ -79,14 +81,16 @@ int read_bench(const std::vector<std::string>& args) {
   po::store(po::command_line_parser(args).options(options).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: avtrain-shards read-bench --data DIR [options]\n\n"
-                 "Reads shuffled micro-batches of the set through the training reader (one thread)\n"
+                 "Reads shuffled micro-batches of the set through the training reader (--reader-threads)\n"
                  "with no model behind it and prints samples/s, MB/s and the rate per core.\n\n"
               << options;
     return 0;
   }
   po::notify(vm);
   require(micro_batch >= 1, "read-bench: --micro-batch must be at least 1");
-  require(ahead >= 0, "read-bench: --ahead must be at least 0");
+  require(ahead >= -1, "read-bench: --ahead must be at least 0 (or -1: 2 per reader thread)");
+  require(threads >= 1, "read-bench: --reader-threads must be at least 1");
+  if (ahead < 0) ahead = 2 * threads;
   require(seconds > 0 || max_batches > 0, "read-bench: --seconds or --batches must be positive");
   const std::optional<data::CheckValues> values = parse_enum<data::CheckValues>(check);
   require(values.has_value(), "read-bench: --check-values " + check + ": must be one of " + enum_words<data::CheckValues>());
@@ -110,11 +114,11 @@ int read_bench(const std::vector<std::string>& args) {
   // The training order: every sample (no validation split), shuffled per epoch by the seed, one
   // micro-batch per step.
   data::Sampler sampler(info.total_samples, 0.0, seed, micro_batch);
-  data::Prefetcher reader(*set);
+  data::Prefetcher reader(*set, threads);
   std::deque<std::future<data::MicroBatch>> queued;
   std::int64_t submitted = 0, done = 0, samples = 0;
   const auto t0 = Clock::now();
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = cpu_seconds(), lock0 = data::TimedHdf5Lock::held_seconds();
   auto more = [&] {
     return max_batches > 0 ? submitted < max_batches : seconds_since(t0) < seconds;
   };
@@ -127,13 +131,17 @@ int read_bench(const std::vector<std::string>& args) {
     if (more()) queued.push_back(reader.submit(sampler.batch(submitted++)));
   }
   const double wall = seconds_since(t0), cpu = cpu_seconds() - cpu0;
+  // The share of the reading's CPU time spent holding the HDF5 lock, s: threads overlap the rest, so
+  // n cores give at most 1 / (s + (1 - s) / n) times one core's rate (Amdahl).
+  const double lock_share = cpu > 0 ? (data::TimedHdf5Lock::held_seconds() - lock0) / cpu : 0.0;
+  const auto speedup = [&](int n) { return 1.0 / (lock_share + (1.0 - lock_share) / n); };
   const double rate = double(samples) / wall;
   const double mb = 1e6;
   nlohmann::json r = {{"data", dir},
                       {"samples", samples},
                       {"micro_batch", micro_batch},
                       {"micro_batches", done},
-                      {"reader_threads", 1},
+                      {"reader_threads", threads},
                       {"seconds", wall},
                       {"cpu_seconds", cpu},
                       {"samples_per_s", rate},
@@ -146,20 +154,24 @@ int read_bench(const std::vector<std::string>& args) {
                       {"open_cpu_s", open_cpu},
                       {"open_read_mb", open_read / mb},
                       {"set_samples", info.total_samples},
-                      {"set_mb", double(file_bytes) / mb}};
+                      {"set_mb", double(file_bytes) / mb},
+                      {"lock_share", lock_share},
+                      {"speedup_limit_4_cores", speedup(4)}};
   if (json) {
     std::cout << r.dump() << "\n";
     return 0;
   }
   std::ostringstream line;
   line << std::fixed << std::setprecision(1) << "read-bench " << dir << ": " << samples << " samples in " << done
-       << " micro-batches of " << micro_batch << ", 1 reader thread: " << rate << " samples/s, "
+       << " micro-batches of " << micro_batch << ", " << threads << (threads == 1 ? " reader thread: " : " reader threads: ") << rate << " samples/s, "
        << rate * decoded_per_sample / mb << " MB/s decoded (" << std::setprecision(3) << decoded_per_sample / mb
        << " MB a sample), " << std::setprecision(1) << rate * stored_per_sample / mb << " MB/s of the files ("
        << std::setprecision(3) << stored_per_sample / mb << " MB a sample stored); " << std::setprecision(2) << cpu / wall << " CPU-s per s, "
        << std::setprecision(1) << (cpu > 0 ? double(samples) / cpu : 0.0) << " samples per CPU-second; opening "
        << std::setprecision(2) << open_s << " s, reading " << open_read / mb << " MB of the set's "
-       << double(file_bytes) / mb << " MB (the start's checks)\n";
+       << double(file_bytes) / mb << " MB (the start's checks); the HDF5 lock held " << std::setprecision(1)
+       << 100 * lock_share << " % of the CPU time: 4 cores give at most " << std::setprecision(2) << speedup(4)
+       << "x one core's rate\n";
   std::cout << line.str();
   return 0;
 }

@@ -1,11 +1,32 @@
 #include "data/prefetcher.hpp"
 
+#include <malloc.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 
+#include "core/error.hpp"
+
 namespace avtrain::data {
+
+namespace {
+
+// glibc's malloc (per-thread arenas, a dynamic mmap threshold) gives the micro-batches' memory back to
+// the kernel and faults it in again: measured at the large shape, uncompressed, 22 page faults a sample
+// with one reader thread and 134 with two (2-4x fewer samples per CPU-second), at the VGGSound-like
+// shape ~900 a sample (every page of every sample). A fixed mmap threshold of 32 MiB and a trim
+// threshold of 256 MiB keep it for reuse (3-8x fewer faults). Process-wide, once; no result changes.
+void keep_batch_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+}
+
+}  // namespace
 
 struct Prefetcher::Impl {
   struct Job {
@@ -14,18 +35,22 @@ struct Prefetcher::Impl {
     std::promise<MicroBatch> result;
   };
 
-  explicit Impl(ShardSet& shard_set) : set(shard_set), worker([this] { run(); }) {}
+  Impl(ShardSet& shard_set, int threads) : set(shard_set) {
+    require(threads >= 1, "data.reader_threads = " + std::to_string(threads) + ": must be >= 1");
+    keep_batch_memory();
+    for (int t = 0; t < threads; ++t) workers.emplace_back([this] { run(); });
+  }
 
   ~Impl() {
     {
       const std::lock_guard lock(mutex);
       stopping = true;
     }
-    wake.notify_one();
-    worker.join();
+    wake.notify_all();
+    for (std::thread& w : workers) w.join();
   }
 
-  // Runs every queued job, in order, until stopping is set and the queue is empty.
+  // Takes queued jobs, oldest first, until stopping is set and the queue is empty.
   void run() {
     for (;;) {
       Job job;
@@ -49,12 +74,14 @@ struct Prefetcher::Impl {
   std::condition_variable wake;
   std::deque<Job> jobs;
   bool stopping = false;
-  std::thread worker;  // last member: starts after everything it uses exists
+  std::vector<std::thread> workers;  // last member: they start after everything they use exists
 };
 
-Prefetcher::Prefetcher(ShardSet& set) : impl_(std::make_unique<Impl>(set)) {}
+Prefetcher::Prefetcher(ShardSet& set, int threads) : impl_(std::make_unique<Impl>(set, threads)) {}
 
 Prefetcher::~Prefetcher() = default;
+
+int Prefetcher::threads() const { return static_cast<int>(impl_->workers.size()); }
 
 std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices, Fields fields) {
   Impl::Job job{std::move(global_indices), fields, {}};

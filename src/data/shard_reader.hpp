@@ -7,6 +7,7 @@
 
 #include "data/hdf5_describe.hpp"
 #include "data/hdf5_id.hpp"
+#include "data/raw_chunks.hpp"
 #include "data/shard_header.hpp"
 #include "data/shard_set.hpp"
 
@@ -46,13 +47,15 @@ class ShardReader {
 
   // rows: row indices within this shard, sorted ascending, unique, in range. Fields::labels reads
   // /label alone. Float audio is checked as read (finite, in [-1, 1]): an error names the file, the
-  // row and the element.
+  // row and the element. Safe from several threads at once: every HDF5 call holds hdf5_mutex(); the
+  // chunks of /audio and /video are read raw under it and decompressed outside it (raw_chunks.hpp).
   ShardRows read_rows(const std::vector<std::int64_t>& rows, Fields fields = Fields::all) const;
 
  private:
   ShardHeader header_;
   H5Id file_;
   H5Id audio_, audio_len_, video_, video_len_, label_;
+  RawRowPlan audio_plan_, video_plan_;  // how read_rows reads /audio and /video (raw chunks or H5Dread)
 };
 
 }  // namespace avtrain::data

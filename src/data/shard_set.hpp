@@ -72,7 +72,8 @@ void require_same_samples(const SetInfo& train, const std::string& train_dir, co
                           const std::string& val_dir);
 
 // Opens and validates a shard set (every file, every rule of the format) and reads samples by
-// global index with hyperslab reads. Not thread-safe: one thread reads at a time.
+// global index with hyperslab reads. read() may run on several threads at once (the Prefetcher's):
+// every HDF5 call holds hdf5_mutex(), the decompression runs outside it (ShardReader::read_rows).
 class ShardSet {
  public:
   // Throws avtrain::Error with one line naming the file, the dataset and what is wrong.

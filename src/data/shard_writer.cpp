@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "data/zstd_filter.hpp"
 
 namespace avtrain::data {
 
@@ -62,7 +63,13 @@ H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t
     H5Pset_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data());
     if (layout.gzip) {
       H5Pset_shuffle(plist.get());
-      H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
+      if (layout.zstd_level > 0) {
+        register_zstd_filter();
+        const auto level = static_cast<unsigned>(layout.zstd_level);
+        H5Pset_filter(plist.get(), kZstdFilter, H5Z_FLAG_OPTIONAL, 1, &level);  // optional, as deflate: HDF5 refuses a mandatory filter on /source's strings
+      } else {
+        H5Pset_deflate(plist.get(), static_cast<unsigned>(layout.gzip_level));
+      }
     }
   }
   H5Id dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Dclose);

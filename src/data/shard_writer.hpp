@@ -28,6 +28,7 @@ struct SampleBlock {
 struct ShardLayout {
   bool gzip = true;       // chunks of one sample with shuffle + deflate; otherwise no filter
   int gzip_level = 4;     // 1..9
+  int zstd_level = 0;     // > 0: with gzip set, zstd at this level (HDF5 filter 32015) in place of deflate
   bool growable = false;  // datasets start with 0 rows and grow with append() (chunked even without gzip)
   bool sources = false;   // a /source dataset: one string per sample naming where it came from
 };

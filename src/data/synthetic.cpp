@@ -178,7 +178,7 @@ void write_synthetic(const SynthOptions& o) {
   const auto block_samples = static_cast<std::int64_t>(std::max<std::size_t>(1, kBlockBytes / sample_bytes));
   for (int shard = 0; shard < o.shards; ++shard) {
     header.path = (std::filesystem::path(o.out_dir) / shard_name(shard)).string();
-    ShardWriter writer(header, ShardLayout{o.gzip, o.gzip_level});
+    ShardWriter writer(header, ShardLayout{o.gzip, o.gzip_level, o.zstd_level});
     for (std::int64_t first = 0; first < o.samples_per_shard; first += block_samples) {
       SampleBlock block = empty_block(o, std::min(block_samples, o.samples_per_shard - first));
       for (std::int64_t row = 0; row < block.count; ++row) {

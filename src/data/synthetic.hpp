@@ -22,6 +22,7 @@ struct SynthOptions {
   bool float_audio = false;  // int16 PCM by default
   bool gzip = true;
   int gzip_level = 4;  // deflate level 1..9
+  int zstd_level = 0;  // > 0: zstd at this level (1..22) in place of deflate
 };
 
 // Writes out_dir/shard-00000.h5 ... (out_dir is created if missing); the same options give the same bytes.

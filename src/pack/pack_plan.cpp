@@ -36,6 +36,7 @@ void check_options(const PackOptions& o) {
   require(s.channels == 1 || s.channels == 3, "--pixels must be gray or rgb");
   require(o.shard_size >= 1, "--shard-size must be at least 1");
   require(o.gzip_level >= 1 && o.gzip_level <= 9, "--gzip-level must be in 1..9");
+  require(o.zstd_level >= 0 && o.zstd_level <= 22, "--zstd-level must be in 1..22");
   require(std::isfinite(o.max_damaged) && o.max_damaged >= 0 && o.max_damaged <= 1,
           "--max-damaged must be a fraction in 0..1 (0.05: 5 % of a stream's packets)");
 }
@@ -68,7 +69,7 @@ nlohmann::json PackPlan::description() const {
   char digest_text[17];
   std::snprintf(digest_text, sizeof digest_text, "%016llx", static_cast<unsigned long long>(digest));
   const media::ClipShape& s = options.shape;
-  return {{"format", "avtrain-shards pack 1"},
+  nlohmann::json d = {{"format", "avtrain-shards pack 1"},
           {"input", options.manifest.empty() ? nlohmann::json{{"tree", options.tree}} : nlohmann::json{{"manifest", options.manifest}}},
           {"clips", list.clips.size()},
           {"clips_digest", digest_text},
@@ -81,10 +82,12 @@ nlohmann::json PackPlan::description() const {
           {"size", std::to_string(s.width) + "x" + std::to_string(s.height)},
           {"pixels", s.channels == 1 ? "gray" : "rgb"},
           {"shard_size", options.shard_size},
-          {"compression", options.gzip ? "gzip" : "none"},
-          {"gzip_level", options.gzip ? options.gzip_level : 0},
+          {"compression", !options.gzip ? "none" : options.zstd_level > 0 ? "zstd" : "gzip"},
+          {"gzip_level", options.gzip && options.zstd_level == 0 ? options.gzip_level : 0},
           {"on_error", options.fail_on_error ? "fail" : "skip"},
           {"max_damaged", options.max_damaged}};
+  if (options.gzip && options.zstd_level > 0) d["zstd_level"] = options.zstd_level;  // only then: gzip packs keep their bytes
+  return d;
 }
 
 PackPlan make_plan(const PackOptions& options) {

@@ -22,6 +22,7 @@ struct PackOptions {
   std::int64_t shard_size = 1024;  // clips of the list per shard
   bool gzip = true;
   int gzip_level = 4;
+  int zstd_level = 0;  // > 0 (--compression zstd): zstd at this level in place of deflate
   bool fail_on_error = false;  // --on-error fail: the first bad clip stops the pack
   double max_damaged = 0.05;   // a clip with more of a stream's packets damaged is skipped (else: a warning)
   int debug_delay_ms = 0;      // a pause after each clip, for tests that interrupt a pack (not part of the set)

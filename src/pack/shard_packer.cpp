@@ -110,6 +110,7 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
   data::ShardLayout layout;
   layout.gzip = plan_.options.gzip;
   layout.gzip_level = plan_.options.gzip_level;
+  layout.zstd_level = plan_.options.zstd_level;
   layout.growable = true;
   layout.sources = true;
   std::unique_ptr<data::ShardWriter> writer;  // opened at the first clip that decodes

@@ -10,7 +10,8 @@ namespace avtrain {
 BatchFeed::BatchFeed(data::ShardSet& shards, data::Sampler& sampler, const RunConfig& config,
                      const parallel::Topology& topo, bool reads, data::Fields fields, std::int64_t first_step,
                      std::int64_t stall_at, const data::Augmenter* augmenter)
-    : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields), reader_(shards),
+    : sampler_(sampler), config_(config), topo_(topo), reads_(reads), fields_(fields),
+      reader_(shards, config.data.reader_threads),
       next_to_submit_(first_step), stall_at_(stall_at),
       augmenter_(augmenter && augmenter->changes_training() ? augmenter : nullptr) {}
 

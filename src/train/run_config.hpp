@@ -22,6 +22,7 @@ struct DataConfig {
   int prefetch_steps = 2;     // steps read ahead by the reader thread
   data::CheckValues check_values = data::CheckValues::sample;  // what a start reads of the values
   double clip_seconds = 0;    // clips cut to this length (training: a random window; validation: centred); 0: as stored
+  int reader_threads = 0;     // reader threads per rank; 0 until options derive it (app/reader_threads.hpp)
 };
 
 struct TrainConfig {

@@ -145,7 +145,7 @@ struct Trainer::Impl {
     run.started = Clock::now();
     run.feed.emplace(shards, run.sampler, config, topo, runner.reads(), runner.fields(), run.first_step,
                      faults.stall_reader_at(), &augmenter);
-    if (val_shards) run.val_reader = std::make_unique<data::Prefetcher>(*val_shards);
+    if (val_shards) run.val_reader = std::make_unique<data::Prefetcher>(*val_shards, config.data.reader_threads);
     run.summary.steps = int(run.first_step);
     log << std::fixed;
     if (topo.rank != 0) return;
@@ -415,7 +415,7 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");
-  data::Prefetcher reader(d.val_shards ? *d.val_shards : d.shards);
+  data::Prefetcher reader(d.val_shards ? *d.val_shards : d.shards, c.data.reader_threads);
   const Evaluator::Result e = evaluator.evaluate(d.runner, reader, &d.augmenter);
   const std::string& which = checkpoints.loaded();
   const nlohmann::json& per_class = e.per_class;

@@ -73,5 +73,68 @@ TEST_F(PrefetcherTest, DestructorFinishesQueuedReads) {
   }
 }
 
+// Several reader threads: the micro-batches come out of their futures in submission order, each the
+// same bytes as the one-thread reader's (and a direct read's), whatever thread read it and when.
+TEST_F(PrefetcherTest, ThreadsGiveTheOneThreadBytesInSubmissionOrder) {
+  std::vector<std::vector<std::int64_t>> many;
+  for (int repeat = 0; repeat < 12; ++repeat)
+    for (const auto& indices : batches) many.push_back(indices);
+  many.push_back({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17});
+  std::vector<MicroBatch> one;
+  {
+    Prefetcher single(*set, 1);
+    std::vector<std::future<MicroBatch>> pending;
+    for (const auto& indices : many) pending.push_back(single.submit(indices));
+    for (auto& f : pending) one.push_back(f.get());
+  }
+  for (const int threads : {2, 4}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    Prefetcher prefetcher(*set, threads);
+    EXPECT_EQ(prefetcher.threads(), threads);
+    std::vector<std::future<MicroBatch>> pending;
+    for (const auto& indices : many) pending.push_back(prefetcher.submit(indices, Fields::all));
+    for (std::size_t i = 0; i < many.size(); ++i) expect_same(pending[i].get(), one[i]);
+    // labels only, too
+    const MicroBatch labels = prefetcher.submit(batches[1], Fields::labels).get();
+    EXPECT_EQ(labels.label, one[1].label);
+    EXPECT_TRUE(labels.audio.empty());
+  }
+}
+
+// An error in one micro-batch reaches its own future; the ones around it, read on other threads, arrive whole.
+TEST_F(PrefetcherTest, ThreadsForwardAnErrorToTheRightFuture) {
+  const MicroBatch a = set->read(batches[0]), b = set->read(batches[3]);
+  Prefetcher prefetcher(*set, 3);
+  std::vector<std::future<MicroBatch>> before, after;
+  for (int i = 0; i < 4; ++i) before.push_back(prefetcher.submit(batches[0]));
+  std::future<MicroBatch> bad = prefetcher.submit({3, -1});
+  for (int i = 0; i < 4; ++i) after.push_back(prefetcher.submit(batches[3]));
+  for (auto& f : before) expect_same(f.get(), a);
+  try {
+    bad.get();
+    FAIL() << "a negative index was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sample index -1 is outside 0..17"), std::string::npos) << e.what();
+  }
+  for (auto& f : after) expect_same(f.get(), b);
+}
+
+TEST_F(PrefetcherTest, ThreadsFinishQueuedReadsOnDestruction) {
+  std::vector<std::future<MicroBatch>> pending;
+  {
+    Prefetcher prefetcher(*set, 4);
+    for (int repeat = 0; repeat < 20; ++repeat)
+      for (const auto& indices : batches) pending.push_back(prefetcher.submit(indices));
+  }
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    ASSERT_EQ(pending[i].wait_for(std::chrono::seconds(0)), std::future_status::ready);
+    EXPECT_EQ(pending[i].get().index, batches[i % batches.size()]);
+  }
+}
+
+TEST_F(PrefetcherTest, RefusesNoThreads) {
+  EXPECT_THROW(Prefetcher(*set, 0), Error);
+}
+
 }  // namespace
 }  // namespace avtrain::data

@@ -10,6 +10,7 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -528,6 +529,25 @@ TEST(ParseOptions, ValuesOutsideTheirRangeAreErrorsNamingTheOption) {
   }
   // The edges themselves are accepted.
   EXPECT_NO_THROW(parse_options({"--data.val_fraction", "0", "--model.depth", "0", "--optim.beta1", "0"}));
+}
+
+// data.reader_threads: given, it is kept (deck or command line); not given, it is derived (at least 1,
+// at most the cores this process may use) and shows in run.json's options; 0 and negatives are refused.
+TEST(ParseOptions, ReaderThreadsGivenOrDerived) {
+  EXPECT_EQ(parse_options({"--data.reader_threads", "3"}).config.data.reader_threads, 3);
+  TempDir dir;
+  EXPECT_EQ(parse_options({write_deck(dir, "[data]\nreader_threads = 5\n")}).config.data.reader_threads, 5);
+  const ParsedOptions derived = parse_options({"--train.threads", "1"});
+  EXPECT_GE(derived.config.data.reader_threads, 1);
+  EXPECT_LE(derived.config.data.reader_threads, std::max(1, int(std::thread::hardware_concurrency())));
+  EXPECT_EQ(derived.resolved["data.reader_threads"], derived.config.data.reader_threads);
+  // more compute threads than cores: still one reader
+  EXPECT_EQ(parse_options({"--train.threads", "1024"}).config.data.reader_threads, 1);
+  for (const char* bad : {"0", "-2"}) {
+    const std::string message = error_of({"--data.reader_threads", bad});
+    EXPECT_NE(message.find(std::string("option data.reader_threads = ") + bad + ": must be in [1, 1024]"), std::string::npos)
+        << message;
+  }
 }
 
 TEST(ParseOptions, BadValueIsAnError) {
