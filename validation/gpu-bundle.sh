@@ -12,8 +12,8 @@
 #
 #   bash validation/gpu-bundle.sh --base bullseye
 #                                      -> build/bundle-bullseye/avtrain-bundle{,.tar.xz}, the same bundle
-# built in a Debian 11 root (validation/bundle/build-root.sh) so that it needs glibc 2.31, not 2.36:
-# for RHEL/Rocky 8 and 9, Ubuntu 20.04 and 22.04 (docs/cuda.md). The cuda preset in build/cuda-bullseye,
+# built in a Debian 11 root (validation/bundle/build-root.sh) so that it needs glibc 2.30, not 2.36:
+# for RHEL/Rocky 9, Ubuntu 20.04 and 22.04 (docs/cuda.md). The cuda preset in build/cuda-bullseye,
 # without the packer (AVTRAIN_MEDIA=OFF), only the targets the bundle carries.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

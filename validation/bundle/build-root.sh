@@ -33,6 +33,7 @@ if [[ ! -f $sysroot/.made || $(cat "$sysroot/.made") != "$stamp" ]]; then
   mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2> /dev/null | head -1)
   mirror=${mirror:-http://deb.debian.org/debian}
   rm -rf "$sysroot" "$sysroot.tmp"
+  mkdir -p "$root/build"
   log=$root/build/bundle-root-$release.log
   say "making a Debian 11 ($release) build root from $mirror (log: ${log#$root/})"
   debootstrap --variant=minbase "$release" "$sysroot.tmp" "$mirror" > "$log" 2>&1 || die "debootstrap (log: $log)"
