@@ -51,7 +51,7 @@ EOF
   [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$sysroot.tmp/etc/pip.conf"
   printf '#!/bin/sh\nexit 101\n' > "$sysroot.tmp/usr/sbin/policy-rc.d"  # packages start no service in here
   chmod +x "$sysroot.tmp/usr/sbin/policy-rc.d"
-  bwrap --bind "$sysroot.tmp" / --proc /proc --dev /dev --tmpfs /tmp --unshare-pid --die-with-parent --cap-add ALL \
+  bwrap --bind "$sysroot.tmp" / --proc /proc --dev /dev --perms 1777 --tmpfs /tmp --unshare-pid --die-with-parent --cap-add ALL \
         --clearenv --setenv PATH /usr/sbin:/usr/bin:/sbin:/bin --setenv HOME /root --setenv DEBIAN_FRONTEND noninteractive \
         bash -c "apt-get update -q && apt-get install -y -q --no-install-recommends ${packages[*]} &&
                  update-ca-certificates && python3 -m venv /opt/cmake && /opt/cmake/bin/pip install -q '$cmake_pip' &&
@@ -68,7 +68,7 @@ shift
 git_binds=()
 git_common=$(git -C "$root" rev-parse --path-format=absolute --git-common-dir 2> /dev/null || true)
 [[ -n $git_common && $git_common != "$root"/* ]] && git_binds=(--bind "$git_common" "$git_common")
-exec bwrap --bind "$sysroot" / --proc /proc --dev /dev --ro-bind /sys /sys --tmpfs /tmp --perms 1777 --tmpfs /dev/shm \
+exec bwrap --bind "$sysroot" / --proc /proc --dev /dev --ro-bind /sys /sys --perms 1777 --tmpfs /tmp --perms 1777 --tmpfs /dev/shm \
      --bind "$root" "$root" "${git_binds[@]}" --ro-bind "$cuda" /usr/local/cuda --unshare-pid --unshare-ipc --die-with-parent \
      --chdir "$root" --clearenv --setenv PATH /usr/local/cuda/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
      --setenv HOME /root --setenv LANG C.UTF-8 "$@"
