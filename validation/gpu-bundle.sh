@@ -9,13 +9,40 @@
 # (bin/NAME -> libexec/launch) that points OpenMPI at the bundle and finds cuBLAS and NCCL on the
 # node. cuBLAS, cuBLASLt and NCCL stay the node's (813 MB here: they cannot travel in 64 MiB);
 # cudart travels (0.7 MB, the build's own). docs/cuda.md: layout, sizes, how to use it.
+#
+#   bash validation/gpu-bundle.sh --base bullseye
+#                                      -> build/bundle-bullseye/avtrain-bundle{,.tar.xz}, the same bundle
+# built in a Debian 11 root (validation/bundle/build-root.sh) so that it needs glibc 2.30, not 2.36:
+# for RHEL/Rocky 9, Ubuntu 20.04 and 22.04 (docs/cuda.md). The cuda preset in build/cuda-bullseye,
+# without the packer (AVTRAIN_MEDIA=OFF), only the targets the bundle carries.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-bash jobscripts/build.sh cuda > /dev/null
-build=$root/build/cuda
-out=$root/build/avtrain-bundle
-tarball=$root/build/avtrain-bundle.tar.xz
+base=
+if [[ ${1:-} == --base ]]; then base=${2:-}; fi
+if [[ -z $base ]]; then
+  bash jobscripts/build.sh cuda > /dev/null
+  build=$root/build/cuda
+  out=$root/build/avtrain-bundle
+  tarball=$root/build/avtrain-bundle.tar.xz
+elif [[ $base != bullseye ]]; then
+  echo "gpu-bundle: --base $base: only bullseye (Debian 11) is known" >&2; exit 1
+elif [[ ${AVTRAIN_IN_BUILD_ROOT:-} != "$base" ]]; then
+  exec bash validation/bundle/build-root.sh -- env AVTRAIN_IN_BUILD_ROOT="$base" bash validation/gpu-bundle.sh --base "$base"
+else
+  build=$root/build/cuda-$base
+  out=$root/build/bundle-$base/avtrain-bundle
+  tarball=$root/build/bundle-$base/avtrain-bundle.tar.xz
+  mkdir -p "$(dirname "$out")"
+  cmake --preset cuda -B "$build" -DAVTRAIN_MEDIA=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+        -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache > "$build.configure.log" 2>&1 ||
+    { tail -20 "$build.configure.log"; echo "gpu-bundle: configure failed (log: $build.configure.log)" >&2; exit 1; }
+  # The programs the bundle carries, then the gpu tests' own (everything under tests/gpu; their
+  # other tests start the programs above). The copy below fails on any program not built.
+  { nice cmake --build "$build" -j "${AVTRAIN_BUILD_JOBS:-2}" --target avtrain avtrain-shards avtrain-gemm-peak avtrain-bench &&
+    nice cmake --build "$build/tests/gpu" -j "${AVTRAIN_BUILD_JOBS:-2}"; } > "$build.build.log" 2>&1 ||
+    { grep -E "error|Error" "$build.build.log" | head -30; echo "gpu-bundle: build failed (log: $build.build.log)" >&2; exit 1; }
+fi
 
 # What the node provides: glibc's libraries (and the loader), and NVIDIA's big libraries.
 system_libs=(linux-vdso.so.1 ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1
@@ -27,7 +54,7 @@ rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib/openmpi,lib/pmix,lib/hwloc,share/openmpi,share/pmix,share/avtrain,etc/openmpi,etc/pmix,tests}
 
 # The gpu tests, relocated; they name the build programs they start.
-ctest --preset cuda -L gpu --show-only=json-v1 > "$out/tests/gpu-tests.json"
+ctest --test-dir "$build" -L gpu --show-only=json-v1 > "$out/tests/gpu-tests.json"
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
 mapfile -t test_programs < <(python3 validation/bundle/ctest_file.py "$out/tests/gpu-tests.json" "$build" "$root" \
                                "$mpiexec" "$out/tests/CTestTestfile.cmake")
@@ -60,6 +87,9 @@ EOF
 cp "$pmix_prefix"/lib/pmix/*.so "$out/lib/pmix/"
 cp -r "$pmix_prefix"/share/pmix/. "$out/share/pmix/"
 cp "$pmix_prefix"/share/pmix-mca-params.conf "$out/etc/pmix/"
+# Debian's PMIx parameters name its plugin folder, which is not on the node: PMIx 3 (Debian 11) then
+# fails to start (PMIx 4 goes on); without the line it takes the launcher's PMIX_PKGLIBDIR.
+sed -i 's|^\( *mca_base_component_path *=.*\)|# avtrain bundle: the launcher points PMIx at lib/pmix (PMIX_PKGLIBDIR)\n# \1|' "$out/etc/pmix/pmix-mca-params.conf"
 
 # Every library the programs and plugins need (ldd gives the whole closure), but glibc's and the node's.
 printf '%s\n' "${system_libs[@]}" > "$out/etc/system-libs"

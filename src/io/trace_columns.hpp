@@ -137,9 +137,10 @@ class TraceRow {
 
  private:
   static consteval std::size_t find(const char* name) {
-    for (std::size_t i = 0; i < kCount; ++i)
-      if (std::string_view(Columns[i].name) == name) return i;
-    throw "no trace column of that name";  // a compile error where it is used
+    std::size_t i = 0;  // no throw as the last statement: gcc 10 refuses such a consteval function
+    while (i < kCount && std::string_view(Columns[i].name) != name) ++i;
+    if (i == kCount) throw "no trace column of that name";  // a compile error where it is used
+    return i;
   }
   std::array<std::optional<double>, kCount> values_;
 };

@@ -70,7 +70,7 @@ TraceWriter::TraceWriter(const std::string& dir, std::int64_t continue_at) : dir
 }
 
 void TraceWriter::write_step(const StepRow& r) {
-  std::fprintf(trace_.get(), "%s\n", trace_line(r).c_str());
+  std::fprintf(trace_.get(), "%s\n", trace_line<kStepColumns>(r).c_str());
   if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }
 
@@ -86,7 +86,7 @@ void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& r
 }
 
 void TraceWriter::write_ranks(const std::vector<RankRow>& rows) {
-  for (const RankRow& r : rows) std::fprintf(ranks_.get(), "%s\n", trace_line(r).c_str());
+  for (const RankRow& r : rows) std::fprintf(ranks_.get(), "%s\n", trace_line<kRankColumns>(r).c_str());
   if (std::fflush(ranks_.get()) != 0) throw Error("cannot write " + dir_ + "/ranks.csv: " + std::strerror(errno));
 }
 

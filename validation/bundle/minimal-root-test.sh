@@ -14,26 +14,43 @@
 #      and on 2 ranks through the bundle's mpirun, reconciled by avtrain-reconcile with the root's
 #      numpy (PASS), the gpu tests skipped, avtrain's "no GPU" message, exit 3.
 #   bash validation/bundle/minimal-root-test.sh     (makes the bundle with validation/gpu-bundle.sh)
+#   bash validation/bundle/minimal-root-test.sh --release bullseye
+#       the same in a Debian 11 root (glibc 2.31, python 3.9, ctest 3.18) with the bundle built on
+#       Debian 11 (validation/gpu-bundle.sh --base bullseye), under build/minimal-root-bullseye.
+# First of all (0.), objdump -T over every ELF file of the bundle: nothing newer than the root's glibc
+# (validation/bundle/glibc-floor.sh).
 # The root is made once under build/minimal-root (~45 s, from the Debian mirror this machine's apt uses).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-sysroot=$root/build/minimal-root
-work=$root/build/minimal-root-work
+release=bookworm
+if [[ ${1:-} == --release ]]; then release=${2:?--release RELEASE: bookworm or bullseye}; fi
+case $release in
+  bookworm) suffix= ;;
+  bullseye) suffix=-bullseye ;;
+  *) echo "minimal-root-test: --release $release: bookworm or bullseye" >&2; exit 2 ;;
+esac
+sysroot=$root/build/minimal-root$suffix
+work=$root/build/minimal-root$suffix-work
 node_packages=python3-numpy,cmake
 say() { echo "minimal-root-test: $*"; }
 die() { echo "minimal-root-test: FAILED: $*" >&2; exit 1; }
 
-bash "$root/validation/gpu-bundle.sh" | tail -1
-tarball=$root/build/avtrain-bundle.tar.xz
+if [[ $release == bookworm ]]; then
+  bash "$root/validation/gpu-bundle.sh" | tail -1
+  tarball=$root/build/avtrain-bundle.tar.xz
+else
+  bash "$root/validation/gpu-bundle.sh" --base "$release" | tail -1
+  tarball=$root/build/bundle-$release/avtrain-bundle.tar.xz
+fi
 
 if [[ ! -f $sysroot/.made || $(cat "$sysroot/.made") != "$node_packages" ]]; then
   mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2> /dev/null | head -1)
   [[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $3 ~ /^bookworm$/ {print $2; exit}' /etc/apt/sources.list 2> /dev/null)
   [[ -n $mirror ]] || die "no Debian mirror in this machine's apt sources"
   rm -rf "$sysroot" "$sysroot.tmp"
-  say "making a Debian 12 minbase root with $node_packages from $mirror"
-  debootstrap --variant=minbase --include="$node_packages" bookworm "$sysroot.tmp" "$mirror" > "$root/build/minimal-root.log" 2>&1 ||
-    die "debootstrap (log: build/minimal-root.log)"
+  say "making a Debian $release minbase root with $node_packages from $mirror"
+  debootstrap --variant=minbase --include="$node_packages" "$release" "$sysroot.tmp" "$mirror" > "$root/build/minimal-root$suffix.log" 2>&1 ||
+    die "debootstrap (log: build/minimal-root$suffix.log)"
   # python3 where a GPU node image keeps it: a hard-coded /usr/bin/python3 must fail in here.
   mkdir -p "$sysroot.tmp/opt/node-python/bin"
   ln -s "/usr/bin/$(readlink "$sysroot.tmp/usr/bin/python3")" "$sysroot.tmp/opt/node-python/bin/python3"
@@ -56,6 +73,15 @@ say "the root holds none of: $(echo $ours | tr '\n' ' ')"
 rm -rf "$work"
 mkdir -p "$work"
 cp "$tarball" "$work/"
+
+# 0. What glibc the bundle needs, against the root's.
+root_glibc=$(bwrap --ro-bind "$sysroot" / --proc /proc --dev /dev /usr/bin/ldd --version | sed -n '1s/.* \([0-9][0-9.]*\)$/\1/p')
+[[ -n $root_glibc ]] || die "could not read the root's glibc version"
+tar -C "$work" -xJf "$tarball"
+bash "$root/validation/bundle/glibc-floor.sh" "$work/avtrain-bundle" "$root_glibc" | tail -n 12 ||
+  die "the bundle needs a glibc newer than Debian $release's $root_glibc"
+rm -rf "$work/avtrain-bundle"
+say "0. objdump -T over the bundle: nothing newer than the root's glibc $root_glibc"
 cuda_libs=$(dirname "$(readlink -f "$(/sbin/ldconfig -p | awk '$1 == "libcublas.so.13" {print $NF; exit}')")" 2> /dev/null || true)
 [[ -d $cuda_libs ]] || cuda_libs=$(readlink -f /usr/local/cuda/lib64)
 [[ -e $cuda_libs/libcublas.so.13 && -e $cuda_libs/libnccl.so.2 ]] || die "no cuBLAS and NCCL here to stand for the node's"

@@ -101,7 +101,9 @@ const char* isa_name(dnnl::cpu_isa isa) {
     case cpu_isa::sse41: return "sse41";
     case cpu_isa::avx: return "avx";
     case cpu_isa::avx2: return "avx2";
+#if DNNL_VERSION_MAJOR > 2 || DNNL_VERSION_MINOR >= 6  // not in oneDNN 2.0 (Debian 11)
     case cpu_isa::avx2_vnni: return "avx2_vnni";
+#endif
     case cpu_isa::avx512_mic: return "avx512_mic";
     case cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
     case cpu_isa::avx512_core: return "avx512_core";
@@ -184,7 +186,7 @@ dnnl::memory::desc plain(dnnl::memory::data_type type, Trans t, int rows_op, int
 Entry make_entry(const Key& k, const dnnl::engine& engine) {
   using dt = dnnl::memory::data_type;
   const Trans ta = k.ta ? Trans::yes : Trans::no, tb = k.tb ? Trans::yes : Trans::no;
-  const float alpha = std::bit_cast<float>(k.alpha_bits), beta = std::bit_cast<float>(k.beta_bits);
+  const float alpha = bits_float(k.alpha_bits), beta = bits_float(k.beta_bits);
   dnnl::primitive_attr attr;
   // dst = output_scale * (src x weights), then post-ops: sum adds sum_scale * (dst as it was).
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -244,7 +246,7 @@ void onednn_gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, cons
   try {
     ThreadState& st = thread_state();
     const Key key{ta == Trans::yes, tb == Trans::yes, M, N, K, lda, ldb, ldc,
-                  std::bit_cast<std::uint32_t>(alpha), std::bit_cast<std::uint32_t>(beta)};
+                  float_bits(alpha), float_bits(beta)};
     auto it = st.cache.find(key);
     if (it == st.cache.end()) {
       if (st.cache.size() >= kMaxCachedShapes) st.cache.clear();
