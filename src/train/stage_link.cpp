@@ -88,6 +88,12 @@ void StageLink::recv_gradient(Flow& flow) {
   grad_.recv(flow.dx.data(), flow.dx.bytes(), grad_.rank() + 1, kGradient);
 }
 
+bool StageLink::sends_in_flight() const {
+  for (const Outbox& o : outboxes_)
+    if (!o.requests.empty()) return true;
+  return false;
+}
+
 void StageLink::finish_sends() {
   for (Outbox& o : outboxes_) {
     for (parallel::Request& r : o.requests) r.wait();

@@ -36,6 +36,7 @@ class StageLink {
   void recv_gradient(Flow& flow);          // flow.dx from stage + 1, shaped like flow.x
   // Completes the sends in flight.
   void finish_sends();
+  bool sends_in_flight() const;  // a send not yet completed by finish_sends
 
  private:
   // What one send owns until it completes; reused once it has.

@@ -43,6 +43,19 @@ template <class Receive>
 void StageRunner::wait_for_neighbour(StepWork& w, int m, const char* what, Receive receive) {
   const auto t = Clock::now();
   const bool receives = receive();
+  // A send in flight can be what this rank waits on (a neighbour gone): the watchdog names it, not the
+  // phase before (the first stage collects the next micro-batch's data after its send).
+  if (link_.sends_in_flight()) {
+    const int next = topo_.last_stage() ? -1 : topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank);
+    const int previous = topo_.first_stage() ? -1 : topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank);
+    if (next >= 0 && previous >= 0)
+      watchdog_.mark_micro_batch(("complete the sends in flight (to ranks " + std::to_string(previous) + " and " +
+                                  std::to_string(next) + ") before").c_str(), w.step, m);
+    else
+      watchdog_.mark_micro_batch(next >= 0 ? "complete the activation sends in flight before"
+                                           : "complete the gradient sends in flight before",
+                                 w.step, m, Peer::to, next >= 0 ? next : previous);
+  }
   link_.finish_sends();
   if (topo_.pp == 1) return;
   w.row.add("idle_ms", StepWork::ms_since(t));
