@@ -46,15 +46,12 @@ void StageRunner::wait_for_neighbour(StepWork& w, int m, const char* what, Recei
   // A send in flight can be what this rank waits on (a neighbour gone): the watchdog names it, not the
   // phase before (the first stage collects the next micro-batch's data after its send).
   if (link_.sends_in_flight()) {
-    const int next = topo_.last_stage() ? -1 : topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank);
-    const int previous = topo_.first_stage() ? -1 : topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank);
-    if (next >= 0 && previous >= 0)
-      watchdog_.mark_micro_batch(("complete the sends in flight (to ranks " + std::to_string(previous) + " and " +
-                                  std::to_string(next) + ") before").c_str(), w.step, m);
-    else
-      watchdog_.mark_micro_batch(next >= 0 ? "complete the activation sends in flight before"
-                                           : "complete the gradient sends in flight before",
-                                 w.step, m, Peer::to, next >= 0 ? next : previous);
+    std::string to;
+    if (!topo_.first_stage()) to = std::to_string(topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
+    if (!topo_.last_stage()) to += (to.empty() ? "" : " and ") + std::to_string(topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+    const std::string phase = "complete the sends in flight to rank" + std::string(to.find(' ') == std::string::npos ? " " : "s ") +
+                             to + ", at the start";
+    watchdog_.mark_micro_batch(phase.c_str(), w.step, m);
   }
   link_.finish_sends();
   if (topo_.pp == 1) return;
