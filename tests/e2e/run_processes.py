@@ -95,6 +95,42 @@ def kill_all(find, timeout=30):
         time.sleep(0.005)
 
 
+def stop_daemons(pids, grace=15):
+    """SIGTERM to each of pids (the last started first), up to `grace` seconds in all for them to end
+    (reaping our own children), then SIGKILL to those left."""
+    for pid in reversed(pids):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def csv_rows(path):
+    """Data rows of a CSV file with a header (0 while it does not exist)."""
+    try:
+        with open(path) as f:
+            return max(0, sum(1 for _ in f) - 1)
+    except FileNotFoundError:
+        return 0
+
+
 class Session(subprocess.Popen):
     """subprocess.Popen in a session of its own. kill_session() ends every process of the session;
     leaving a with-block does so too, so nothing the command started outlives the test."""

@@ -23,16 +23,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from namespace_slurm import NodesSlurm  # noqa: E402
 from netns_nodes import Nodes, skip_unless_possible  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
 
 SIGNAL_AFTER = 6
-
-
-def rows(path):
-    try:
-        with open(path) as f:
-            return max(0, sum(1 for _ in f) - 1)
-    except FileNotFoundError:
-        return 0
 
 
 def main():
@@ -72,7 +66,7 @@ def main():
             if start in seen:
                 for i in (0, 1):
                     seen[start][i] = max(seen[start][i], len(nodes.processes_named(i, "avtrain")))
-            if mode == "requeue" and not signalled and rows(os.path.join(out, "trace.csv")) >= SIGNAL_AFTER:
+            if mode == "requeue" and not signalled and run_processes.csv_rows(os.path.join(out, "trace.csv")) >= SIGNAL_AFTER:
                 slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
                 signalled = True
             if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):

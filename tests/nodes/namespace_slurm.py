@@ -15,10 +15,13 @@ by process id; what they leave in the nodes is killed by the nodes' teardown.
 import os
 import pwd
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import run_processes  # noqa: E402
 
 CTLD_PORT, SLURMD_PORT0 = 6817, 6820
 CRED_EXPIRE_S = 10
@@ -134,28 +137,7 @@ SlurmdLogFile={self.dir}/log/slurmd-%n.log
                     time.sleep(0.5)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in reversed(self.pids):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        for pid in self.pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                time.sleep(0.1)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        run_processes.stop_daemons(self.pids)
         self.pids = []
         if self.munge_dir:
             shutil.rmtree(self.munge_dir, ignore_errors=True)

@@ -151,28 +151,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         deadline = time.monotonic() + 40  # KillWait (30 s) at most
         while self.run(["squeue", "-h"]).stdout.strip() and time.monotonic() < deadline:
             time.sleep(0.5)
-        for pid in reversed(self.pids):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        for pid in self.pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                time.sleep(0.1)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        run_processes.stop_daemons(self.pids)
         shutil.rmtree(self.munge_dir, ignore_errors=True)
         # A job step, its batch script or a rank the daemons left: every one carries SLURM_CONF.
         find = lambda: run_processes.with_environment("SLURM_CONF", self.conf)  # noqa: E731
@@ -188,14 +167,6 @@ def starts_of(out):
         return json.load(open(os.path.join(out, "run.json")))["starts"]
     except (FileNotFoundError, ValueError, KeyError):
         return []
-
-
-def rows(path):
-    try:
-        with open(path) as f:
-            return max(0, sum(1 for _ in f) - 1)
-    except FileNotFoundError:
-        return 0
 
 
 def wait_for_end(slurm, job, mode, work):
@@ -268,7 +239,7 @@ def main():
         job = submit.stdout.strip().split(";")[0]
         if mode == "usr1":
             deadline = time.monotonic() + 120
-            while rows(os.path.join(out, "trace.csv")) < SIGNAL_AFTER:
+            while run_processes.csv_rows(os.path.join(out, "trace.csv")) < SIGNAL_AFTER:
                 if time.monotonic() > deadline or slurm.job(job).get("JobState") not in ("PENDING", "RUNNING"):
                     fail(f"job {job} did not train {SIGNAL_AFTER} steps: {slurm.job(job).get('JobState')}; "
                          f"output {work}/job-{job}.out")
@@ -338,7 +309,7 @@ def check_time_limit(job, mode, state, text, out):
     for line in needed:
         if line not in text:
             fail(f"the job's output lacks '{line}'")
-    trained = rows(os.path.join(out, "trace.csv"))
+    trained = run_processes.csv_rows(os.path.join(out, "trace.csv"))
     checkpoints = sorted(d for d in os.listdir(os.path.join(out, "checkpoints"))
                          if os.path.isfile(os.path.join(out, "checkpoints", d, "committed")))
     if not checkpoints or checkpoints[-1] != f"step-{trained:07d}":
