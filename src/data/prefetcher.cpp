@@ -33,6 +33,7 @@ struct Prefetcher::Impl {
     std::vector<std::int64_t> indices;
     Fields fields = Fields::all;
     std::promise<MicroBatch> result;
+    Transform then;
   };
 
   Impl(ShardSet& shard_set, int threads) : set(shard_set) {
@@ -62,7 +63,9 @@ struct Prefetcher::Impl {
         jobs.pop_front();
       }
       try {
-        job.result.set_value(set.read(job.indices, job.fields));
+        MicroBatch batch = set.read(job.indices, job.fields);
+        if (job.then) job.then(batch);
+        job.result.set_value(std::move(batch));
       } catch (...) {
         job.result.set_exception(std::current_exception());
       }
@@ -83,8 +86,8 @@ Prefetcher::~Prefetcher() = default;
 
 int Prefetcher::threads() const { return static_cast<int>(impl_->workers.size()); }
 
-std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices, Fields fields) {
-  Impl::Job job{std::move(global_indices), fields, {}};
+std::future<MicroBatch> Prefetcher::submit(std::vector<std::int64_t> global_indices, Fields fields, Transform then) {
+  Impl::Job job{std::move(global_indices), fields, {}, std::move(then)};
   std::future<MicroBatch> result = job.result.get_future();
   {
     const std::lock_guard lock(impl_->mutex);

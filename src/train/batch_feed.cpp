@@ -24,12 +24,12 @@ std::vector<std::future<data::MicroBatch>> BatchFeed::next(std::int64_t step) {
       const std::vector<std::int64_t> global = sampler_.batch(next_to_submit_);
       for (int m = 0; m < M; ++m) {
         const auto begin = global.begin() + (std::int64_t(topo_.dp_rank) * M + m) * mb;
-        parts.push_back(reader_.submit({begin, begin + mb}, fields_));
+        data::Prefetcher::Transform augment;
         if (augmenter_) {
           const std::int64_t epoch = sampler_.epoch_of(next_to_submit_);
-          const data::Augmenter& a = *augmenter_;
-          parts.back() = transformed(std::move(parts.back()), [&a, epoch](data::MicroBatch& b) { a.train(b, epoch); });
+          augment = [a = augmenter_, epoch](data::MicroBatch& b) { a->train(b, epoch); };
         }
+        parts.push_back(reader_.submit({begin, begin + mb}, fields_, std::move(augment)));
       }
       if (next_to_submit_ == stall_at_) parts[0] = never_.get_future();
     }
@@ -48,15 +48,6 @@ data::Augmenter make_augmenter(const RunConfig& config, const data::SetInfo& sto
     spec = {g.frames, config.model.mel_bins, [g](int audio_len) { return g.valid_frames(audio_len); }};
   }
   return data::Augmenter(config.augment, config.data.clip_seconds, stored, config.train.seed, std::move(spec));
-}
-
-std::future<data::MicroBatch> transformed(std::future<data::MicroBatch> read,
-                                          std::function<void(data::MicroBatch&)> augment) {
-  return std::async(std::launch::deferred, [read = std::move(read), augment = std::move(augment)]() mutable {
-    data::MicroBatch b = read.get();
-    augment(b);
-    return b;
-  });
 }
 
 }  // namespace avtrain

@@ -50,9 +50,4 @@ class BatchFeed {
 // log-mel's shape as the model computes it from the cropped input.
 data::Augmenter make_augmenter(const RunConfig& config, const data::SetInfo& stored);
 
-// A read micro-batch as the stage will use it: transformed by `augment` when it is collected (a
-// deferred future: on the thread that calls get()).
-std::future<data::MicroBatch> transformed(std::future<data::MicroBatch> read,
-                                          std::function<void(data::MicroBatch&)> augment);
-
 }  // namespace avtrain

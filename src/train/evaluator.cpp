@@ -42,9 +42,9 @@ Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& rea
   auto refill = [&] {
     if (!runner.reads()) return;
     for (; next < mine.size() && pending.size() < ahead; ++next) {
-      pending.push_back(reader.submit(mine[next], runner.fields()));
-      if (augmenter)
-        pending.back() = transformed(std::move(pending.back()), [augmenter](data::MicroBatch& b) { augmenter->evaluate(b); });
+      data::Prefetcher::Transform crop;
+      if (augmenter) crop = [augmenter](data::MicroBatch& b) { augmenter->evaluate(b); };
+      pending.push_back(reader.submit(mine[next], runner.fields(), std::move(crop)));
     }
   };
   double sums[2] = {0, 0};  // loss x samples, correct

@@ -1,3 +1,4 @@
+#include <thread>
 // The prefetcher returns exactly what a direct read returns, in submission order, and forwards errors.
 #include <gtest/gtest.h>
 
@@ -129,6 +130,30 @@ TEST_F(PrefetcherTest, ThreadsFinishQueuedReadsOnDestruction) {
   for (std::size_t i = 0; i < pending.size(); ++i) {
     ASSERT_EQ(pending[i].wait_for(std::chrono::seconds(0)), std::future_status::ready);
     EXPECT_EQ(pending[i].get().index, batches[i % batches.size()]);
+  }
+}
+
+TEST_F(PrefetcherTest, AppliesItsTransformOnTheReaderThreadAfterTheRead) {
+  std::vector<MicroBatch> want;
+  for (const auto& indices : batches) {  // before the reader threads exist
+    want.push_back(set->read(indices));
+    for (std::int32_t& l : want.back().label) l += 100;
+  }
+  const auto caller = std::this_thread::get_id();
+  std::vector<int> on_caller(batches.size(), 1);
+  Prefetcher prefetcher(*set, 2);
+  std::vector<std::future<MicroBatch>> pending;
+  for (std::size_t i = 0; i < batches.size(); ++i)
+    pending.push_back(prefetcher.submit(batches[i], Fields::all, [&on_caller, i, caller](MicroBatch& b) {
+      on_caller[i] = std::this_thread::get_id() == caller;
+      for (std::int32_t& l : b.label) l += 100;
+    }));
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const MicroBatch got = pending[i].get();
+    EXPECT_EQ(got.label, want[i].label);
+    EXPECT_EQ(got.audio, want[i].audio);
+    EXPECT_EQ(got.video, want[i].video);
+    EXPECT_EQ(on_caller[i], 0) << "batch " << i << " transformed on the collecting thread";
   }
 }
 
