@@ -7,6 +7,8 @@
    against torch.fft.rfft, the HTK filterbank against torchaudio's slope formulation, the masked
    BatchNorm with every token valid against F.batch_norm, and the loss is unchanged by whatever
    lies in the padded audio and video.
+3. The PyTorch peer's fused attention (`bench --attention sdpa`: scaled_dot_product_attention with
+   the two-segment key mask) gives the explicit attention's loss and gradients on a padded batch.
 
 Run: /usr/bin/python3 validation/test_torch_avnet.py
 """
@@ -239,8 +241,35 @@ def check_padding_does_not_matter():
           f"loss unchanged by noise in padded conv outputs and tokens ({noisy_token_loss - clean_loss:.1e})")
 
 
+def check_sdpa_attention_matches_explicit():
+    """The peer's bench may time torch's fused attention: it must be the same model."""
+    if not hasattr(F, "scaled_dot_product_attention"):  # torch < 2.0 (Debian 12 has 1.13)
+        print(f"skip  sdpa attention against the explicit one: torch {torch.__version__} has no "
+              "scaled_dot_product_attention")
+        return
+    cfg = tiny_config()
+    rng = np.random.default_rng(17)
+    batch = {k: torch.from_numpy(v) for k, v in random_padded_batch(rng).items()}
+    batch["audio"] = batch["audio"].double()
+    results = []
+    for sdpa in (False, True):
+        cfg.sdpa = sdpa
+        torch.manual_seed(7)
+        model = avnet.AVNet(cfg).double().train()
+        loss = model(batch)[0]
+        loss.backward()
+        results.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss_e, grads_e), (loss_s, grads_s) = results
+    # relative to each gradient's largest entry, at least 1e-6 (a conv bias before BatchNorm has ~0 gradient)
+    worst = max((grads_s[n] - g).abs().max().item() / max(g.abs().max().item(), 1e-6) for n, g in grads_e.items())
+    check(abs(loss_s - loss_e) < 1e-12 and worst < 1e-8,
+          f"sdpa attention gives the explicit attention's loss ({loss_s - loss_e:.1e}) and gradients "
+          f"(worst relative {worst:.1e})")
+
+
 def main():
     torch.set_num_threads(2)
+    check_sdpa_attention_matches_explicit()
     check_power_spectrum_against_rfft()
     check_filterbank_against_torchaudio_formula()
     check_masked_batch_norm_full_mask()

@@ -62,6 +62,9 @@ class AVNetConfig:
     nce_weight: float = 0.1
     nce_temperature: float = 0.1
     init_std: float = 0.02
+    # how attention is computed (not part of the architecture): False, the explicit scores, softmax and
+    # product (the seed recipe); True, torch's fused scaled_dot_product_attention with the same mask
+    sdpa: bool = False
 
     @property
     def audio_frames(self):
@@ -270,15 +273,19 @@ class TokenEmbedding(nn.Module):
 
 
 class MaskedSelfAttention(nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, sdpa=False):
         super().__init__()
         self.heads = heads
+        self.sdpa = sdpa
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
 
     def forward(self, x, key_mask):
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        if self.sdpa:  # boolean mask: True where a key takes part
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
+            return self.proj(out.transpose(1, 2).reshape(B, L, D))
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D // self.heads)
         scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v
@@ -299,7 +306,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.width, eps=1e-5)
-        self.attn = MaskedSelfAttention(cfg.width, cfg.heads)
+        self.attn = MaskedSelfAttention(cfg.width, cfg.heads, cfg.sdpa)
         self.ln2 = nn.LayerNorm(cfg.width, eps=1e-5)
         self.mlp = MLP(cfg.width, cfg.mlp_ratio * cfg.width)
 
@@ -440,6 +447,9 @@ def run_bench(args):
     cfg = config_from_args(args, audio_samples=args.audio_samples, sample_rate=args.sample_rate, frames=args.frames,
                            height=args.height, width_px=args.width_px, channels=args.channels,
                            num_classes=args.classes)
+    cfg.sdpa = args.attention == "sdpa"
+    if cfg.sdpa and not hasattr(F, "scaled_dot_product_attention"):
+        raise SystemExit(f"torch_avnet.py bench: --attention sdpa needs torch 2.0 or later (this is {torch.__version__})")
     device = torch.device(args.device)
     # FP32 stays FP32 on a GPU too (avtrain's products take TF32 only under --allow-tf32).
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -463,6 +473,7 @@ def run_bench(args):
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "precision": "bf16-autocast" if autocast_dtype is not None else "fp32",
+        "attention": args.attention,
         "median_step_ms": round(statistics.median(step_ms), 3),
         "parameters": sum(p.numel() for p in model.parameters()),
         "batch": args.batch,
@@ -672,6 +683,9 @@ def parse_args(argv=None):
     bench.add_argument("--steps", type=int, default=10)
     bench.add_argument("--autocast", choices=["bf16"], default=None)
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    bench.add_argument("--attention", choices=["explicit", "sdpa"], default="explicit",
+                       help="explicit: scores, softmax and product as written (the seed recipe); sdpa: "
+                            "torch.nn.functional.scaled_dot_product_attention with the key mask")
     bench.add_argument("--lr", type=float, default=2e-3)
     bench.add_argument("--weight-decay", type=float, default=0.05)
     bench.add_argument("--clip-norm", type=float, default=1.0)
