@@ -161,6 +161,10 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
+  if (!p && fuses_attention(compute, hd) && cudnn_takes(compute, B, L, H, hd)) {  // cuDNN's SDPA
+    cudnn_forward(compute, qkv, key_mask, row_stats, ctx, B, L, H, hd);
+    return;
+  }
   if (!p && fuses_attention(compute, hd)) {  // no L x L tensor (cuda_flash_attention.cu)
     const std::size_t qkv_n = std::size_t(B) * L * 3 * D;
     const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
@@ -225,6 +229,13 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
   const Operand p = probs.p;
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
+  if (recompute && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd) &&
+      cudnn_takes(compute, B, L, H, hd)) {  // cuDNN's SDPA: S, dP, dV, dK, dQ
+    require_operand(probs.out, compute, "out");
+    gemm_flops_ += 10.0 * B * H * double(L) * L * hd;
+    cudnn_backward(compute, qkv, probs.key_mask, probs.row_stats, probs.out, dctx, dqkv, B, L, H, hd);
+    return;
+  }
   if (recompute && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd)) {
     require_operand(probs.out, compute, "out");
     // Scratch: dctx packed (rounded, as the unfused products take it), the rows' dot(dctx, ctx), and

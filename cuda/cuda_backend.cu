@@ -6,6 +6,7 @@
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "cuda_input_upload.hpp"
+#include "cudnn_attention.hpp"
 
 namespace avtrain::cuda {
 
@@ -37,6 +38,12 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
     fused_attention_capable_ = major >= 8;
+    if (options_.fused && options_.attention != FusedAttentionEngine::own) {
+      if (!fused_attention_capable_) cudnn_problem_ = "the GPU is older than sm_80";
+      else cudnn_ = CudnnAttention::open(stream_, cudnn_problem_);
+      if (!cudnn_ && options_.attention == FusedAttentionEngine::cudnn)
+        throw Error("--device.attention cudnn: " + cudnn_problem_);
+    }
     host_result(std::size_t(1) << 20);
   } catch (...) {
     // A throwing constructor runs no destructor: release what was made so far.
@@ -49,6 +56,7 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  cudnn_.reset();
   if (scratch_) deallocate(scratch_);
   arena_.reset();
   if (host_result_) cudaFreeHost(host_result_);

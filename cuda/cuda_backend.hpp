@@ -8,16 +8,26 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <set>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "core/arena_memory.hpp"
 
 namespace avtrain::cuda {
 
+class CudnnAttention;  // cudnn_attention.hpp
+
+// device.attention: which engine runs the fused path's attention (device.fused 1): cuDNN's SDPA where
+// libcudnn loads and takes the shape, else the own flash kernel (automatic); cuDNN or an error (cudnn);
+// the own flash kernel (own).
+enum class FusedAttentionEngine { automatic, cudnn, own };
+
 struct CudaOptions {
   int device = 0;
   bool allow_tf32 = false;  // fp32 products on TF32 tensor cores (--allow-tf32)
   bool fused = false;       // fused kernels where there are some (device.fused): attention on sm_80 and later
+  FusedAttentionEngine attention = FusedAttentionEngine::automatic;
 };
 
 class CudaBackend final : public Backend {
@@ -104,6 +114,7 @@ class CudaBackend final : public Backend {
   void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
                           int B, int L, int H, int hd) override;
   bool fuses_attention(DType compute, int head_dim) const override;
+  std::string attention_engine(DType compute, int head_dim) const override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,
                     int T, int win, int hop) override;
@@ -154,6 +165,14 @@ class CudaBackend final : public Backend {
                      float* ctx, int B, int L, int H, int hd);
   void flash_backward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, const float* row_stats,
                       Operand out, const std::uint16_t* dout, float* dot, float* dqkv, int B, int L, int H, int hd);
+  // Fused attention on cuDNN's SDPA (cuda_cudnn_attention.cu): whether it runs this shape (its graphs
+  // built on first ask; under device.attention cudnn a refusal throws), and the two directions, in
+  // the backend's fp32 ctx, dctx, dqkv; row_stats (lse, 1).
+  bool cudnn_takes(DType compute, int B, int L, int H, int hd);
+  void cudnn_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx, int B,
+                     int L, int H, int hd);
+  void cudnn_backward(DType compute, Operand qkv, const std::uint8_t* key_mask, const float* row_stats, Operand out,
+                      const float* dctx, float* dqkv, int B, int L, int H, int hd);
 
   // cudaMalloc'd memory: the arena's block, or every tensor where no arena is reserved.
   class DeviceMemory final : public TensorMemory {
@@ -173,6 +192,9 @@ class CudaBackend final : public Backend {
 
   CudaOptions options_;
   bool fused_attention_capable_ = false;  // the device has sm_80's tensor-core instructions
+  std::unique_ptr<CudnnAttention> cudnn_;  // where device.fused and device.attention want it and it opened
+  std::string cudnn_problem_;              // why not, in one line
+  std::set<std::string> cudnn_refusals_said_;
   DeviceMemory device_memory_{*this};
   std::unique_ptr<ArenaMemory> arena_;
   std::size_t device_allocations_ = 0;

@@ -22,6 +22,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
     require(!uses_nccl(c), "--comm nccl needs --device cuda: NCCL moves device memory");
     require(!c.device.allow_tf32, "--allow-tf32 applies to --device cuda only");
     require(!c.device.fused, "--device.fused applies to --device cuda only");
+    require(c.device.attention == AttentionEngine::automatic, "--device.attention applies to --device cuda only");
     auto backend = make_cpu_backend();
     backend->set_threads(c.train.threads);
     return backend;
@@ -29,7 +30,12 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
   require(!c.debug.stage_comm, "--debug.stage_comm applies to --device cpu: on cuda, --comm mpi stages through host memory");
 #ifdef AVTRAIN_HAVE_CUDA
   const int device = cuda::bind_device(topology, uses_nccl(c));
-  return cuda::make_cuda_backend({device, c.device.allow_tf32, c.device.fused});
+  require(c.device.fused || c.device.attention == AttentionEngine::automatic,
+          "--device.attention " + std::string(enum_name(c.device.attention)) + " applies to --device.fused 1 only");
+  const auto attention = c.device.attention == AttentionEngine::cudnn ? cuda::FusedAttentionEngine::cudnn
+                         : c.device.attention == AttentionEngine::own ? cuda::FusedAttentionEngine::own
+                                                                      : cuda::FusedAttentionEngine::automatic;
+  return cuda::make_cuda_backend({device, c.device.allow_tf32, c.device.fused, attention});
 #else
   (void)topology;
   throw Error("--device cuda: this build has no CUDA backend (nvcc was not found when it was configured); "

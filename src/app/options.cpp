@@ -323,6 +323,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "(FlashAttention's way, sm_80 and later), the AdamW update and its working copies in one pass, biases, "
         "residuals, GELU and dW accumulation fused with their rounding; 0 (the default until a GPU run shows "
         "them faster) keeps the separate kernels");
+  t.add(V, "device.attention", &c.device.attention,
+        "cuda, device.fused 1: the fused attention's engine: auto (cuDNN's fused SDPA where libcudnn loads and "
+        "takes the shape, else the own flash kernel; rank 0's log says which), cudnn (an error where it cannot), "
+        "own (docs/cuda.md)");
   t.add(V, "device.arena_mb", &c.device.arena_mb,
         "cuda: device memory taken at start for every tensor of the run (no allocation in the step loop); "
         "0: 90% of the GPU's free memory, or 80% of an equal share of its memory where ranks share it (--comm mpi)",

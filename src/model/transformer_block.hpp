@@ -29,6 +29,10 @@ class TransformerBlock final : public Layer {
   // Whether a block whose attn.qkv has type `qkv` runs its attention fused on `be` (no p kept whatever
   // train.recompute says: backward recomputes it from the row statistics); what run.json reports.
   static bool attention_fused(const Backend& be, DType qkv, int head_dim);
+  // The backend's words for the engine of that fused attention (Backend::attention_engine).
+  static std::string attention_engine(const Backend& be, DType qkv, int head_dim) {
+    return be.attention_engine(attention_products(qkv), head_dim);
+  }
 
  private:
   struct State;  // what a micro-batch in flight keeps for backward

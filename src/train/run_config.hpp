@@ -77,12 +77,20 @@ constexpr EnumNames<DeviceComm, 3> enum_names(DeviceComm) {
   return {{{DeviceComm::automatic, "auto"}, {DeviceComm::mpi, "mpi"}, {DeviceComm::nccl, "nccl"}}};
 }
 
+// device.attention: the engine of the fused attention (device.fused 1): auto (cuDNN's SDPA where libcudnn
+// loads and takes the shape, else the own flash kernel), cudnn (or an error), own.
+enum class AttentionEngine { automatic, cudnn, own };
+constexpr EnumNames<AttentionEngine, 3> enum_names(AttentionEngine) {
+  return {{{AttentionEngine::automatic, "auto"}, {AttentionEngine::cudnn, "cudnn"}, {AttentionEngine::own, "own"}}};
+}
+
 // Which backend a rank runs on, and what its collectives go through.
 struct DeviceConfig {
   DeviceBackend backend = DeviceBackend::cpu;
   DeviceComm comm = DeviceComm::automatic;  // auto: nccl on cuda, mpi on cpu
   bool allow_tf32 = false;      // cuda: fp32 products on TF32 tensor cores (fp32 is then no longer a true baseline)
   bool fused = false;           // cuda: fused kernels (attention without its L x L probabilities in memory)
+  AttentionEngine attention = AttentionEngine::automatic;  // cuda, fused: cuDNN's SDPA or the own flash kernel
   double arena_mb = 0;          // cuda: the tensor arena taken at start; 0: 90 % of the GPU's free memory
 };
 

@@ -52,7 +52,10 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
 std::string RunManifest::attention_path() const {
   if (config_.model.depth == 0 || config_.model.heads <= 0) return "unfused";
   const int head_dim = config_.model.width / config_.model.heads;
-  return TransformerBlock::attention_fused(be_, policy_.of("blocks.0.attn.qkv"), head_dim) ? "fused" : "unfused";
+  const DType qkv = policy_.of("blocks.0.attn.qkv");
+  if (!TransformerBlock::attention_fused(be_, qkv, head_dim)) return "unfused";
+  const std::string engine = TransformerBlock::attention_engine(be_, qkv, head_dim);
+  return engine.empty() ? "fused" : "fused (" + engine + ")";
 }
 
 nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohmann::json& fingerprint,

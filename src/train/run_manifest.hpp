@@ -29,7 +29,8 @@ class RunManifest {
   // What a resumed run must match: the model, the data, the global batch, the seed, the precision.
   nlohmann::json fingerprint(const nlohmann::json& options) const;
 
-  // How the blocks' attention runs (TransformerBlock's rule): "fused" or "unfused".
+  // How the blocks' attention runs (TransformerBlock's rule): "unfused", or "fused (ENGINE)" with the
+  // backend's words for its engine.
   std::string attention_path() const;
 
   // What the run is besides its options and the whole net's plan: the stage's token geometry, the

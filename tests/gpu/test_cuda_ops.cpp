@@ -40,7 +40,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // ---------------------------------------------------------------- the two backends
 
 std::unique_ptr<Backend> g_cpu, g_gpu;  // made in main once a device is known to exist
-std::unique_ptr<Backend> g_fused;       // the GPU with device.fused on
+std::unique_ptr<Backend> g_fused;       // the GPU with device.fused on, the own flash kernel (device.attention own)
+std::unique_ptr<Backend> g_cudnn;       // ... with cuDNN's SDPA (device.attention cudnn), where libcudnn opens
+std::string g_no_cudnn;                 // why there is no g_cudnn
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -1040,6 +1042,132 @@ TEST_P(CudaFusedAttention, KeptProbabilitiesTakeTheUnfusedPath) {
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaFusedAttention, ::testing::Values(DType::f16, DType::bf16),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+// ---------------------------------------------------------------- cuDNN's SDPA (device.attention cudnn)
+
+// cuDNN's fused attention (cudnn_attention.cpp, cuda_cudnn_attention.cu) against the CPU's unfused
+// attention in the same compute type, at the shapes of CudaFusedAttention, with its masks (ragged,
+// sample 4 without a valid key) and avtrain's two-segment masks ([audio prefix][video prefix] of
+// av_input.cpp, one sample with audio only and one with video only). Its row statistics are (lse, 1).
+// Skipped (saying why) where libcudnn does not open.
+class CudnnFusedAttention : public CudaOps, public ::testing::WithParamInterface<DType> {
+ protected:
+  void SetUp() override {
+    if (!g_cudnn) GTEST_SKIP() << "no cuDNN: " << g_no_cudnn;
+  }
+  static Backend& engine() { return *g_cudnn; }
+};
+
+// Keys [Ta audio tokens][L - Ta video tokens], sample b's valid audio a prefix of its audio and its
+// valid video a prefix of its video; sample 1 audio only, sample 2 video only.
+std::vector<std::uint8_t> two_segment_key_mask(const AttentionShape& s) {
+  const int Ta = s.L / 4, Nv = s.L - Ta;
+  std::vector<std::uint8_t> m(sz(s.B, s.L), 0);
+  for (int b = 0; b < s.B; ++b) {
+    const int audio = b == 2 ? 0 : Ta - (b * 7) % std::max(1, Ta / 2);
+    const int video = b == 1 ? 0 : Nv - (b * 13) % std::max(1, Nv / 2);
+    for (int j = 0; j < audio; ++j) m[sz(b, s.L) + j] = 1;
+    for (int j = 0; j < video; ++j) m[sz(b, s.L) + Ta + j] = 1;
+  }
+  return m;
+}
+
+// Sample b has no valid key.
+bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
+  for (int j = 0; j < L; ++j)
+    if (mask[sz(b, L) + j]) return false;
+  return true;
+}
+
+TEST_P(CudnnFusedAttention, ForwardAndBackwardMatchCpuWithRaggedAndTwoSegmentMasksAndRepeatBitForBit) {
+  const DType t = GetParam();
+  const AttentionShape shapes[] = {{5, 95, 4, 32}, {5, 197, 6, 64}, {2, 300, 2, 128}, {3, 70, 2, 16}, {1, 1049, 2, 128}};
+  for (const AttentionShape& s : shapes)
+    for (const bool two_segments : {false, true}) {
+      const auto [B, L, H, hd] = s;
+      SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
+                   std::to_string(hd) + (two_segments ? ", two-segment mask" : ", ragged mask"));
+      ASSERT_TRUE(engine().fuses_attention(t, hd));
+      const auto mask = two_segments ? two_segment_key_mask(s) : fused_key_mask(s);
+      auto qkv = normal(sz(B, L, 3 * H, hd), "cudnn_attention.qkv", 1.5);
+      cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+      const auto dctx = normal(sz(B, L, H, hd), "cudnn_attention.dctx");
+      std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
+      cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+      cpu().attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
+      cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
+                               dqkv.data(), B, L, H, hd);
+      // The CPU's (max, 1 / sum) as cuDNN's pair: (max - log(1 / sum), 1); (-inf, 0) where no key is valid.
+      std::vector<float> lse_stats(stats.size());
+      for (std::size_t r = 0; r < stats.size() / 2; ++r) {
+        const bool none = stats[2 * r + 1] == 0.0f;
+        lse_stats[2 * r] = none ? -kInf : float(double(stats[2 * r]) - std::log(double(stats[2 * r + 1])));
+        lse_stats[2 * r + 1] = none ? 0.0f : 1.0f;
+      }
+
+      DevU8 d_mask(engine(), mask);
+      DevF d_qkv(engine(), qkv), d_dctx(engine(), dctx);
+      DeviceBuffer<std::uint16_t> d_qkv16(engine(), qkv.size()), d_ctx16(engine(), ctx.size());
+      engine().pack(t, d_qkv, d_qkv16, qkv.size());
+      struct Result {
+        std::vector<float> ctx, stats, dqkv;
+      };
+      const auto run = [&](Operand qkv_in) {
+        DevF d_ctx(engine(), nans(ctx.size())), d_stats(engine(), nans(stats.size())), d_dqkv(engine(), nans(qkv.size()));
+        engine().attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+        engine().pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
+        engine().attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
+                                    d_dctx, d_dqkv, B, L, H, hd);
+        return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
+      };
+      const Result got = run({d_qkv16.get(), t});
+      EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
+      EXPECT_TRUE(close_row_stats(got.stats, lse_stats, 1e-4)) << "row statistics (lse, 1)";
+      EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
+      // A sample without a valid key: ctx and every gradient exactly 0; padded keys: dk, dv exactly 0.
+      const auto empty = [&](int b, int) { return no_valid_key(mask, b, L); };
+      EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, empty), 0u) << "ctx of a sample without valid keys";
+      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, empty), 0u) << "dq of a sample without valid keys";
+      const auto padded = [&](int b, int l) { return mask[sz(b, L) + l] == 0; };
+      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 1, padded), 0u) << "dk of padded keys";
+      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 2, padded), 0u) << "dv of padded keys";
+      // Twice: the same bits (the deterministic backward). qkv in fp32 (packed inside): the same bits.
+      const Result again = run({d_qkv16.get(), t});
+      EXPECT_TRUE(again.ctx == got.ctx && again.stats == got.stats && again.dqkv == got.dqkv) << "not the same bits twice";
+      const Result from32 = run(fp32(d_qkv));
+      EXPECT_TRUE(from32.ctx == got.ctx && from32.dqkv == got.dqkv) << "fp32 qkv differs from its 16-bit copy";
+    }
+}
+
+// The own flash kernel's backward on cuDNN's row statistics (lse, 1) gives the own backward's result
+// on its own (max, 1 / sum) to the type's rounding: the two pairs are the same probabilities.
+TEST_P(CudnnFusedAttention, TheOwnBackwardReadsCudnnRowStatistics) {
+  const DType t = GetParam();
+  const AttentionShape s{5, 197, 6, 64};
+  const auto [B, L, H, hd] = s;
+  const auto mask = two_segment_key_mask(s);
+  auto qkv = normal(sz(B, L, 3 * H, hd), "cudnn_attention.stats.qkv", 1.5);
+  cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+  const auto dctx = normal(sz(B, L, H, hd), "cudnn_attention.stats.dctx");
+  std::vector<std::vector<float>> dqkv;
+  for (Backend* forward : {g_fused.get(), g_cudnn.get()}) {
+    DevU8 d_mask(*forward, mask);
+    DevF d_qkv(*forward, qkv), d_dctx(*forward, dctx), d_ctx(*forward, nans(dctx.size()));
+    DevF d_stats(*forward, nans(sz(B, H, L, 2))), d_dqkv(*forward, nans(qkv.size()));
+    DeviceBuffer<std::uint16_t> d_ctx16(*forward, dctx.size());
+    forward->attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+    forward->pack(t, d_ctx, d_ctx16, dctx.size());
+    forward->synchronize();
+    g_fused->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
+                                d_dctx, d_dqkv, B, L, H, hd);
+    g_fused->synchronize();
+    dqkv.push_back(d_dqkv.download());
+  }
+  EXPECT_TRUE(close_l2(dqkv[1], dqkv[0], kHalf));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudnnFusedAttention, ::testing::Values(DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // ---------------------------------------------------------------- audio front end and video
 
 TEST_F(CudaOps, FrameSignalMatchesCpu) {
@@ -1556,8 +1684,18 @@ int main(int argc, char** argv) {
   options.allow_tf32 = false;
   avtrain::g_gpu = avtrain::cuda::make_cuda_backend(options);
   options.fused = true;
+  options.attention = avtrain::cuda::FusedAttentionEngine::own;
   avtrain::g_fused = avtrain::cuda::make_cuda_backend(options);
+  options.attention = avtrain::cuda::FusedAttentionEngine::cudnn;
+  try {
+    avtrain::g_cudnn = avtrain::cuda::make_cuda_backend(options);
+  } catch (const std::exception& e) {
+    avtrain::g_no_cudnn = e.what();
+  }
+  std::printf("cuDNN SDPA: %s\n", avtrain::g_cudnn ? avtrain::g_cudnn->attention_engine(avtrain::DType::bf16, 64).c_str()
+                                                  : avtrain::g_no_cudnn.c_str());
   const int rc = RUN_ALL_TESTS();
+  avtrain::g_cudnn.reset();
   avtrain::g_fused.reset();
   avtrain::g_gpu.reset();
   avtrain::g_cpu.reset();

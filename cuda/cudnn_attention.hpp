@@ -1,0 +1,50 @@
+#pragma once
+// cuDNN's fused scaled-dot-product attention (cudnn-frontend's sdpa and sdpa_backward graphs) as an
+// engine of the fused path (device.fused 1, device.attention auto|cudnn): the graphs of one problem
+// shape, built once and kept, and their execution. libcudnn is opened at run time
+// (cudnn_library.hpp); a build without cuDNN's headers compiles the engine out
+// (cudnn_attention_absent.cpp) and open() then says so.
+//
+// Layouts, all read and written in place through strides: q, k, v in qkv [B, L, 3, H, hd] (16-bit);
+// O and dO as ctx [B, L, H * hd]; dq, dk, dv in qkv's layout; the key mask as an additive score bias
+// (0 or -inf, in the compute type) of [B, 1, 1, L] broadcast over heads and queries, or, where
+// cuDNN takes no such broadcast, [B, 1, L, L]; lse [B, H, L] fp32 (cuDNN's Stats: the natural log
+// of each row's sum of exp(score)). The caller (cuda_cudnn_attention.cu) makes the bias, converts
+// to and from the backend's fp32 and handles samples without a valid key.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/dtype.hpp"
+
+namespace avtrain::cuda {
+
+struct SdpaShape {
+  int B = 0, L = 0, H = 0, hd = 0;
+  DType type = DType::bf16;  // bf16 or f16
+  std::string name() const;  // "B 8 L 1049 H 16 hd 128 bf16"
+};
+
+class CudnnAttention {
+ public:
+  // libcudnn opened and a handle made on `stream`; null, with `why` (one line), where not.
+  static std::unique_ptr<CudnnAttention> open(cudaStream_t stream, std::string& why);
+  virtual ~CudnnAttention() = default;
+  // "cuDNN 9.28.1 SDPA (/path/libcudnn.so.9)".
+  virtual std::string description() const = 0;
+  // Builds the forward and backward graphs of `s` the first time (later: the cached answer); false,
+  // with `why`, where cuDNN does not take the shape. Nothing else is called for a shape not prepared.
+  virtual bool prepare(const SdpaShape& s, std::string& why) = 0;
+  // Rows of the bias the shape's graphs read: 1 ([B, 1, 1, L]) or L ([B, 1, L, L]).
+  virtual int bias_rows(const SdpaShape& s) const = 0;
+  virtual std::size_t forward_workspace(const SdpaShape& s) const = 0;
+  virtual std::size_t backward_workspace(const SdpaShape& s) const = 0;
+  virtual void forward(const SdpaShape& s, const void* qkv, const void* bias, void* o, float* lse,
+                       void* workspace) = 0;
+  virtual void backward(const SdpaShape& s, const void* qkv, const void* bias, const void* o, const void* dout,
+                        const float* lse, void* dqkv, void* workspace) = 0;
+};
+
+}  // namespace avtrain::cuda
