@@ -10,6 +10,11 @@ shift || true
 targets=()
 if [[ $# -gt 0 ]]; then targets=(--target "$@"); fi
 "$here/install-deps.sh"
+# The cuda presets compile cuDNN's attention engine against headers fetched once (without them it is
+# compiled out, and CMake's configure says so).
+if [[ $preset == cuda* ]]; then
+  "$here/fetch-cudnn-headers.sh" || echo "build.sh: no cuDNN headers: the cuDNN attention engine is compiled out" >&2
+fi
 cd "$root"
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" "${targets[@]}"

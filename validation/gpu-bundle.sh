@@ -28,6 +28,8 @@ if [[ -z $base ]]; then
 elif [[ $base != bullseye ]]; then
   echo "gpu-bundle: --base $base: only bullseye (Debian 11) is known" >&2; exit 1
 elif [[ ${AVTRAIN_IN_BUILD_ROOT:-} != "$base" ]]; then
+  # cuDNN's headers, fetched here; the root sees them read-only (without them the engine is compiled out).
+  bash jobscripts/fetch-cudnn-headers.sh || echo "gpu-bundle: no cuDNN headers: the cuDNN attention engine is compiled out" >&2
   exec bash validation/bundle/build-root.sh -- env AVTRAIN_IN_BUILD_ROOT="$base" bash validation/gpu-bundle.sh --base "$base"
 else
   build=$root/build/cuda-$base

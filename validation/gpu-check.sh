@@ -19,12 +19,14 @@
 #      resume of the (2, 2) run at (1, 1), each reconciled against one rank; one rank through MPI
 #      against NCCL (the same bits); step time, exposed communication and bubble of each;
 #   7. the large deck (inputs/gpu-large.ini, ~1.2B parameters, ~1k tokens per sample) in BF16, with
-#      --device.fused 0 and 1: step time, samples/s and model FLOP utilisation against the measured
-#      GEMM rate; the two reconciled;
+#      --device.fused 0, and 1 with each attention engine (--device.attention own, cudnn): step time,
+#      samples/s and model FLOP utilisation against the measured GEMM rate; each fused run reconciled
+#      against the unfused one;
 #   8. the PyTorch peer on the same shapes (validation/torch_avnet.py bench --device cuda, bf16
 #      autocast, eager) where python has torch, its attention explicit (the seed recipe) and then torch's
 #      scaled_dot_product_attention: their step times and avtrain's speed over each;
-#   9. where ncu is: the kernel time of one large-deck step at depth 2, fused and (budget left) not,
+#   9. where ncu is: the kernel time of one large-deck step at depth 2, fused (device.attention auto: cuDNN's
+#      SDPA where the node has libcudnn) and (budget left) not,
 #      grouped by kind (validation/ncu_summary.py) into ncu-fused.txt / ncu-unfused.txt; and the
 #      launch cost of the quickstart: its kernel time per step (3 steps under ncu) against part 5's
 #      step time, the rest being launches and the host.
@@ -298,7 +300,9 @@ PY
 
   fi
 
-  # 7. The large deck, BF16, unfused and fused (--device.fused); the two reconciled.
+  # 7. The large deck, BF16, unfused and fused (--device.fused) with each attention engine (--device.attention
+  # own: the own flash kernel; cudnn: cuDNN's SDPA, or its one line where the node has no libcudnn); each
+  # fused run reconciled against the unfused one.
   large=$out/large-shards
   if want 7 || want 9; then
     timed 60 "$out/large-shards.log" "$bin/avtrain-shards" synth --out "$large" --shards 2 --samples 64 --seed 1 \
@@ -306,13 +310,16 @@ PY
   fi
   large_ok=()
   if want 7; then
-    for fused in 0 1; do
-      name=large-$( (( fused )) && echo fused || echo unfused)
+    for variant in "0 auto" "1 own" "1 cudnn"; do
+      read -r fused engine <<< "$variant"
+      name=large-$( (( fused )) && echo fused || echo unfused)$([[ $engine == cudnn ]] && echo -cudnn)
       if timed 150 "$out/$name.log" "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda \
-           --device.fused "$fused" --steps 20 --out "$out/$name"; then
+           --device.fused "$fused" --device.attention "$engine" --steps 20 --out "$out/$name"; then
         large_ok+=("$name")
+      elif [[ $engine == cudnn ]] && grep -q -- "--device.attention cudnn: .*\(does not open\|not found\|not cuDNN\|no cuDNN\)" "$out/$name.log"; then
+        note "large deck, --device.attention cudnn: not run, no cuDNN on this node: $(grep -o -- "--device.attention cudnn: .*" "$out/$name.log" | head -1)"
       else
-        fail "large deck on the GPU, --device.fused $fused: FAILED: $(tail -1 "$out/$name.log")"
+        fail "large deck on the GPU, --device.fused $fused --device.attention $engine: FAILED: $(tail -1 "$out/$name.log")"
       fi
     done
     if (( ${#large_ok[@]} )); then
@@ -332,13 +339,14 @@ for name in names:
 PY
       while read -r line; do note "$line"; done < "$out/throughput.txt"
     fi
-    if (( ${#large_ok[@]} == 2 )); then
-      if "$python" "$root/validation/avtrain-reconcile" "$out/large-unfused" "$out/large-fused" > "$out/reconcile-large.log" 2>&1; then
-        note "large deck, fused against unfused, reconciled: $(grep verdict "$out/reconcile-large.log")"
+    for name in large-fused large-fused-cudnn; do
+      [[ " ${large_ok[*]} " == *" large-unfused "* && " ${large_ok[*]} " == *" $name "* ]] || continue
+      if "$python" "$root/validation/avtrain-reconcile" "$out/large-unfused" "$out/$name" > "$out/reconcile-$name.log" 2>&1; then
+        note "large deck, $name against unfused, reconciled: $(grep verdict "$out/reconcile-$name.log")"
       else
-        fail "large deck, fused against unfused: $(grep verdict "$out/reconcile-large.log" || tail -1 "$out/reconcile-large.log")"
+        fail "large deck, $name against unfused: $(grep verdict "$out/reconcile-$name.log" || tail -1 "$out/reconcile-$name.log")"
       fi
-    fi
+    done
   fi
 
   # 8. The PyTorch peer: the project's AVNet port, eager, bf16 autocast, on the large deck's shapes; its

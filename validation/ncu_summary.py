@@ -7,7 +7,7 @@
 The CSV may have avtrain's own output lines before ncu's header (they are skipped). Prints a
 markdown table: each group's launches, milliseconds and share of the run's kernel time, the groups
 of docs/cuda.md's profile (the attention products, fp32 -> 16-bit rounding, packing, the softmax,
-the sm_90 GEMMs, ...), largest first, then the five largest kernels by name.
+the sm_90 GEMMs, cuDNN's fused attention, ...), largest first, then the five largest kernels by name.
 """
 import csv
 import io
@@ -16,7 +16,12 @@ import sys
 
 # (group, pattern on the kernel's name), first match wins.
 GROUPS = [
-    ("fused attention (flash_*, row_dot)", r"flash_|row_dot"),
+    # cuDNN's SDPA kernels (cudnn_generated_..._sdpa_..._flash_fprop/bprop, fmha) and the glue of
+    # cuda_cudnn_attention.cu (the mask's bias, O and dq/dk/dv widened, the row statistics): before the
+    # own kernel's group ("flash_") and the sm_90 GEMMs ("sm90_"), which their names also match.
+    ("fused attention, cuDNN SDPA (cudnn*, sdpa, fmha; key_bias, widen, stats_in/out)",
+     r"cudnn|sdpa|fmha|key_bias_kernel|widen_kernel|stats_(in|out)_kernel"),
+    ("fused attention, own kernel (flash_*, row_dot)", r"flash_|row_dot"),
     ("attention products, cuBLAS strided-batched (cutlass_75 / sm80 tensorop)", r"cutlass|s1688gemm|s16816gemm"),
     ("attention softmax and its backward", r"softmax"),
     ("matrix products, sm_90 cuBLAS (nvjet, sm90)", r"nvjet|sm90_"),

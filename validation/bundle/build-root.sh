@@ -8,7 +8,8 @@
 #   validation/bundle/build-root.sh -- COMMAND...   then run COMMAND inside it
 # Inside (bubblewrap: private mount and PID namespaces, nothing outlives it): the source tree at
 # its own path (read-write: the build goes to its build/), the CUDA toolkit of this machine read-only
-# at /usr/local/cuda (CUDA 13 takes gcc 6 to 15 as host compiler; bullseye's is gcc 10), ccache's
+# at /usr/local/cuda (CUDA 13 takes gcc 6 to 15 as host compiler; bullseye's is gcc 10), cuDNN's headers
+# read-only at /opt/avtrain-deps where this machine has them, ccache's
 # cache inside the root (/root/.ccache), the root's own network (apt, pip).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -66,10 +67,13 @@ fi
 if [[ ${1:-} != -- ]]; then echo "$sysroot"; exit 0; fi
 shift
 # A worktree's git data lives in the main checkout's .git: bound too, for the commit the build records.
-git_binds=()
+extra_binds=()
 git_common=$(git -C "$root" rev-parse --path-format=absolute --git-common-dir 2> /dev/null || true)
-[[ -n $git_common && $git_common != "$root"/* ]] && git_binds=(--bind "$git_common" "$git_common")
+[[ -n $git_common && $git_common != "$root"/* ]] && extra_binds=(--bind "$git_common" "$git_common")
+# cuDNN's and cudnn-frontend's headers (jobscripts/fetch-cudnn-headers.sh), where this machine has them.
+deps=${AVTRAIN_DEPS:-/opt/avtrain-deps}
+[[ -d $deps ]] && extra_binds+=(--ro-bind "$deps" /opt/avtrain-deps)
 exec bwrap --bind "$sysroot" / --proc /proc --dev /dev --ro-bind /sys /sys --perms 1777 --tmpfs /tmp --perms 1777 --tmpfs /dev/shm \
-     --bind "$root" "$root" "${git_binds[@]}" --ro-bind "$cuda" /usr/local/cuda --unshare-pid --unshare-ipc --die-with-parent \
+     --bind "$root" "$root" "${extra_binds[@]}" --ro-bind "$cuda" /usr/local/cuda --unshare-pid --unshare-ipc --die-with-parent \
      --chdir "$root" --clearenv --setenv PATH /usr/local/cuda/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
      --setenv HOME /root --setenv LANG C.UTF-8 "$@"
