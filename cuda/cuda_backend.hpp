@@ -28,6 +28,7 @@ struct CudaOptions {
   bool allow_tf32 = false;  // fp32 products on TF32 tensor cores (--allow-tf32)
   bool fused = false;       // fused kernels where there are some (device.fused): attention on sm_80 and later
   FusedAttentionEngine attention = FusedAttentionEngine::automatic;
+  int rank = 0;  // the process's world rank: rank 0 prints the backend's notes (a shape cuDNN refuses)
 };
 
 class CudaBackend final : public Backend {

@@ -12,7 +12,7 @@
 namespace avtrain::cuda {
 
 namespace {
-std::atomic<int> rank_in_messages{-1};
+std::atomic<int> error_rank{-1};
 
 // __FILE__ is absolute under CMake: shown relative to the source root, found from this file's own path.
 std::string_view source_relative(std::string_view file) {
@@ -23,13 +23,12 @@ std::string_view source_relative(std::string_view file) {
 }
 }  // namespace
 
-void set_error_rank(int rank) { rank_in_messages.store(rank); }
-int error_rank() { return rank_in_messages.load(); }
+void set_error_rank(int rank) { error_rank.store(rank); }
 
 void fail(const char* library, const char* call, const std::string& message, const char* file, int line) {
   std::string what = std::string(library) + " error in " + call + " at " + std::string(source_relative(file)) + ":" +
                      std::to_string(line);
-  if (const int rank = rank_in_messages.load(); rank >= 0) what += " (rank " + std::to_string(rank) + ")";
+  if (const int rank = error_rank.load(); rank >= 0) what += " (rank " + std::to_string(rank) + ")";
   throw Error(what + ": " + message);
 }
 

@@ -7,7 +7,6 @@ namespace avtrain::cuda {
 
 // The world rank put into messages; -1 (the default) leaves it out.
 void set_error_rank(int rank);
-int error_rank();
 [[noreturn]] void fail(const char* library, const char* call, const std::string& message, const char* file, int line);
 
 void check_cuda(int status, const char* call, const char* file, int line);     // cudaError_t

@@ -95,9 +95,9 @@ bool CudaBackend::cudnn_takes(DType compute, int B, int L, int H, int hd) {
     throw Error("--device.attention cudnn: " + cudnn_->description() + " does not take attention at " + s.name() +
                 ": " + why);
   const std::string said = s.name();
-  if (cudnn_refusals_said_.insert(said).second && error_rank() <= 0)
-    std::fprintf(stderr, "[rank %d] cuDNN SDPA does not take attention at %s (%s): the own flash kernel runs it\n",
-                 std::max(error_rank(), 0), said.c_str(), why.c_str());
+  if (cudnn_refusals_said_.insert(said).second && options_.rank == 0)
+    std::fprintf(stderr, "[rank 0] cuDNN SDPA does not take attention at %s (%s): the own flash kernel runs it\n",
+                 said.c_str(), why.c_str());
   return false;
 }
 

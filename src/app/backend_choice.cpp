@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
   const auto attention = c.device.attention == AttentionEngine::cudnn ? cuda::FusedAttentionEngine::cudnn
                          : c.device.attention == AttentionEngine::own ? cuda::FusedAttentionEngine::own
                                                                       : cuda::FusedAttentionEngine::automatic;
-  return cuda::make_cuda_backend({device, c.device.allow_tf32, c.device.fused, attention});
+  return cuda::make_cuda_backend({device, c.device.allow_tf32, c.device.fused, attention, topology.rank});
 #else
   (void)topology;
   throw Error("--device cuda: this build has no CUDA backend (nvcc was not found when it was configured); "
