@@ -465,6 +465,16 @@ TEST(ParseOptions, UnknownCommandLineOptionIsAnErrorNamingIt) {
   EXPECT_NE(message.find("train.stpes"), std::string::npos) << message;
 }
 
+TEST(ParseOptions, DeviceAttentionIsAutoByDefaultAndTakesItsWords) {
+  EXPECT_EQ(parse_options({}).config.device.attention, AttentionEngine::automatic);
+  EXPECT_EQ(parse_options({}).resolved["device.attention"], "auto");
+  for (const auto& [word, engine] : {std::pair{"cudnn", AttentionEngine::cudnn}, std::pair{"own", AttentionEngine::own}}) {
+    const auto parsed = parse_options({"--device.attention", word});
+    EXPECT_EQ(parsed.config.device.attention, engine) << word;
+    EXPECT_EQ(parsed.resolved["device.attention"], word);
+  }
+}
+
 TEST(ParseOptions, FixedChoicesAreTypedAndReadBackAsTheirWords) {
   TempDir dir;
   const auto parsed = parse_options({write_deck(dir, "[parallel]\nschedule = gpipe\ngrad_comm_dtype = bf16\n"
