@@ -59,10 +59,13 @@ struct Graphs {
 
 class FrontendAttention final : public CudnnAttention {
  public:
-  FrontendAttention(cudnnHandle_t handle, std::string description) : handle_(handle), description_(std::move(description)) {}
+  // validate_only_sm: no handle, no device; the graphs only checked by the frontend's validate()
+  // for that sm version (CudnnAttention::validate).
+  FrontendAttention(cudnnHandle_t handle, std::string description, int validate_only_sm = 0)
+      : handle_(handle), description_(std::move(description)), validate_only_sm_(validate_only_sm) {}
   ~FrontendAttention() override {
     graphs_.clear();
-    fe::detail::destroy_handle(handle_);
+    if (handle_) fe::detail::destroy_handle(handle_);
   }
 
   std::string description() const override { return description_; }
@@ -146,11 +149,12 @@ class FrontendAttention final : public CudnnAttention {
     return s.type == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
   }
 
-  static std::shared_ptr<fe::graph::Graph> new_graph(const SdpaShape& s) {
+  std::shared_ptr<fe::graph::Graph> new_graph(const SdpaShape& s) const {
     auto graph = std::make_shared<fe::graph::Graph>();
     graph->set_io_data_type(io_type(s))
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
+    if (validate_only_sm_) graph->set_sm_version(validate_only_sm_);
     return graph;
   }
 
@@ -188,6 +192,7 @@ class FrontendAttention final : public CudnnAttention {
   }
 
   bool finish(Graphs& g, fe::graph::Graph& graph, std::int64_t& workspace) {
+    if (validate_only_sm_) return step(g, "validate", graph.validate());
     return step(g, "validate", graph.validate()) && step(g, "build_operation_graph", graph.build_operation_graph(handle_)) &&
            step(g, "create_execution_plans", graph.create_execution_plans({fe::HeurMode_t::A})) &&
            step(g, "check_support", graph.check_support(handle_)) && step(g, "build_plans", graph.build_plans(handle_)) &&
@@ -242,6 +247,7 @@ class FrontendAttention final : public CudnnAttention {
 
   cudnnHandle_t handle_;
   std::string description_;
+  int validate_only_sm_ = 0;
   std::map<ShapeKey, Graphs> graphs_;
 };
 
@@ -250,6 +256,16 @@ class FrontendAttention final : public CudnnAttention {
 std::string SdpaShape::name() const {
   return "B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " + std::to_string(hd) +
          " " + dtype_name(type);
+}
+
+std::string CudnnAttention::validate(const SdpaShape& s, int sm_version) {
+  const CudnnLibrary& lib = cudnn_library();
+  if (!lib.handle) return lib.problem;
+  fe::cudnn_dlhandle = lib.handle;
+  FrontendAttention frontend(nullptr, "validate", sm_version);
+  std::string why;
+  if (!frontend.prepare(s, why)) return why;
+  return frontend.bias_rows(s) == 1 ? "" : "only with the bias [B,1,L,L]";
 }
 
 std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, std::string& why) {

@@ -31,6 +31,10 @@ class CudnnAttention {
  public:
   // libcudnn opened and a handle made on `stream`; null, with `why` (one line), where not.
   static std::unique_ptr<CudnnAttention> open(cudaStream_t stream, std::string& why);
+  // Without a device: the shape's forward and backward graphs through the frontend's validate() for
+  // that sm version (80, 90), with the bias [B, 1, 1, L], against the libcudnn that opens (its version
+  // decides some checks). "" where they pass; else why (or why libcudnn did not open).
+  static std::string validate(const SdpaShape& s, int sm_version);
   virtual ~CudnnAttention() = default;
   // "cuDNN 9.28.1 SDPA (/path/libcudnn.so.9)".
   virtual std::string description() const = 0;

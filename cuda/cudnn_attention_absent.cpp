@@ -10,6 +10,10 @@ std::string SdpaShape::name() const {
          " " + dtype_name(type);
 }
 
+std::string CudnnAttention::validate(const SdpaShape&, int) {
+  return "this build has no cuDNN attention engine (compiled without cuDNN's headers)";
+}
+
 std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t, std::string& why) {
   why = "this build has no cuDNN attention engine (compiled without cuDNN's headers: jobscripts/fetch-cudnn-headers.sh)";
   return nullptr;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda_backend.hpp"
+#include "cudnn_attention.hpp"
 #include "cudnn_library.hpp"
 #include "device_gate.hpp"
 #include "device_query.hpp"
@@ -82,6 +83,22 @@ TEST(CudnnLibrary, NoPythonAndNoLoaderPathSaysSo) {
 TEST(CudnnLibrary, VersionNames) {
   EXPECT_EQ(cudnn_version_name(92801), "9.28.1");
   EXPECT_EQ(cudnn_version_name(91900), "9.19.0");
+}
+
+// The graphs of CudnnFusedAttention's shapes and the large deck's pass the frontend's validation (its
+// support surface: layouts, strides, the [B, 1, 1, L] bias, the deterministic backward) for sm_80 and
+// sm_90 against the libcudnn here: no device needed. Skipped where libcudnn does not open; a build
+// without the engine fails (the cuda preset must carry it).
+TEST(CudnnLibrary, TheGraphsPassTheFrontendsValidationForSm80AndSm90) {
+  if (!cudnn_library().handle) GTEST_SKIP() << cudnn_library().problem;
+  const SdpaShape shapes[] = {{5, 95, 4, 32, DType::bf16},   {5, 197, 6, 64, DType::f16},  {2, 300, 2, 128, DType::bf16},
+                              {3, 70, 2, 16, DType::f16},    {1, 1049, 2, 128, DType::bf16}, {8, 1049, 16, 128, DType::bf16}};
+  for (const int sm : {80, 90})
+    for (const SdpaShape& s : shapes) EXPECT_EQ(CudnnAttention::validate(s, sm), "") << "sm_" << sm << " " << s.name();
+  // And the check can fail: a head dimension that is not a multiple of 8 is refused, saying why.
+  const std::string why = CudnnAttention::validate({2, 64, 2, 20, DType::bf16}, 90);
+  EXPECT_NE(why, "");
+  std::printf("hd 20 on sm_90: %s\n", why.c_str());
 }
 
 // The log's words where device.fused 1 finds no libcudnn (a process of its own: the library is looked
