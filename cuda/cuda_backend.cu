@@ -44,9 +44,11 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
       if (!cudnn_ && options_.attention == FusedAttentionEngine::cudnn)
         throw Error("--device.attention cudnn: " + cudnn_problem_);
     }
+    if (options_.fused && fused_attention_capable_) lt_ = std::make_unique<LtMatmul>();
     host_result(std::size_t(1) << 20);
   } catch (...) {
     // A throwing constructor runs no destructor: release what was made so far.
+    lt_.reset();
     if (host_result_) cudaFreeHost(host_result_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -58,6 +60,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   cudnn_.reset();
   if (scratch_) deallocate(scratch_);
+  if (lt_workspace_) deallocate(lt_workspace_);
+  lt_.reset();
   arena_.reset();
   if (host_result_) cudaFreeHost(host_result_);
   if (cublas_) cublasDestroy(cublas_);
@@ -206,7 +210,8 @@ void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, f
 std::string CudaBackend::gemm_engine(DType compute) const {
   if (compute == DType::f32)
     return options_.allow_tf32 ? "cuBLAS fp32 (TF32 tensor cores, fp32 accumulation)" : "cuBLAS fp32 (TF32 off)";
-  return std::string("cuBLAS (") + dtype_name(compute) + " tensor cores, fp32 accumulation)";
+  const std::string engine = std::string("cuBLAS (") + dtype_name(compute) + " tensor cores, fp32 accumulation)";
+  return writes_16bit_outputs_only(compute) ? engine + "; linears through cuBLASLt epilogues" : engine;
 }
 
 }  // namespace avtrain::cuda

@@ -13,6 +13,7 @@
 
 #include "backend/backend.hpp"
 #include "core/arena_memory.hpp"
+#include "cublaslt_matmul.hpp"
 
 namespace avtrain::cuda {
 
@@ -84,6 +85,10 @@ class CudaBackend final : public Backend {
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
   void abs_max_into(const float* x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
+  float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;
+  void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) override;
+  using Backend::abs_max;
+  using Backend::abs_max_into;
 
   void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
                       int in, int out) override;
@@ -94,6 +99,20 @@ class CudaBackend final : public Backend {
   void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
                            std::size_t n) override;
   void accumulate_rounded(DType type, float* acc, float* x, std::size_t n) override;
+  // cuBLASLt's epilogues (cublaslt_matmul.hpp) under device.fused on sm_80 and later: the 16-bit
+  // outputs written by the product with its bias, GELU from those, dW and db from one product.
+  bool writes_16bit_outputs_only(DType type) const override;
+  void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
+                         int in, int out) override;
+  void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
+                              float* g, std::uint16_t* g16, int rows, int in, int out) override;
+  void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
+                          float* dw_scratch, float* db_scratch, int rows, int in, int out) override;
+  void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
+                            std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) override;
+  // Products taken through cuBLASLt so far (0 without device.fused), and why the last one it refused was.
+  long long lt_products() const;
+  std::string lt_refusal() const;
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
@@ -175,6 +194,9 @@ class CudaBackend final : public Backend {
   void cudnn_backward(DType compute, Operand qkv, const std::uint8_t* key_mask, const float* row_stats, Operand out,
                       const float* dctx, float* dqkv, int B, int L, int H, int hd);
 
+  // cuBLASLt with its workspace (taken from the arena on first use), where device.fused on sm_80+.
+  LtMatmul* lt();
+
   // cudaMalloc'd memory: the arena's block, or every tensor where no arena is reserved.
   class DeviceMemory final : public TensorMemory {
    public:
@@ -206,6 +228,8 @@ class CudaBackend final : public Backend {
   void* host_result_ = nullptr;
   std::size_t host_result_bytes_ = 0;
   double gemm_flops_ = 0;
+  std::unique_ptr<LtMatmul> lt_;
+  void* lt_workspace_ = nullptr;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

@@ -6,6 +6,10 @@
 // takes its product with beta 0 and adds the bias in the rounding pass (no fill_rows pass, no read of
 // y by the product), which cuBLAS may sum in another order than the product with beta 1;
 // linear_gelu_forward is that linear_forward with the GELU in the same pass (its bits).
+// Where the layer reads only the 16-bit copies (writes_16bit_outputs_only), linear_forward_16 and
+// linear_gelu_forward_16 have cuBLASLt write the 16-bit output with its bias (no fp32 y at all), GELU
+// read from that copy; linear_param_grads takes dW and db from one cuBLASLt product (BGRADB, no
+// bias_grad kernel) in 16 bits, added to the main grads from those (cublaslt_matmul.hpp).
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "elementwise_math.cuh"
@@ -50,6 +54,17 @@ __global__ void gelu_round_kernel(DType type, const float* x, float* y, std::uin
 
 __global__ void accumulate_rounded_kernel(DType type, float* acc, const float* x, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) acc[i] += round_in(type, x[i], nullptr);
+}
+
+// g = round(gelu(f)) from f's 16-bit copy (the product wrote f rounded): the bits of the pass above.
+__global__ void gelu_16_kernel(DType type, const std::uint16_t* f16, std::uint16_t* g16, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    round_in(type, gelu(value_at(Operand{f16, type}, i)), g16 + i);
+}
+
+// acc += x where x is already rounded (its 16-bit patterns): accumulate_rounded's bits.
+__global__ void accumulate_16_kernel(DType type, float* acc, const std::uint16_t* x16, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) acc[i] += value_at(Operand{x16, type}, i);
 }
 
 }  // namespace
@@ -101,6 +116,77 @@ void CudaBackend::accumulate_rounded(DType type, float* acc, float* x, std::size
   if (n == 0) return;
   accumulate_rounded_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, acc, x, n);
   CUDA_CHECK_LAUNCH();
+}
+
+// ---- cuBLASLt epilogues (cublaslt_matmul.hpp). Each falls back to the passes above (or the default's
+// separate ops) where cuBLASLt refuses a shape, an operand is not stored in the product's type, or
+// device.fused is off.
+
+LtMatmul* CudaBackend::lt() {
+  if (!lt_) return nullptr;
+  if (!lt_workspace_) {
+    lt_workspace_ = allocate(LtMatmul::kWorkspaceBytes);
+    lt_->set_workspace(lt_workspace_, LtMatmul::kWorkspaceBytes);
+  }
+  return lt_.get();
+}
+
+long long CudaBackend::lt_products() const { return lt_ ? lt_->products() : 0; }
+std::string CudaBackend::lt_refusal() const { return lt_ ? lt_->last_refusal() : "device.fused is off or the GPU is older than sm_80"; }
+
+bool CudaBackend::writes_16bit_outputs_only(DType type) const {
+  return options_.fused && lt_ && type != DType::f32;
+}
+
+namespace {
+const std::uint16_t* bits(Operand x) { return static_cast<const std::uint16_t*>(x.data); }
+}  // namespace
+
+void CudaBackend::linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
+                                    int rows, int in, int out) {
+  if (writes_16bit_outputs_only(type) && y16 && x.dtype == type && w.dtype == type &&
+      lt()->linear_forward(stream_, type, bits(x), bits(w), bias, y16, rows, in, out)) {
+    gemm_flops_ += 2.0 * rows * in * out;
+    return;
+  }
+  linear_forward(type, x, w, bias, y, y16, rows, in, out);
+}
+
+void CudaBackend::linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f,
+                                         std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in,
+                                         int out) {
+  if (writes_16bit_outputs_only(type) && f16 && g16 && x.dtype == type && w.dtype == type &&
+      lt()->linear_forward(stream_, type, bits(x), bits(w), bias, f16, rows, in, out)) {
+    gemm_flops_ += 2.0 * rows * in * out;
+    const std::size_t n = std::size_t(rows) * out;
+    gelu_16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, f16, g16, n);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  linear_gelu_forward(type, x, w, bias, f, f16, g, g16, rows, in, out);
+}
+
+// dW and db in the module's type from one product (BGRADB), written as 16-bit patterns into the
+// scratch the layer gives (half of dw_scratch's bytes, half of db_scratch's), then added to the main
+// grads: acc += round(x) as accumulate_rounded, reading 2 bytes an element where it read 4.
+void CudaBackend::linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
+                                     float* dw_scratch, float* db_scratch, int rows, int in, int out) {
+  if (writes_16bit_outputs_only(type) && dy.dtype == type && x.dtype == type) {
+    auto* dw16 = reinterpret_cast<std::uint16_t*>(dw_scratch);
+    auto* db16 = db ? reinterpret_cast<std::uint16_t*>(db_scratch) : nullptr;
+    if (lt()->weight_grad(stream_, type, bits(dy), bits(x), dw16, db16, rows, in, out)) {
+      gemm_flops_ += 2.0 * rows * in * out;
+      const std::size_t n = std::size_t(out) * in;
+      accumulate_16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, dw, dw16, n);
+      CUDA_CHECK_LAUNCH();
+      if (db) {
+        accumulate_16_kernel<<<blocks_for(std::size_t(out)), kThreads, 0, stream_>>>(type, db, db16, std::size_t(out));
+        CUDA_CHECK_LAUNCH();
+      }
+      return;
+    }
+  }
+  Backend::linear_param_grads(type, dy, dy_values, x, dw, db, dw_scratch, db_scratch, rows, in, out);
 }
 
 }  // namespace avtrain::cuda

@@ -15,19 +15,31 @@ namespace {
 
 constexpr int kMaxChunks = 512;  // (kRowsPerBlock, from launch.cuh, is also the row lanes of the column sums)
 
+// kSixteen false: y written in fp32; true: only y's patterns rounded to `type` into y16 (y unused), the
+// bits round_to after the fp32 kernel gives (the same value, the same conversion).
+template <bool kSixteen>
 __global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
-                                         float* mean, float* rstd, int rows, int dim, float eps) {
+                                         float* mean, float* rstd, int rows, int dim, float eps, DType type,
+                                         std::uint16_t* y16) {
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.y;
   if (r >= rows) return;
   const float* xr = x + std::size_t(r) * dim;
-  float* yr = y + std::size_t(r) * dim;
+  float* yr = kSixteen ? nullptr : y + std::size_t(r) * dim;
   float s = 0;
   for (int i = threadIdx.x; i < dim; i += kWarp) s += xr[i];
   const float mu = warp_sum(s) / dim;
   float v = 0;
   for (int i = threadIdx.x; i < dim; i += kWarp) v += (xr[i] - mu) * (xr[i] - mu);
   const float rs = 1.0f / sqrtf(warp_sum(v) / dim + eps);
-  for (int i = threadIdx.x; i < dim; i += kWarp) yr[i] = (xr[i] - mu) * rs * gamma[i] + beta[i];
+  if constexpr (kSixteen) {
+    std::uint16_t* y16r = y16 + std::size_t(r) * dim;
+    for (int i = threadIdx.x; i < dim; i += kWarp) {
+      const float value = (xr[i] - mu) * rs * gamma[i] + beta[i];
+      round_in(type, value, y16r + i);
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += kWarp) yr[i] = (xr[i] - mu) * rs * gamma[i] + beta[i];
+  }
   if (threadIdx.x == 0) {
     mean[r] = mu;
     rstd[r] = rs;
@@ -256,8 +268,19 @@ unsigned column_blocks(int cols) { return unsigned((cols + 255) / 256); }
 void CudaBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                     float* rstd, int rows, int dim, float eps) {
   if (rows <= 0) return;
-  layernorm_forward_kernel<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(x, gamma, beta, y, mean,
-                                                                                         rstd, rows, dim, eps);
+  layernorm_forward_kernel<false><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+      x, gamma, beta, y, mean, rstd, rows, dim, eps, DType::f32, nullptr);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Under device.fused, the 16-bit output alone in the normalising pass (no fp32 y, no rounding pass).
+void CudaBackend::layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
+                                       std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) {
+  if (!writes_16bit_outputs_only(type) || !y16)
+    return Backend::layernorm_forward_16(type, x, gamma, beta, y, y16, mean, rstd, rows, dim, eps);
+  if (rows <= 0) return;
+  layernorm_forward_kernel<true><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+      x, gamma, beta, y, mean, rstd, rows, dim, eps, type, y16);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "elementwise_math.cuh"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -63,8 +64,15 @@ __device__ typename R::Value block_reduce(typename R::Value v, const R& r) {
   return shared[0];
 }
 
-template <typename R>
-__global__ void __launch_bounds__(kThreads) reduce_blocks(const float* x, std::size_t n, R r, typename R::Value* partial) {
+// 16-bit patterns read as their values (exact), for the reductions over a kept 16-bit copy.
+struct Widened16 {
+  DType type;
+  const std::uint16_t* x;
+  __device__ float operator[](std::size_t i) const { return value_at(Operand{x, type}, i); }
+};
+
+template <typename R, typename X>
+__global__ void __launch_bounds__(kThreads) reduce_blocks(X x, std::size_t n, R r, typename R::Value* partial) {
   typename R::Value v = r.identity();
   const std::size_t stride = std::size_t(gridDim.x) * kThreads;
   for (std::size_t i = blockIdx.x * std::size_t(kThreads) + threadIdx.x; i < n; i += stride) v = r.combine(v, r.of(x[i]));
@@ -97,8 +105,8 @@ __global__ void __launch_bounds__(kThreads) reduce_partials(const typename R::Va
 }
 
 // Both passes over x on the stream; the total goes to out. n > 0.
-template <typename R, typename Out>
-void enqueue_reduce(CudaBackend& backend, const float* x, std::size_t n, R r, Out out) {
+template <typename R, typename Out, typename X>
+void enqueue_reduce(CudaBackend& backend, X x, std::size_t n, R r, Out out) {
   using Value = typename R::Value;
   const unsigned blocks = blocks_for(n, kMaxBlocks);
   auto* partial = static_cast<Value*>(backend.scratch(blocks * sizeof(Value)));
@@ -108,8 +116,8 @@ void enqueue_reduce(CudaBackend& backend, const float* x, std::size_t n, R r, Ou
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename R>
-typename R::Value reduce(CudaBackend& backend, const float* x, std::size_t n, R r) {
+template <typename R, typename X>
+typename R::Value reduce(CudaBackend& backend, X x, std::size_t n, R r) {
   using Value = typename R::Value;
   if (n == 0) return r.identity();
   const unsigned blocks = blocks_for(n, kMaxBlocks);
@@ -150,12 +158,24 @@ __global__ void __launch_bounds__(kThreads) stats_of_tensors(const GradientStats
 
 double CudaBackend::sum_squares(const float* x, std::size_t n) { return reduce(*this, x, n, SumSquares{}); }
 
-float CudaBackend::abs_max(const float* x, std::size_t n) {
-  const std::uint32_t bits = reduce(*this, x, n, AbsMaxBits{});
+namespace {
+float abs_max_of_bits(std::uint32_t bits) {
   if (bits > 0x7f800000u) return std::numeric_limits<float>::quiet_NaN();
   float result;
   std::memcpy(&result, &bits, sizeof result);
   return result;
+}
+}  // namespace
+
+float CudaBackend::abs_max(const float* x, std::size_t n) { return abs_max_of_bits(reduce(*this, x, n, AbsMaxBits{})); }
+
+// The same passes over the widened values: the fp32 values' bits.
+float CudaBackend::abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) {
+  return abs_max_of_bits(reduce(*this, Widened16{dtype, x}, n, AbsMaxBits{}));
+}
+
+void CudaBackend::abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) {
+  if (n) enqueue_reduce(*this, Widened16{dtype, x}, n, AbsMaxBits{}, MaxBitsInto{reinterpret_cast<std::uint32_t*>(result)});
 }
 
 // One tensor is the many-tensor pass over one span: the two give the same bits.

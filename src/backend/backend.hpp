@@ -106,6 +106,13 @@ class Backend : public TensorMemory {
   // sum_squares, added once).
   virtual void abs_max_into(const float* x, std::size_t n, float* result) = 0;
   virtual void sum_squares_into(const float* x, std::size_t n, double* result) = 0;
+  // abs_max and abs_max_into of 16-bit patterns (fp16 or bf16) read as their values: the bits the two
+  // give the fp32 values the patterns hold (widening is exact; NaN stays NaN, inf inf).
+  virtual float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) = 0;
+  virtual void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) = 0;
+  // Either, by the operand's storage type.
+  float abs_max(Operand x, std::size_t n);
+  void abs_max_into(Operand x, std::size_t n, float* result);
 
   // ---- fused passes: one op for what the layers would otherwise do in several passes over memory.
   // Each default runs the separate ops (their bits); a backend may fuse them (CUDA: device.fused).
@@ -130,6 +137,31 @@ class Backend : public TensorMemory {
   // acc += round(x) (a micro-batch's gradient in the module's type added to the fp32 main grads);
   // x is scratch: left rounded or as it was. Default: round_to, add.
   virtual void accumulate_rounded(DType type, float* acc, float* x, std::size_t n);
+  // Outputs in 16 bits only. True where linear_forward_16 and linear_gelu_forward_16 in `type` write only
+  // the 16-bit copies (the fp32 buffers they are given are their scratch, undefined after), so a layer
+  // that reads only those copies (products, statistics through abs_max_into of an Operand) should call
+  // them. Default false: the layers call linear_forward and linear_gelu_forward as they always have.
+  virtual bool writes_16bit_outputs_only(DType /*type*/) const { return false; }
+  // linear_forward with y16 (not null) its output: y is scratch (rows x out floats). Default:
+  // linear_forward (y written too).
+  virtual void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
+                                 int rows, int in, int out);
+  // linear_gelu_forward with f16 and g16 (not null) its outputs: f and g are scratch. Default:
+  // linear_gelu_forward.
+  virtual void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f,
+                                      std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in, int out);
+  // layernorm_forward, then y rounded to `type` with its patterns written to y16 (not null); y is
+  // scratch where writes_16bit_outputs_only(type). Default: layernorm_forward, round_to.
+  virtual void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
+                                    std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps);
+  // The linear layer's parameter gradients from a micro-batch: dW[out, in] += dy^T x and, when db is not
+  // null, db[out] += the column sums of dy. dy[rows, out] comes as dy_values (fp32) and as dy, the
+  // operand the product reads (its 16-bit copy or dy_values). fp32: the product accumulates into dW
+  // (beta 1) and bias_grad into db. 16-bit types: both are taken in `type` into dw_scratch (out x in
+  // floats) and db_scratch (out floats), then added as accumulate_rounded (acc += round(x)).
+  // Default: those separate ops.
+  virtual void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
+                                  float* dw_scratch, float* db_scratch, int rows, int in, int out);
 
   // ---- normalisation; statistics always in fp32
   virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,

@@ -53,4 +53,45 @@ void Backend::accumulate_rounded(DType type, float* acc, float* x, std::size_t n
   add(acc, x, n);
 }
 
+void Backend::linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
+                                int rows, int in, int out) {
+  linear_forward(type, x, w, bias, y, y16, rows, in, out);
+}
+
+void Backend::linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f,
+                                     std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in, int out) {
+  linear_gelu_forward(type, x, w, bias, f, f16, g, g16, rows, in, out);
+}
+
+void Backend::layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
+                                   std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) {
+  layernorm_forward(x, gamma, beta, y, mean, rstd, rows, dim, eps);
+  round_to(type, y, y16, std::size_t(rows) * dim);
+}
+
+void Backend::linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
+                                 float* dw_scratch, float* db_scratch, int rows, int in, int out) {
+  if (type == DType::f32) {
+    gemm(type, Trans::yes, Trans::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    if (db) bias_grad(dy_values, db, rows, out);
+    return;
+  }
+  gemm(type, Trans::yes, Trans::no, out, in, rows, 1.0f, dy, out, x, in, 0.0f, dw_scratch, in);
+  accumulate_rounded(type, dw, dw_scratch, std::size_t(out) * in);
+  if (!db) return;
+  zero(db_scratch, std::size_t(out) * sizeof(float));
+  bias_grad(dy_values, db_scratch, rows, out);
+  accumulate_rounded(type, db, db_scratch, std::size_t(out));
+}
+
+float Backend::abs_max(Operand x, std::size_t n) {
+  if (x.dtype == DType::f32) return abs_max(static_cast<const float*>(x.data), n);
+  return abs_max_16(x.dtype, static_cast<const std::uint16_t*>(x.data), n);
+}
+
+void Backend::abs_max_into(Operand x, std::size_t n, float* result) {
+  if (x.dtype == DType::f32) return abs_max_into(static_cast<const float*>(x.data), n, result);
+  abs_max_into_16(x.dtype, static_cast<const std::uint16_t*>(x.data), n, result);
+}
+
 }  // namespace avtrain

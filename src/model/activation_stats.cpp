@@ -7,6 +7,10 @@
 namespace avtrain {
 
 void ActivationStats::note(Backend& backend, const std::string& module, const float* y, std::size_t n) {
+  note(backend, module, fp32(y), n);
+}
+
+void ActivationStats::note(Backend& backend, const std::string& module, Operand y, std::size_t n) {
   if (slots_.size() == 0) slots_.resize(kMaxModules);  // zeroed, as tensor memory comes
   const auto [it, added] = slot_of_.emplace(module, slot_of_.size());
   require(it->second < kMaxModules, "internal: more than " + std::to_string(kMaxModules) + " modules on one stage");

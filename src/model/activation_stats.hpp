@@ -15,6 +15,8 @@ class ActivationStats {
  public:
   // Folds |max| of y[0, n) into module's slot (NaN stays NaN).
   void note(Backend& backend, const std::string& module, const float* y, std::size_t n);
+  // The same for an operand: fp32 values, or a 16-bit copy read as its values (Backend::abs_max_into).
+  void note(Backend& backend, const std::string& module, Operand y, std::size_t n);
   // Module -> |max| over every note of this object.
   std::map<std::string, float> read() const;
 

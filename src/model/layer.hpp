@@ -94,6 +94,8 @@ class Layer {
 // non-finite value stops the run naming the step, the module and the direction.
 void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
                      std::size_t n);
+// The same for an output kept only as its 16-bit copy (or fp32 values): the copy's |max|.
+void note_activation(Backend& backend, Flow& flow, const std::string& module, Operand y, std::size_t n);
 // With detect_anomaly, checks the gradient a module's backward produced.
 void note_gradient(Backend& backend, const Flow& flow, const std::string& module, const float* dx,
                    std::size_t n);

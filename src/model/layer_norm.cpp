@@ -13,6 +13,12 @@ void LayerNorm::forward(Backend& be, const float* x, float* y, float* mean, floa
   be.round_to(dtype_, y, y16, std::size_t(rows) * dim_);
 }
 
+void LayerNorm::forward_16(Backend& be, const float* x, float* scratch, float* mean, float* rstd, int rows,
+                           std::uint16_t* y16) {
+  be.layernorm_forward_16(dtype_, x, params_.value(gamma_), params_.value(beta_), scratch, y16, mean, rstd, rows, dim_,
+                          eps_);
+}
+
 void LayerNorm::backward(Backend& be, Operand x, const float* dy, const float* mean, const float* rstd, float* dx,
                          int rows) {
   be.layernorm_backward(dy, x, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),

@@ -20,23 +20,25 @@ void Linear::forward_gelu(Backend& be, Operand x, float* y, std::uint16_t* y16, 
                          g16, rows, in_, out_);
 }
 
+void Linear::forward_16(Backend& be, Operand x, float* scratch, std::uint16_t* y16, int rows) {
+  be.linear_forward_16(dtype_, x, params_.operand(weight_), bias_ >= 0 ? params_.value(bias_) : nullptr, scratch, y16,
+                       rows, in_, out_);
+}
+
+void Linear::forward_gelu_16(Backend& be, Operand x, float* f_scratch, std::uint16_t* f16, float* g_scratch,
+                             std::uint16_t* g16, int rows) {
+  be.linear_gelu_forward_16(dtype_, x, params_.operand(weight_), bias_ >= 0 ? params_.value(bias_) : nullptr,
+                            f_scratch, f16, g_scratch, g16, rows, in_, out_);
+}
+
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {
   const Operand dy_in = dy16 && dtype_ != DType::f32 ? Operand{dy16, dtype_} : fp32(dy);
-  if (dtype_ == DType::f32) {
-    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy_in, out_, x, in_, 1.0f, params_.grad(weight_),
-            in_);
-    if (bias_ >= 0) be.bias_grad(dy, params_.grad(bias_), rows, out_);
-  } else {
+  if (dtype_ != DType::f32) {
     dw_.resize(std::size_t(out_) * in_);
-    be.gemm(dtype_, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy_in, out_, x, in_, 0.0f, dw_.data(), in_);
-    be.accumulate_rounded(dtype_, params_.grad(weight_), dw_.data(), dw_.size());
-    if (bias_ >= 0) {
-      db_.resize(out_);
-      db_.zero();
-      be.bias_grad(dy, db_.data(), rows, out_);
-      be.accumulate_rounded(dtype_, params_.grad(bias_), db_.data(), db_.size());
-    }
+    if (bias_ >= 0) db_.resize(out_);
   }
+  be.linear_param_grads(dtype_, dy_in, dy, x, params_.grad(weight_), bias_ >= 0 ? params_.grad(bias_) : nullptr,
+                        dw_.data(), db_.data(), rows, in_, out_);
   if (!dx) return;
   be.gemm(dtype_, Trans::no, Trans::no, rows, in_, out_, 1.0f, dy_in, out_, params_.operand(weight_), in_, 0.0f,
           dx, in_);

@@ -21,7 +21,12 @@ class Linear {
   // forward, then g = GELU(y) rounded to the module's type (patterns to g16 when not null): one op,
   // which a backend may run as one pass after the product.
   void forward_gelu(Backend& be, Operand x, float* y, std::uint16_t* y16, float* g, std::uint16_t* g16, int rows);
-  // Accumulates dW, db; writes dx (rounded to the module's type) when it is not null. dy's values
+  // The same, where the caller reads only the 16-bit copies (Backend::writes_16bit_outputs_only): y16
+  // (f16 and g16) written, the fp32 buffers the op's scratch.
+  void forward_16(Backend& be, Operand x, float* scratch, std::uint16_t* y16, int rows);
+  void forward_gelu_16(Backend& be, Operand x, float* f_scratch, std::uint16_t* f16, float* g_scratch,
+                       std::uint16_t* g16, int rows);
+  // Accumulates dW, db (Backend::linear_param_grads); writes dx (rounded to the module's type) when it is not null. dy's values
   // must be exact in the module's type; dy16, when not null, holds their 16-bit patterns, which the
   // products then read (as they are: no packing of dy for each).
   void backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16 = nullptr);

@@ -16,6 +16,10 @@ namespace {
 
 void note_activation(Backend& backend, Flow& flow, const std::string& module, const float* y,
                      std::size_t n) {
+  note_activation(backend, flow, module, fp32(y), n);
+}
+
+void note_activation(Backend& backend, Flow& flow, const std::string& module, Operand y, std::size_t n) {
   if (flow.detect_anomaly) {  // the one check that must stop the host at once
     const float m = backend.abs_max(y, n);
     if (!std::isfinite(m)) anomaly(flow, module, "forward output", m);

@@ -85,26 +85,45 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   const auto note = [&](const std::string& module, const float* y, std::size_t count) {
     if (out) note_activation(be_, flow, module, y, count);
   };
+  // Where the backend writes a linear's 16-bit copy alone (device.fused), the layer reads only that
+  // copy: qkv's when attention's products read it, f1's and g's (fc2, GELU's backward); their
+  // statistics are the copies' |max|, the bits of the rounded fp32 values'.
+  const auto note16 = [&](const std::string& module, const std::uint16_t* y16, DType type, std::size_t count) {
+    if (out) note_activation(be_, flow, module, Operand{y16, type}, count);
+  };
 
   Buffer& a = ws_[kA];
   a.resize(n);
   st.ln1_mean.resize(rows);
   st.ln1_rstd.resize(rows);
+  // LayerNorm's 16-bit output alone where its readers (qkv's product, fc1's) take that copy.
+  const bool a_16_only = ln1_.dtype() != DType::f32 && be_.writes_16bit_outputs_only(ln1_.dtype());
   st.a.keep_written(a, ln1_.dtype(), [&](std::uint16_t* a16) {
+    if (a_16_only) {
+      ln1_.forward_16(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
+      note16(ln1_.module(), a16, ln1_.dtype(), n);
+      return;
+    }
     ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
     note(ln1_.module(), a.data(), n);
   });
 
   Buffer& qkv = ws_[kQkv];
   qkv.resize(3 * n);
+  // In bf16 the products read the kept 16-bit copy of qkv as it is.
+  const DType products = attention_products();
+  const bool qkv_16_only = products != DType::f32 && be_.writes_16bit_outputs_only(qkv_.dtype());
   const float* qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), [&](std::uint16_t* qkv16) {
+    if (qkv_16_only) {
+      qkv_.forward_16(be_, st.a.operand(), qkv.data(), qkv16, rows);
+      note16(qkv_.module(), qkv16, qkv_.dtype(), 3 * n);
+      return;
+    }
     qkv_.forward(be_, st.a.operand(), qkv.data(), rows, qkv16);
     note(qkv_.module(), qkv.data(), 3 * n);
   });
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
-  // In bf16 the products read the kept 16-bit copy of qkv as it is.
-  const DType products = attention_products();
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
   if (recompute_ == Recompute::none && !fused_attention()) {
     Buffer& p = ws_[kP];
@@ -134,7 +153,13 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   b.resize(n);
   st.ln2_mean.resize(rows);
   st.ln2_rstd.resize(rows);
+  const bool b_16_only = ln2_.dtype() != DType::f32 && be_.writes_16bit_outputs_only(ln2_.dtype());
   st.b.keep_written(b, ln2_.dtype(), [&](std::uint16_t* b16) {
+    if (b_16_only) {
+      ln2_.forward_16(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
+      note16(ln2_.module(), b16, ln2_.dtype(), n);
+      return;
+    }
     ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
     note(ln2_.module(), b.data(), n);
   });
@@ -143,11 +168,14 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   Buffer& g = ws_[kG];
   f1.resize(nh);
   g.resize(nh);
+  const bool f1_16_only = fc1_.dtype() != DType::f32 && be_.writes_16bit_outputs_only(fc1_.dtype());
   st.f1.keep_written(f1, fc1_.dtype(), [&](std::uint16_t* f1_16) {
     st.g.keep_written(g, fc1_.dtype(), [&](std::uint16_t* g16) {
-      fc1_.forward_gelu(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
+      if (f1_16_only) fc1_.forward_gelu_16(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
+      else fc1_.forward_gelu(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
     });
-    note(fc1_.module(), f1.data(), nh);
+    if (f1_16_only) note16(fc1_.module(), f1_16, fc1_.dtype(), nh);
+    else note(fc1_.module(), f1.data(), nh);
   });
   if (!out) return;
 

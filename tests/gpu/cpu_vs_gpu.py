@@ -4,7 +4,8 @@
   FP32: the first step's loss within 1e-5 relative (and its grad norm within 1e-4): the whole
         step - front end, blocks, head, losses, backward - agrees;
   BF16: 40 steps on each reconcile (avtrain-reconcile PASS), on the GPU unfused and with
-        --device.fused 1 (attention in FlashAttention kernels: its log says so);
+        --device.fused 1 (attention in FlashAttention kernels, the linears through cuBLASLt's
+        epilogues: its log says both);
   the fused BF16 run twice: the same trace.csv and layers.csv (but the measured columns).
 Exits 77 (CTest: skipped) when the device check finds no GPU.
 
@@ -52,6 +53,8 @@ def main():
                    "--steps", "40", "--out", os.path.join(work, name)])
         if "attention fused" not in log:
             sys.exit("cpu_vs_gpu: --device.fused 1 did not run attention fused (no 'attention fused' in the log)")
+        if "cuBLASLt epilogues" not in log:
+            sys.exit("cpu_vs_gpu: --device.fused 1 did not take the linears' cuBLASLt epilogues (not in the log)")
     print(run([sys.executable, reconcile, os.path.join(work, "bf16_cpu"), os.path.join(work, "bf16_fused")]))
     sys.path.insert(0, os.path.join(source, "tests", "e2e"))
     from same_run import trace_difference

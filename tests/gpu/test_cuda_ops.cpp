@@ -1572,6 +1572,230 @@ TEST_P(CudaFusedPasses, LinearGeluForwardIsLinearForwardThenGeluRoundBitForBit) 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaFusedPasses, ::testing::Values(DType::f32, DType::f16, DType::bf16),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+// ---------------------------------------------------------------- cuBLASLt epilogues (device.fused)
+
+// The linear layer's products through cuBLASLt (cublaslt_matmul.cpp) under device.fused: the 16-bit
+// output written by the product with the fp32 bias added before its one rounding, GELU from that copy,
+// dW and db (BGRADB) from one product, each against the CPU's separate ops at the 16-bit tolerance, the
+// same bits twice. Shapes with rows, in and out off multiples of 8 and 16 (odd leading dimensions) and
+// operands at 2-byte offsets: cuBLASLt takes them or the call falls back to the separate ops; the
+// results must be right either way, and the aligned shapes must run through cuBLASLt.
+struct LinearShape {
+  int rows, in, out;
+  bool aligned() const { return in % 8 == 0 && out % 8 == 0; }
+};
+const LinearShape kLinearShapes[] = {{1049, 200, 328}, {517, 96, 384}, {37, 64, 24}, {333, 72, 200}, {101, 57, 45},
+                                     {7, 13, 3}};
+
+class CudaEpilogues : public CudaOps, public ::testing::WithParamInterface<DType> {
+ protected:
+  static Backend& fused() { return *g_fused; }
+  static cuda::CudaBackend& fused_cuda() { return dynamic_cast<cuda::CudaBackend&>(*g_fused); }
+  // Values exact in t (fp32) and their patterns.
+  static std::vector<float> exact(DType t, std::vector<float> x, std::vector<std::uint16_t>& patterns) {
+    patterns.resize(x.size());
+    cpu().round_to(t, x.data(), patterns.data(), x.size());
+    return x;
+  }
+  static std::vector<float> widen(DType t, const std::vector<std::uint16_t>& patterns) {
+    std::vector<float> x(patterns.size());
+    cpu().unpack(t, patterns.data(), x.data(), x.size());
+    return x;
+  }
+  // A device copy of the patterns, `offset` elements into its buffer (2-byte misalignment when odd).
+  struct Patterns {
+    DeviceBuffer<std::uint16_t> buffer;
+    std::size_t offset;
+    Patterns(Backend& be, const std::vector<std::uint16_t>& host, std::size_t offset)
+        : buffer(be, host.size() + offset), offset(offset) {
+      std::vector<std::uint16_t> padded(offset, 0x7fff);
+      padded.insert(padded.end(), host.begin(), host.end());
+      buffer.upload(padded);
+    }
+    std::uint16_t* get() const { return buffer.get() + offset; }
+    std::vector<std::uint16_t> download() const {
+      auto all = buffer.download();
+      return {all.begin() + offset, all.end()};
+    }
+  };
+};
+
+TEST_P(CudaEpilogues, OnlyTheFusedBackendWritesSixteenBitOutputsAlone) {
+  const DType t = GetParam();
+  EXPECT_FALSE(gpu().writes_16bit_outputs_only(t)) << "without device.fused";
+  EXPECT_FALSE(cpu().writes_16bit_outputs_only(t)) << "the CPU";
+  EXPECT_FALSE(fused().writes_16bit_outputs_only(DType::f32)) << "fp32";
+  EXPECT_TRUE(fused().writes_16bit_outputs_only(t)) << "device.fused on an sm_80+ GPU: " << fused_cuda().lt_refusal();
+}
+
+TEST_P(CudaEpilogues, LinearForward16MatchesTheCpuAndRepeatsBitForBit) {
+  const DType t = GetParam();
+  for (const LinearShape& s : kLinearShapes)
+    for (const bool with_bias : {true, false})
+      for (const std::size_t offset : {std::size_t(0), std::size_t(1)}) {
+        SCOPED_TRACE("rows " + std::to_string(s.rows) + " in " + std::to_string(s.in) + " out " +
+                     std::to_string(s.out) + (with_bias ? " with a bias" : " without") + " offset " +
+                     std::to_string(offset));
+        std::vector<std::uint16_t> x16, w16;
+        const auto x = exact(t, normal(sz(s.rows, s.in), "lt_forward.x"), x16);
+        const auto w = exact(t, normal(sz(s.out, s.in), "lt_forward.w", 0.1), w16);
+        const auto bias = normal(s.out, "lt_forward.b");
+        std::vector<float> want = nans(sz(s.rows, s.out));
+        cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, want.data(),
+                             nullptr, s.rows, s.in, s.out);
+        Patterns d_x(fused(), x16, offset), d_w(fused(), w16, 0);
+        DevF d_b(fused(), bias), d_scratch(fused(), nans(want.size()));
+        std::vector<std::uint16_t> got16[2];
+        const long long before = fused_cuda().lt_products();
+        for (int k = 0; k < 2; ++k) {
+          Patterns d_y16(fused(), std::vector<std::uint16_t>(want.size(), 0x7fff), offset);
+          fused().linear_forward_16(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, with_bias ? d_b.get() : nullptr,
+                                    d_scratch, d_y16.get(), s.rows, s.in, s.out);
+          got16[k] = d_y16.download();
+        }
+        EXPECT_TRUE(close_l2(widen(t, got16[0]), want, kHalf));
+        EXPECT_TRUE(got16[0] == got16[1]) << "not the same bits twice";
+        if (s.aligned() && offset == 0) {
+          EXPECT_EQ(fused_cuda().lt_products(), before + 2) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+        }
+      }
+}
+
+// f16 against the CPU; g16 the bits of the GPU's own gelu_round of f16's values (the same element
+// function as the unfused pass).
+TEST_P(CudaEpilogues, LinearGeluForward16TakesGeluOfTheSixteenBitOutput) {
+  const DType t = GetParam();
+  for (const LinearShape& s : kLinearShapes) {
+    SCOPED_TRACE("rows " + std::to_string(s.rows) + " in " + std::to_string(s.in) + " out " + std::to_string(s.out));
+    std::vector<std::uint16_t> x16, w16;
+    const auto x = exact(t, normal(sz(s.rows, s.in), "lt_gelu.x"), x16);
+    const auto w = exact(t, normal(sz(s.out, s.in), "lt_gelu.w", 0.1), w16);
+    const auto bias = normal(s.out, "lt_gelu.b");
+    const std::size_t n = sz(s.rows, s.out);
+    std::vector<float> want_f = nans(n), want_g = nans(n);
+    cpu().linear_gelu_forward(t, fp32(x.data()), fp32(w.data()), bias.data(), want_f.data(), nullptr, want_g.data(),
+                              nullptr, s.rows, s.in, s.out);
+    DeviceBuffer<std::uint16_t> d_x(fused(), x16), d_w(fused(), w16);
+    DevF d_b(fused(), bias), d_f(fused(), nans(n)), d_g(fused(), nans(n));
+    std::vector<std::uint16_t> f16[2], g16[2];
+    for (int k = 0; k < 2; ++k) {
+      DeviceBuffer<std::uint16_t> d_f16(fused(), std::vector<std::uint16_t>(n, 0x7fff)),
+          d_g16(fused(), std::vector<std::uint16_t>(n, 0x7fff));
+      fused().linear_gelu_forward_16(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, d_b, d_f, d_f16, d_g, d_g16,
+                                     s.rows, s.in, s.out);
+      f16[k] = d_f16.download();
+      g16[k] = d_g16.download();
+    }
+    EXPECT_TRUE(close_l2(widen(t, f16[0]), want_f, kHalf)) << "f";
+    EXPECT_TRUE(close_l2(widen(t, g16[0]), want_g, kHalf)) << "g";
+    EXPECT_TRUE(f16[0] == f16[1] && g16[0] == g16[1]) << "not the same bits twice";
+    DevF d_f_values(fused(), widen(t, f16[0])), d_g_ref(fused(), nans(n));
+    DeviceBuffer<std::uint16_t> d_g16_ref(fused(), n);
+    gpu().gelu_round(t, d_f_values, d_g_ref, d_g16_ref, n);
+    EXPECT_TRUE(same_bits(g16[0], d_g16_ref.download())) << "g is not round(gelu(f)) of the 16-bit f";
+  }
+}
+
+// dW += round(dy^T x) and db += round(column sums of dy) from one product (BGRADB) against the CPU's
+// gemm and bias_grad (the separate ops, Backend::linear_param_grads' default), starting from non-zero
+// main grads; with and without a bias; the same bits twice.
+TEST_P(CudaEpilogues, LinearParamGradsMatchTheCpuBiasGradAndGemm) {
+  const DType t = GetParam();
+  for (const LinearShape& s : kLinearShapes)
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE("rows " + std::to_string(s.rows) + " in " + std::to_string(s.in) + " out " +
+                   std::to_string(s.out) + (with_bias ? " with a bias" : " without"));
+      std::vector<std::uint16_t> dy16, x16;
+      const auto dy = exact(t, normal(sz(s.rows, s.out), "lt_grads.dy"), dy16);
+      const auto x = exact(t, normal(sz(s.rows, s.in), "lt_grads.x"), x16);
+      const auto dw0 = normal(sz(s.out, s.in), "lt_grads.dw0", 0.01), db0 = normal(s.out, "lt_grads.db0", 0.01);
+      std::vector<float> want_dw = dw0, want_db = db0, dw_scratch(dw0.size()), db_scratch(db0.size());
+      cpu().linear_param_grads(t, Operand{dy16.data(), t}, dy.data(), Operand{x16.data(), t}, want_dw.data(),
+                               with_bias ? want_db.data() : nullptr, dw_scratch.data(), db_scratch.data(), s.rows,
+                               s.in, s.out);
+      DeviceBuffer<std::uint16_t> d_dy16(fused(), dy16), d_x16(fused(), x16);
+      DevF d_dy(fused(), dy);
+      std::vector<float> got_dw[2], got_db[2];
+      const long long before = fused_cuda().lt_products();
+      for (int k = 0; k < 2; ++k) {
+        DevF d_dw(fused(), dw0), d_db(fused(), db0), d_dws(fused(), nans(dw0.size())), d_dbs(fused(), nans(db0.size()));
+        fused().linear_param_grads(t, Operand{d_dy16.get(), t}, d_dy, Operand{d_x16.get(), t}, d_dw,
+                                   with_bias ? d_db.get() : nullptr, d_dws, d_dbs, s.rows, s.in, s.out);
+        got_dw[k] = d_dw.download();
+        got_db[k] = d_db.download();
+      }
+      // The increments, so that the starting values do not hide an error.
+      std::vector<float> inc_got(dw0.size()), inc_want(dw0.size());
+      for (std::size_t i = 0; i < dw0.size(); ++i) inc_got[i] = got_dw[0][i] - dw0[i], inc_want[i] = want_dw[i] - dw0[i];
+      EXPECT_TRUE(close_l2(inc_got, inc_want, kHalf)) << "dW";
+      if (with_bias) {
+        std::vector<float> db_got(db0.size()), db_want(db0.size());
+        for (std::size_t i = 0; i < db0.size(); ++i) db_got[i] = got_db[0][i] - db0[i], db_want[i] = want_db[i] - db0[i];
+        EXPECT_TRUE(close_l2(db_got, db_want, kHalf)) << "db";
+      } else {
+        EXPECT_TRUE(got_db[0] == db0) << "db written without a bias";
+      }
+      EXPECT_TRUE(bits(got_dw[0]) == bits(got_dw[1]) && bits(got_db[0]) == bits(got_db[1])) << "not the same bits twice";
+      if (s.aligned()) {
+        EXPECT_EQ(fused_cuda().lt_products(), before + 2) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+      }
+    }
+}
+
+// LayerNorm's 16-bit output alone: the patterns, mean and rstd of the unfused layernorm_forward then
+// round_to, bit for bit (rows off multiples of the 8 rows a block takes, widths off multiples of 32).
+TEST_P(CudaEpilogues, LayerNormForward16GivesTheBitsOfLayerNormThenRound) {
+  const DType t = GetParam();
+  for (const auto& [rows, dim] : {std::pair{1049, 200}, std::pair{37, 2048}, std::pair{5, 45}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim));
+    const auto x = normal(sz(rows, dim), "lt_layernorm.x", 2.0, 0.5);
+    const auto gamma = normal(dim, "lt_layernorm.gamma", 0.2, 1.0), beta = normal(dim, "lt_layernorm.beta", 0.1);
+    std::vector<std::uint16_t> patterns[2];
+    std::vector<float> stats[2];
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = k == 0 ? gpu() : fused();
+      DevF d_x(be, x), d_gamma(be, gamma), d_beta(be, beta), d_y(be, nans(x.size()));
+      DevF d_mean(be, nans(rows)), d_rstd(be, nans(rows));
+      DeviceBuffer<std::uint16_t> d_y16(be, std::vector<std::uint16_t>(x.size(), 0x7fff));
+      if (k == 0) {
+        be.layernorm_forward(d_x, d_gamma, d_beta, d_y, d_mean, d_rstd, rows, dim, 1e-5f);
+        be.round_to(t, d_y, d_y16, x.size());
+      } else {
+        be.layernorm_forward_16(t, d_x, d_gamma, d_beta, d_y, d_y16, d_mean, d_rstd, rows, dim, 1e-5f);
+      }
+      patterns[k] = d_y16.download();
+      stats[k] = d_mean.download();
+      const auto rstd = d_rstd.download();
+      stats[k].insert(stats[k].end(), rstd.begin(), rstd.end());
+    }
+    EXPECT_TRUE(same_bits(patterns[1], patterns[0])) << "y16";
+    EXPECT_TRUE(same_bits(bits(stats[1]), bits(stats[0]))) << "mean, rstd";
+  }
+}
+
+// The statistics of a kept 16-bit copy: exactly the fp32 |max| of the rounded values, on both backends.
+TEST_P(CudaEpilogues, AbsMaxOfSixteenBitCopiesIsTheCpuValueOfTheRoundedValues) {
+  const DType t = GetParam();
+  for (const std::size_t n : {std::size_t(1), std::size_t(1000), std::size_t(300007)}) {
+    std::vector<std::uint16_t> x16;
+    auto x = normal(n, "lt_absmax", 3.0);
+    if (n > 1) x[n / 2] = t == DType::f16 ? -70000.0f : 2.5e38f;  // fp16: inf
+    x = exact(t, x, x16);
+    DeviceBuffer<std::uint16_t> d_x16(fused(), x16);
+    const float want = cpu().abs_max(x.data(), n);
+    EXPECT_EQ(bits_of(fused().abs_max(Operand{d_x16.get(), t}, n)), bits_of(want)) << "n " << n;
+    DevF d_slot(fused(), std::vector<float>{0.25f});
+    fused().abs_max_into(Operand{d_x16.get(), t}, n, d_slot);
+    EXPECT_EQ(bits_of(d_slot.download()[0]), bits_of(std::max(0.25f, want))) << "n " << n;
+    x16[n - 1] = t == DType::bf16 ? 0x7fc0 : 0x7e00;  // NaN
+    d_x16.upload(x16);
+    EXPECT_TRUE(std::isnan(fused().abs_max(Operand{d_x16.get(), t}, n))) << "n " << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaEpilogues, ::testing::Values(DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // adamw_tensors under device.fused (one pass: the gradient factor, the update, the copies) against the
 // separate ops of the unfused backend (scale, adamw, pack or copy per tensor): the same bits, over tensors
 // of odd sizes and offsets, copies in bf16, fp16, fp32 and none, more tensors than one launch takes,

@@ -316,6 +316,32 @@ TEST_F(CpuKernels, AbsMaxIntoFoldsTheLargestMagnitudeAndKeepsNaN) {
   EXPECT_TRUE(std::isnan(result)) << "a NaN result stays NaN";
 }
 
+// The 16-bit copy's |max| is that of the fp32 values rounded to the type (what layers.csv reported
+// before the fused path kept only the copy): the same bits, overflow to inf and NaN included.
+TEST_F(CpuKernels, AbsMaxOfSixteenBitPatternsGivesTheBitsOfTheirRoundedValues) {
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (std::size_t n : {std::size_t(37), std::size_t(70001)}) {
+      auto x = random_floats(n, "abs_max_16", -3.0, 3.0);
+      x[n / 2] = dtype == DType::f16 ? 70000.0f : -2.5e38f;  // fp16 overflows to inf; bf16 stays finite
+      std::vector<std::uint16_t> packed(n);
+      be->round_to(dtype, x.data(), packed.data(), n);
+      const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
+      EXPECT_EQ(be->abs_max(Operand{packed.data(), dtype}, n), be->abs_max(x.data(), n)) << what;
+      EXPECT_EQ(be->abs_max_16(dtype, packed.data(), n - 1), be->abs_max(x.data(), n - 1)) << what;
+      float into16 = 0.5f, into32 = 0.5f;
+      be->abs_max_into(Operand{packed.data(), dtype}, n, &into16);
+      be->abs_max_into(x.data(), n, &into32);
+      EXPECT_EQ(into16, into32) << what;
+      x[3] = kNaN;
+      be->round_to(dtype, x.data(), packed.data(), n);
+      EXPECT_TRUE(std::isnan(be->abs_max(Operand{packed.data(), dtype}, n))) << what;
+      be->abs_max_into_16(dtype, packed.data(), n, &into16);
+      EXPECT_TRUE(std::isnan(into16)) << what;
+    }
+  const float values[] = {0.5f, -4.0f};
+  EXPECT_EQ(be->abs_max(fp32(values), 2), 4.0f) << "an fp32 operand is abs_max of its values";
+}
+
 TEST_F(CpuKernels, SumSquaresIntoAddsTheSameBitsAsSumSquares) {
   const auto x = random_floats(70000, "sum_squares_into", -3.0, 3.0);
   double result = 1.25;

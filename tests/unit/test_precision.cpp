@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "backend/backend.hpp"
+#include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "gradcheck.hpp"
+#include "model/activation_stats.hpp"
 #include "model/transformer_block.hpp"
 #include "precision/loss_scaler.hpp"
 #include "precision/precision_policy.hpp"
@@ -180,11 +184,12 @@ ModelConfig block_model() {
 struct BlockRun {
   Buffer y, dx, grads;
   std::size_t state_bytes = 0;
+  std::map<std::string, float> act_absmax;
 };
 
-// One block forward and backward on fixed inputs in the given policy.
-BlockRun run_block(const PrecisionPolicy& policy) {
-  auto be = make_cpu_backend();
+// One block forward and backward on fixed inputs in the given policy (on the CPU backend unless given
+// another), its activation maxima noted and detect-anomaly's checks on.
+BlockRun run_block(const PrecisionPolicy& policy, std::unique_ptr<Backend> be = make_cpu_backend()) {
   ParamStore params;
   Workspace ws;
   TransformerBlock block(*be, params, ws, policy, block_model(), 0);
@@ -205,9 +210,13 @@ BlockRun run_block(const PrecisionPolicy& policy) {
   flow.x.resize(x0.size());
   std::copy(x0.data(), x0.data() + x0.size(), flow.x.data());
   flow.x_dtype = in;
+  ActivationStats stats;
+  flow.act_stats = &stats;
+  flow.detect_anomaly = true;
   auto state = block.make_state();
   block.forward(flow, *state);
   BlockRun out;
+  out.act_absmax = stats.read();
   out.state_bytes = state->bytes();
   out.y = std::move(flow.x);
   flow.dx.resize(r.size());
@@ -259,6 +268,56 @@ TEST_P(BlockInSixteenBits, AFullyFp32ListedBlockIsTheFp32Block) {
   EXPECT_EQ(relative_error(listed.y, ref.y), 0.0);
   EXPECT_EQ(relative_error(listed.grads, ref.grads), 0.0);
   EXPECT_EQ(listed.state_bytes, ref.state_bytes);
+}
+
+// The CPU standing in for a backend that writes 16-bit outputs alone (CUDA under device.fused): the
+// *_16 ops run the separate ops, then poison the fp32 buffers they were given (their scratch) with
+// NaN, so a layer that still read them would show it in its outputs, gradients or statistics.
+class SixteenBitOutputsOnly final : public CpuBackend {
+ public:
+  bool writes_16bit_outputs_only(DType type) const override { return type != DType::f32; }
+  void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
+                         int in, int out) override {
+    CpuBackend::linear_forward_16(type, x, w, bias, y, y16, rows, in, out);
+    fill(y, std::size_t(rows) * out, NAN);
+    ++calls;
+  }
+  void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
+                              float* g, std::uint16_t* g16, int rows, int in, int out) override {
+    CpuBackend::linear_gelu_forward_16(type, x, w, bias, f, f16, g, g16, rows, in, out);
+    fill(f, std::size_t(rows) * out, NAN);
+    fill(g, std::size_t(rows) * out, NAN);
+    ++calls;
+  }
+  void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
+                            std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) override {
+    CpuBackend::layernorm_forward_16(type, x, gamma, beta, y, y16, mean, rstd, rows, dim, eps);
+    fill(y, std::size_t(rows) * dim, NAN);
+    ++calls;
+  }
+  int* calls_out = nullptr;
+  int calls = 0;
+  ~SixteenBitOutputsOnly() override {
+    if (calls_out) *calls_out = calls;
+  }
+};
+
+// Where the backend keeps only the 16-bit copies of LayerNorm's outputs, qkv (bf16: attention's
+// products read it), f1 and g, the block reads nothing else: the same bits, statistics included.
+TEST_P(BlockInSixteenBits, ReadsOnlyTheSixteenBitCopiesWhereTheBackendWritesNothingElse) {
+  const DType t = GetParam();
+  const BlockRun ref = run_block(PrecisionPolicy(config_with(t)));
+  int calls = 0;
+  auto stand_in = std::make_unique<SixteenBitOutputsOnly>();
+  stand_in->calls_out = &calls;
+  const BlockRun only16 = run_block(PrecisionPolicy(config_with(t)), std::move(stand_in));
+  // ln1, ln2, fc1 and (bf16) qkv, forward and backward's recomputation-free run: once each.
+  EXPECT_EQ(calls, t == DType::bf16 ? 4 : 3);
+  EXPECT_EQ(relative_error(only16.y, ref.y), 0.0);
+  EXPECT_EQ(relative_error(only16.dx, ref.dx), 0.0);
+  EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
+  EXPECT_EQ(only16.act_absmax, ref.act_absmax);
+  EXPECT_EQ(ref.act_absmax.size(), 6u) << "ln1, qkv, proj, ln2, fc1, fc2";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, BlockInSixteenBits, ::testing::Values(DType::f16, DType::bf16),

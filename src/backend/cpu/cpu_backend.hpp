@@ -10,7 +10,8 @@ namespace avtrain {
 // costs more than the second core saves.
 inline constexpr std::size_t kParallelMinElements = 16384;
 
-class CpuBackend final : public Backend {
+// Not final: tests derive stand-ins from it (a backend that writes 16-bit outputs alone, test_precision).
+class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   void set_threads(int threads) override;
@@ -46,6 +47,10 @@ class CpuBackend final : public Backend {
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
   void abs_max_into(const float* x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
+  float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;
+  void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) override;
+  using Backend::abs_max;
+  using Backend::abs_max_into;
 
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;

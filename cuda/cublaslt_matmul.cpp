@@ -1,0 +1,133 @@
+// cuBLASLt products with epilogues (cublaslt_matmul.hpp): plans made once per shape, run on the
+// caller's stream with the workspace it gave.
+#include "cublaslt_matmul.hpp"
+
+#include <algorithm>
+
+#include "cuda_check.hpp"
+
+namespace avtrain::cuda {
+
+namespace {
+cudaDataType_t cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+// The largest power of two (at most 256) the address is a multiple of; null counts as 256.
+int alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return 256;
+  return int(std::min<std::uintptr_t>(address & (~address + 1), 256));
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+}  // namespace
+
+LtMatmul::LtMatmul() { CUBLAS_CHECK(cublasLtCreate(&handle_)); }
+
+LtMatmul::~LtMatmul() {
+  for (auto& [key, plan] : plans_) release(plan);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void LtMatmul::release(Plan& plan) {
+  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+  if (plan.d) cublasLtMatrixLayoutDestroy(plan.d);
+  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  plan = Plan{};
+}
+
+bool LtMatmul::linear_forward(cudaStream_t stream, DType type, const std::uint16_t* x, const std::uint16_t* w,
+                              const float* bias, std::uint16_t* y16, int rows, int in, int out) {
+  return run(stream, Kind::forward, type, w, x, y16, const_cast<float*>(bias), out, rows, in);
+}
+
+bool LtMatmul::weight_grad(cudaStream_t stream, DType type, const std::uint16_t* dy, const std::uint16_t* x,
+                           std::uint16_t* dw16, std::uint16_t* db16, int rows, int in, int out) {
+  return run(stream, Kind::weight_grad, type, x, dy, dw16, db16, in, out, rows);
+}
+
+// forward: A = W (op T), B = x (op N), the BIAS epilogue with an fp32 bias; weight_grad: A = x (op N),
+// B = dy (op T), BGRADB with the bias gradient in D's type. D is m x n, column-major, packed.
+LtMatmul::Plan LtMatmul::make_plan(Kind kind, DType type, const void* a, const void* b, const void* d, void* bias,
+                                   int m, int n, int k) {
+  Plan plan;
+  const cudaDataType_t t = cuda_type(type);
+  const bool forward = kind == Kind::forward;
+  const cublasOperation_t op_a = forward ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = forward ? CUBLAS_OP_N : CUBLAS_OP_T;
+  cublasLtMatmulPreference_t pref = nullptr;
+  try {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+    set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+    const cublasLtEpilogue_t epilogue =
+        !bias ? CUBLASLT_EPILOGUE_DEFAULT : forward ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (bias) {
+      // An fp32 bias keeps "fp32 product + fp32 bias, rounded once"; the bias gradient comes rounded
+      // to D's type, as the separate ops round it before adding it to the main grads.
+      const std::int32_t bias_type = forward ? CUDA_R_32F : t;
+      set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+      set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // the heuristic reads its alignment
+    }
+    if (op_a == CUBLAS_OP_N) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, t, m, k, m));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, t, k, m, k));
+    if (op_b == CUBLAS_OP_N) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, t, k, n, k));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, t, n, k, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, t, m, n, m));
+
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t workspace = workspace_bytes_;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof workspace));
+    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const std::uint32_t bytes[] = {std::uint32_t(alignment(a)), std::uint32_t(alignment(b)),
+                                   std::uint32_t(alignment(d)), std::uint32_t(alignment(d))};
+    for (int i = 0; i < 4; ++i)
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &bytes[i], sizeof bytes[i]));
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    pref = nullptr;
+    if (status != CUBLAS_STATUS_SUCCESS || count == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      last_refusal_ = std::string(forward ? "forward" : "weight gradient") + " " + dtype_name(type) + " m " +
+                      std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                      (bias ? " with its bias" : "") + ": " +
+                      (status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(status) : "no algorithm");
+      release(plan);
+      return plan;
+    }
+    plan.algo = result.algo;
+    plan.found = true;
+    return plan;
+  } catch (...) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    release(plan);
+    throw;
+  }
+}
+
+bool LtMatmul::run(cudaStream_t stream, Kind kind, DType type, const void* a, const void* b, void* d, void* bias,
+                   int m, int n, int k) {
+  if (m <= 0 || n <= 0 || k <= 0 || (type != DType::f16 && type != DType::bf16)) return false;
+  const Key key{int(kind), int(type), m, n, k, bias != nullptr, alignment(a), alignment(b), alignment(d), alignment(bias)};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) it = plans_.emplace(key, make_plan(kind, type, a, b, d, bias, m, n, k)).first;
+  Plan& plan = it->second;
+  if (!plan.found) return false;
+  if (bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
+                              &plan.algo, workspace_, workspace_bytes_, stream));
+  ++products_;
+  return true;
+}
+
+}  // namespace avtrain::cuda
