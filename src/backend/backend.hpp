@@ -137,10 +137,11 @@ class Backend : public TensorMemory {
   // acc += round(x) (a micro-batch's gradient in the module's type added to the fp32 main grads);
   // x is scratch: left rounded or as it was. Default: round_to, add.
   virtual void accumulate_rounded(DType type, float* acc, float* x, std::size_t n);
-  // Outputs in 16 bits only. True where linear_forward_16 and linear_gelu_forward_16 in `type` write only
-  // the 16-bit copies (the fp32 buffers they are given are their scratch, undefined after), so a layer
-  // that reads only those copies (products, statistics through abs_max_into of an Operand) should call
-  // them. Default false: the layers call linear_forward and linear_gelu_forward as they always have.
+  // Outputs in 16 bits only. True where linear_forward_16, linear_gelu_forward_16 and layernorm_forward_16
+  // in `type` write only the 16-bit copies (the fp32 buffers they are given are their scratch, undefined
+  // after), so a layer that reads only those copies (products, statistics through abs_max_into of an
+  // Operand) should call them. Default false: the layers call linear_forward, linear_gelu_forward and
+  // LayerNorm's layernorm_forward and round_to as they always have.
   virtual bool writes_16bit_outputs_only(DType /*type*/) const { return false; }
   // linear_forward with y16 (not null) its output: y is scratch (rows x out floats). Default:
   // linear_forward (y written too).
