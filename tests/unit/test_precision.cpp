@@ -189,10 +189,11 @@ struct BlockRun {
 
 // One block forward and backward on fixed inputs in the given policy (on the CPU backend unless given
 // another), its activation maxima noted and detect-anomaly's checks on.
-BlockRun run_block(const PrecisionPolicy& policy, std::unique_ptr<Backend> be = make_cpu_backend()) {
+BlockRun run_block(const PrecisionPolicy& policy, std::unique_ptr<Backend> be = make_cpu_backend(),
+                   Recompute recompute = Recompute::none) {
   ParamStore params;
   Workspace ws;
-  TransformerBlock block(*be, params, ws, policy, block_model(), 0);
+  TransformerBlock block(*be, params, ws, policy, block_model(), 0, recompute);
   params.allocate(21);
   params.refresh_working(*be);
   const int B = 3, L = 9, D = block_model().width;
@@ -306,18 +307,21 @@ class SixteenBitOutputsOnly final : public CpuBackend {
 // products read it), f1 and g, the block reads nothing else: the same bits, statistics included.
 TEST_P(BlockInSixteenBits, ReadsOnlyTheSixteenBitCopiesWhereTheBackendWritesNothingElse) {
   const DType t = GetParam();
-  const BlockRun ref = run_block(PrecisionPolicy(config_with(t)));
-  int calls = 0;
-  auto stand_in = std::make_unique<SixteenBitOutputsOnly>();
-  stand_in->calls_out = &calls;
-  const BlockRun only16 = run_block(PrecisionPolicy(config_with(t)), std::move(stand_in));
-  // ln1, ln2, fc1 and (bf16) qkv, forward and backward's recomputation-free run: once each.
-  EXPECT_EQ(calls, t == DType::bf16 ? 4 : 3);
-  EXPECT_EQ(relative_error(only16.y, ref.y), 0.0);
-  EXPECT_EQ(relative_error(only16.dx, ref.dx), 0.0);
-  EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
-  EXPECT_EQ(only16.act_absmax, ref.act_absmax);
-  EXPECT_EQ(ref.act_absmax.size(), 6u) << "ln1, qkv, proj, ln2, fc1, fc2";
+  for (const Recompute recompute : {Recompute::none, Recompute::attention, Recompute::blocks}) {
+    SCOPED_TRACE(std::string("recompute ") + enum_name(recompute));
+    const BlockRun ref = run_block(PrecisionPolicy(config_with(t)), make_cpu_backend(), recompute);
+    int calls = 0;
+    auto stand_in = std::make_unique<SixteenBitOutputsOnly>();
+    stand_in->calls_out = &calls;
+    const BlockRun only16 = run_block(PrecisionPolicy(config_with(t)), std::move(stand_in), recompute);
+    // ln1, ln2, fc1 and (bf16) qkv, once in forward and again in backward's recomputation of the block.
+    EXPECT_EQ(calls, (t == DType::bf16 ? 4 : 3) * (recompute == Recompute::blocks ? 2 : 1));
+    EXPECT_EQ(relative_error(only16.y, ref.y), 0.0);
+    EXPECT_EQ(relative_error(only16.dx, ref.dx), 0.0);
+    EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
+    EXPECT_EQ(only16.act_absmax, ref.act_absmax);
+    EXPECT_EQ(ref.act_absmax.size(), 6u) << "ln1, qkv, proj, ln2, fc1, fc2";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, BlockInSixteenBits, ::testing::Values(DType::f16, DType::bf16),
