@@ -314,7 +314,7 @@ PY
       read -r fused engine <<< "$variant"
       name=large-$( (( fused )) && echo fused || echo unfused)$([[ $engine == cudnn ]] && echo -cudnn)
       if timed 150 "$out/$name.log" "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda \
-           --device.fused "$fused" --device.attention "$engine" --steps 20 --out "$out/$name"; then
+           --device.fused "$fused" --device.attention "$engine" --steps 20 --checkpoint.interval -1 --out "$out/$name"; then
         large_ok+=("$name")
       elif [[ $engine == cudnn ]] && grep -q -- "--device.attention cudnn: .*\(does not open\|not found\|not cuDNN\|no cuDNN\)" "$out/$name.log"; then
         note "large deck, --device.attention cudnn: not run, no cuDNN on this node: $(grep -o -- "--device.attention cudnn: .*" "$out/$name.log" | head -1)"
@@ -387,7 +387,7 @@ PY
         (( $(limit 1000) >= 100 )) || { note "$name: not run (under 100 s of the budget left)"; continue; }
         if timed 200 "$out/$name.csv" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
              "$bin/avtrain" "$root/inputs/gpu-large.ini" --data "$large" --device cuda --device.fused "$fused" \
-             --model.depth 2 --steps 1 --out "$out/$name-run" &&
+             --model.depth 2 --steps 1 --checkpoint.interval -1 --out "$out/$name-run" &&
            "$python" "$root/validation/ncu_summary.py" "$out/$name.csv" \
              "large deck at depth 2, one bf16 step, --device.fused $fused" > "$out/$name.txt" 2>&1; then
           cat "$out/$name.txt"

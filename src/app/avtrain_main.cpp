@@ -83,7 +83,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
     if (topo.rank == 0)
       std::cout << "[rank 0] stopped early after step " << summary.steps << " (" << summary.stopped_early << "): "
                 << (summary.checkpointed ? "checkpoint committed; the same command resumes (exit 75)"
-                                         : "no checkpoint written (no --out or checkpoint.dir)")
+                                         : "no checkpoint written (no --out or checkpoint.dir, or checkpoint.interval -1)")
                 << std::endl;
     return code;
   }

@@ -333,7 +333,9 @@ void bind(OptionTable& t, RunConfig& c) {
         kNonNegative);
 
   t.add("[checkpoint] checkpoints", "checkpoint.interval", &c.checkpoint.interval,
-        "steps between checkpoints (0: only the last step's)", kAtLeast0);
+        "steps between checkpoints (0: only the last step's; -1: none written, not even the last or on a stop "
+        "signal: a benchmark's run; an existing one is still resumed)",
+        Range<int>{-1, kIntMax, ">= -1"});
   t.add("[checkpoint] checkpoints", "checkpoint.minutes", &c.checkpoint.minutes,
         "wall-time minutes between checkpoints (0: off)", kNonNegative);
   t.add("[checkpoint] checkpoints", "checkpoint.keep", &c.checkpoint.keep,

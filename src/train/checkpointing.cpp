@@ -221,7 +221,7 @@ bool Checkpointing::by_part(const DistributedOptimizer& state) const {
 }
 
 void Checkpointing::reserve_memory(DistributedOptimizer& state) {
-  if (dir_.empty()) return;
+  if (!writes()) return;
   const ParamStore& params = state.params();
   if (by_part(state))
     snapshot_->reserve(params, state.adamw().part(), topo_.dp_rank == 0);
@@ -230,13 +230,17 @@ void Checkpointing::reserve_memory(DistributedOptimizer& state) {
 }
 
 double Checkpointing::expected_seconds(const ParamStore& params) const {
-  if (dir_.empty()) return 0;
+  if (!writes()) return 0;
   if (longest_s_ > 0) return longest_s_;
   return 1.0 + 3.0 * double(params.total_size()) * sizeof(float) / (100.0 * (1 << 20));
 }
 
+std::string Checkpointing::why_none() const {
+  return dir_.empty() ? "no --out or checkpoint.dir" : "checkpoint.interval -1";
+}
+
 bool Checkpointing::due(std::int64_t step, bool last) {
-  if (dir_.empty()) return false;
+  if (!writes()) return false;
   bool due = last || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
   if (!due && config_.checkpoint.minutes > 0) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - last_save_).count() / 60.0;

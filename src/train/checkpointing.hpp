@@ -33,6 +33,10 @@ class Checkpointing {
 
   // The checkpoint directory, or "" when the run has neither --out nor checkpoint.dir.
   const std::string& dir() const { return dir_; }
+  // Whether this run writes checkpoints: a directory, and checkpoint.interval not -1.
+  bool writes() const { return !dir_.empty() && config_.checkpoint.interval >= 0; }
+  // Why it does not, for the logs.
+  std::string why_none() const;
   // The committed checkpoints under dir(), oldest first (step-NNNNNNN directories).
   std::vector<std::string> committed() const;
   // --overwrite: removes every checkpoint under dir(), committed or not, and `latest` (rank 0, before

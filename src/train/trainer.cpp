@@ -341,7 +341,7 @@ struct Trainer::Impl {
       if (topo.rank == 0)
         log << "[rank 0] stopping after step " << step + 1 << " ("
             << (stop == run.budget.source() && !agreed.time_note.empty() ? stop + ": " + agreed.time_note : stop) << ")"
-            << (run.checkpoints.dir().empty() ? ": no checkpoint (no --out or checkpoint.dir)" : ", with a checkpoint")
+            << (run.checkpoints.writes() ? ", with a checkpoint" : ": no checkpoint (" + run.checkpoints.why_none() + ")")
             << std::endl;
     }
     const bool final = last_step(step) || !stop.empty();
