@@ -25,6 +25,8 @@
 #   8. the PyTorch peer on the same shapes (validation/torch_avnet.py bench --device cuda, bf16
 #      autocast, eager) where python has torch, its attention explicit (the seed recipe) and then torch's
 #      scaled_dot_product_attention: their step times and avtrain's speed over each;
+#      then one line of issue 27's goals: the fastest large run's MFU (>= 45 %) and its speed over
+#      each peer (>= 1.8x), met or not;
 #   9. where ncu is: the kernel time of one large-deck step at depth 2, fused (device.attention auto: cuDNN's
 #      SDPA where the node has libcudnn) and (budget left) not,
 #      grouped by kind (validation/ncu_summary.py) into ncu-fused.txt / ncu-unfused.txt; and the
@@ -375,6 +377,33 @@ PY
         fi
       done
     fi
+  fi
+
+  # Issue 27's goals for the large deck in BF16, from what parts 7 and 8 measured: the fastest run's MFU
+  # against 45 % of the measured GEMM rate, and its speed over each PyTorch peer against 1.8x.
+  if [[ -s $out/throughput.txt ]]; then
+    goals=$("$python" - "$out" <<'PY'
+import glob, json, re, sys
+out = sys.argv[1]
+runs = []
+for line in open(f"{out}/throughput.txt"):
+    m = re.match(r"(\S+) .*step ([0-9.]+) ms.*MFU ([0-9.]+|nan)%", line)
+    if m:
+        runs.append((float(m.group(2)), m.group(1), float(m.group(3))))
+if not runs:
+    sys.exit(0)
+ms, name, mfu = min(runs)
+parts = [f"fastest large-deck run {name}: {ms:.1f} ms, MFU {mfu:.1f}% (goal >= 45%: {'met' if mfu >= 45 else 'not met'})"]
+for log in sorted(glob.glob(f"{out}/pytorch-large-*.log")):
+    attention = log.rsplit("-", 1)[1][:-4]
+    found = re.findall(r'"median_step_ms": ([0-9.]+)', open(log).read())
+    if found:
+        speed = float(found[-1]) / ms
+        parts.append(f"{speed:.2f}x PyTorch eager ({attention} attention; goal >= 1.8x: {'met' if speed >= 1.8 else 'not met'})")
+print("; ".join(parts))
+PY
+)
+    [[ -n $goals ]] && note "issue 27 goals: $goals"
   fi
 
   # 9. Kernel time of one large-deck step at depth 2 under ncu, fused first, unfused when the budget allows.
