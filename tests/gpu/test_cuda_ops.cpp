@@ -1047,7 +1047,8 @@ INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaFusedAttention, ::testing::Values(DTyp
 // cuDNN's fused attention (cudnn_attention.cpp, cuda_cudnn_attention.cu) against the CPU's unfused
 // attention in the same compute type, at the shapes of CudaFusedAttention, with its masks (ragged,
 // sample 4 without a valid key) and avtrain's two-segment masks ([audio prefix][video prefix] of
-// av_input.cpp, one sample with audio only and one with video only). Its row statistics are (lse, 1).
+// av_input.cpp, one sample with audio only and one with video only; at L 600 the video-only sample's
+// first 150 keys, whole key tiles, are masked). Its row statistics are (lse, 1).
 // Skipped (saying why) where libcudnn does not open.
 class CudnnFusedAttention : public CudaOps, public ::testing::WithParamInterface<DType> {
  protected:
@@ -1080,7 +1081,8 @@ bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
 
 TEST_P(CudnnFusedAttention, ForwardAndBackwardMatchCpuWithRaggedAndTwoSegmentMasksAndRepeatBitForBit) {
   const DType t = GetParam();
-  const AttentionShape shapes[] = {{5, 95, 4, 32}, {5, 197, 6, 64}, {2, 300, 2, 128}, {3, 70, 2, 16}, {1, 1049, 2, 128}};
+  const AttentionShape shapes[] = {{5, 95, 4, 32},  {5, 197, 6, 64},   {2, 300, 2, 128},
+                                   {3, 70, 2, 16},  {1, 1049, 2, 128}, {3, 600, 2, 64}};
   for (const AttentionShape& s : shapes)
     for (const bool two_segments : {false, true}) {
       const auto [B, L, H, hd] = s;
