@@ -101,6 +101,7 @@ LtMatmul::Plan LtMatmul::make_plan(Kind kind, DType type, const void* a, const v
                       std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
                       (bias ? " with its bias" : "") + ": " +
                       (status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(status) : "no algorithm");
+      ++refusals_;
       release(plan);
       return plan;
     }

@@ -54,9 +54,11 @@ class LtMatmul {
   bool weight_grad(cudaStream_t stream, DType type, const std::uint16_t* dy, const std::uint16_t* x,
                    std::uint16_t* dw16, std::uint16_t* db16, int rows, int in, int out);
 
-  // Products run through cuBLASLt so far, and why the last refused one was refused (for tests and logs).
+  // Products run through cuBLASLt so far, and why the last refused one was refused (for tests and logs);
+  // refusals(): how many plans were refused (each is asked of the heuristic once and kept).
   long long products() const { return products_; }
   const std::string& last_refusal() const { return last_refusal_; }
+  long long refusals() const { return refusals_; }
 
  private:
   enum class Kind { forward, weight_grad };
@@ -78,6 +80,7 @@ class LtMatmul {
   std::size_t workspace_bytes_ = 0;
   std::map<Key, Plan> plans_;
   long long products_ = 0;
+  long long refusals_ = 0;
   std::string last_refusal_;
 };
 

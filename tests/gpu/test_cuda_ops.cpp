@@ -1658,7 +1658,16 @@ TEST_P(CudaEpilogues, LinearForward16MatchesTheCpuAndRepeatsBitForBit) {
         EXPECT_TRUE(close_l2(widen(t, got16[0]), want, kHalf));
         EXPECT_TRUE(got16[0] == got16[1]) << "not the same bits twice";
         if (s.aligned() && offset == 0) {
-          EXPECT_EQ(fused_cuda().lt_products(), before + 2) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+          const bool through = fused_cuda().lt_products() == before + 2;
+          if (with_bias && !through) {
+            // cublasLt.h: a bias is of D's type (exceptions for IMMA and FP8 kernels only), so cuBLASLt
+            // may refuse the fp32 bias with a 16-bit D: documented, the fused pass ran it (checked
+            // above) and the run's log says so once. Without the bias the product must go through.
+            std::printf("note: the fp32 bias refused: %s\n", fused_cuda().lt_refusal().c_str());
+            EXPECT_NE(fused_cuda().lt_refusal().find("with its bias"), std::string::npos) << fused_cuda().lt_refusal();
+          } else {
+            EXPECT_TRUE(through) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+          }
         }
       }
 }
