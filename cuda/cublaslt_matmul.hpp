@@ -15,7 +15,8 @@
 // Each shape's descriptors, layouts and algorithm (the heuristic's first choice, for the operands'
 // actual pointer alignments) are made once and kept. Where cuBLASLt offers no algorithm (a type, an
 // fp32 bias with a 16-bit output, an alignment or a leading dimension it does not take), the call
-// returns false having written nothing, and the caller takes the separate ops.
+// returns false having written nothing, and the caller takes the separate ops; so too where
+// cublasLtMatmul refuses the heuristic's algorithm at its first run (NOT_SUPPORTED, INVALID_VALUE).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -69,6 +70,7 @@ class LtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
+    bool ran = false;  // cublasLtMatmul has taken it once
   };
   bool run(cudaStream_t stream, Kind kind, DType type, const void* a, const void* b, void* d, void* bias, int m, int n,
            int k);
