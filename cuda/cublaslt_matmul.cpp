@@ -101,6 +101,7 @@ LtMatmul::Plan LtMatmul::make_plan(Kind kind, DType type, const void* a, const v
                       std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
                       (bias ? " with its bias" : "") + ": " +
                       (status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(status) : "no algorithm");
+      ++refusals_;
       release(plan);
       return plan;
     }
@@ -124,8 +125,20 @@ bool LtMatmul::run(cudaStream_t stream, Kind kind, DType type, const void* a, co
   if (!plan.found) return false;
   if (bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
-                              &plan.algo, workspace_, workspace_bytes_, stream));
+  const cublasStatus_t status = cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d,
+                                               d, plan.d, &plan.algo, workspace_, workspace_bytes_, stream);
+  if ((status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) && !plan.ran) {
+    // The heuristic's algorithm refused at its first run (a configuration the heuristic let through:
+    // checked before any launch, nothing written): a refusal like the heuristic's, kept for the shape.
+    last_refusal_ = std::string(kind == Kind::forward ? "forward" : "weight gradient") + " " + dtype_name(type) +
+                    " m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                    (bias ? " with its bias" : "") + ": cublasLtMatmul " + cublasGetStatusName(status);
+    ++refusals_;
+    release(plan);
+    return false;
+  }
+  CUBLAS_CHECK(status);
+  plan.ran = true;
   ++products_;
   return true;
 }

@@ -15,7 +15,8 @@
 // Each shape's descriptors, layouts and algorithm (the heuristic's first choice, for the operands'
 // actual pointer alignments) are made once and kept. Where cuBLASLt offers no algorithm (a type, an
 // fp32 bias with a 16-bit output, an alignment or a leading dimension it does not take), the call
-// returns false having written nothing, and the caller takes the separate ops.
+// returns false having written nothing, and the caller takes the separate ops; so too where
+// cublasLtMatmul refuses the heuristic's algorithm at its first run (NOT_SUPPORTED, INVALID_VALUE).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -54,9 +55,11 @@ class LtMatmul {
   bool weight_grad(cudaStream_t stream, DType type, const std::uint16_t* dy, const std::uint16_t* x,
                    std::uint16_t* dw16, std::uint16_t* db16, int rows, int in, int out);
 
-  // Products run through cuBLASLt so far, and why the last refused one was refused (for tests and logs).
+  // Products run through cuBLASLt so far, and why the last refused one was refused (for tests and logs);
+  // refusals(): how many plans were refused (each is asked of the heuristic once and kept).
   long long products() const { return products_; }
   const std::string& last_refusal() const { return last_refusal_; }
+  long long refusals() const { return refusals_; }
 
  private:
   enum class Kind { forward, weight_grad };
@@ -67,6 +70,7 @@ class LtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
+    bool ran = false;  // cublasLtMatmul has taken it once
   };
   bool run(cudaStream_t stream, Kind kind, DType type, const void* a, const void* b, void* d, void* bias, int m, int n,
            int k);
@@ -78,6 +82,7 @@ class LtMatmul {
   std::size_t workspace_bytes_ = 0;
   std::map<Key, Plan> plans_;
   long long products_ = 0;
+  long long refusals_ = 0;
   std::string last_refusal_;
 };
 

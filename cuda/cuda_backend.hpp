@@ -196,6 +196,8 @@ class CudaBackend final : public Backend {
 
   // cuBLASLt with its workspace (taken from the arena on first use), where device.fused on sm_80+.
   LtMatmul* lt();
+  // After cuBLASLt refused a product: rank 0 says so, once per kind of product and shape.
+  void say_lt_refusal();
 
   // cudaMalloc'd memory: the arena's block, or every tensor where no arena is reserved.
   class DeviceMemory final : public TensorMemory {
@@ -230,6 +232,8 @@ class CudaBackend final : public Backend {
   double gemm_flops_ = 0;
   std::unique_ptr<LtMatmul> lt_;
   void* lt_workspace_ = nullptr;
+  long long lt_refusals_seen_ = 0;
+  std::set<std::string> lt_refusals_said_;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

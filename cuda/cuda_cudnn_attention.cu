@@ -1,9 +1,10 @@
 // The fused path's attention on cuDNN's SDPA (cudnn_attention.hpp): what the backend's contract
 // needs around the two cuDNN graphs.
-//   - The key mask becomes an additive score bias (0 valid, -inf masked) in the compute type,
-//     [B, 1, 1, L] or [B, 1, L, L] (what cuDNN takes), so masked keys get probability exactly 0 for
-//     any mask, not only a prefix (avtrain's keys are [audio prefix][video prefix]).
-//   - A sample without a valid key: its bias is 0 everywhere (no -inf - -inf in cuDNN), and its ctx,
+//   - The key mask becomes an additive score bias (0 valid, masked_key_bias_bits masked: large and
+//     finite, not -inf, see cudnn_attention.hpp) in the compute type, [B, 1, 1, L] or [B, 1, L, L]
+//     (what cuDNN takes), so masked keys get probability exactly 0 for any mask, not only a prefix
+//     (avtrain's keys are [audio prefix][video prefix]).
+//   - A sample without a valid key: its bias is 0 everywhere, and its ctx,
 //     row statistics and gradients are then set to the contract's 0, (-inf, 0) and 0.
 //   - Row statistics: cuDNN keeps lse = m + log(sum exp(s - m)) per row; row_stats gets (lse, 1), the
 //     pair equivalent to (m, 1 / sum) since exp(s - m) / sum = exp(s - lse): the own kernel's backward
@@ -28,7 +29,7 @@ namespace {
 
 // One block per sample b: has_key[b] (whether any key is valid), and `rows` copies of the sample's key
 // bias row.
-__global__ void key_bias_kernel(const std::uint8_t* key_mask, int L, int rows, std::uint16_t minus_inf,
+__global__ void key_bias_kernel(const std::uint8_t* key_mask, int L, int rows, std::uint16_t masked,
                                 std::uint16_t* bias, std::uint8_t* has_key) {
   const int b = blockIdx.x;
   const std::uint8_t* mask = key_mask + std::size_t(b) * L;
@@ -38,7 +39,7 @@ __global__ void key_bias_kernel(const std::uint8_t* key_mask, int L, int rows, s
   if (threadIdx.x == 0) has_key[b] = any ? 1 : 0;
   std::uint16_t* out = bias + std::size_t(b) * rows * L;
   for (std::size_t i = threadIdx.x; i < std::size_t(rows) * L; i += blockDim.x)
-    out[i] = !any || mask[i % L] ? std::uint16_t(0) : minus_inf;
+    out[i] = !any || mask[i % L] ? std::uint16_t(0) : masked;
 }
 
 // y = x widened from `type`, or 0 in the samples without a valid key (per_sample elements each).
@@ -67,8 +68,6 @@ __global__ void stats_in_kernel(const float* row_stats, float* lse, std::size_t 
   for (std::size_t i = first_index(); i < n; i += grid_stride())
     lse[i] = has_key[i / per_sample] ? row_stats[2 * i] : INFINITY;
 }
-
-std::uint16_t minus_inf_bits(DType t) { return t == DType::bf16 ? std::uint16_t(0xFF80) : std::uint16_t(0xFC00); }
 
 // Pieces carved from one scratch block, each 256-byte aligned.
 class Carve {
@@ -131,7 +130,7 @@ void CudaBackend::cudnn_forward(DType compute, Operand qkv, const std::uint8_t* 
     pack(compute, static_cast<const float*>(qkv.data), reinterpret_cast<std::uint16_t*>(buf + at_qkv), qkv_n);
     qkv16 = buf + at_qkv;
   }
-  key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, minus_inf_bits(compute), bias, has_key);
+  key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, masked_key_bias_bits(compute), bias, has_key);
   CUDA_CHECK_LAUNCH();
   cudnn_->forward(s, qkv16, bias, o16, lse, buf + at_ws);
   widen_kernel<<<blocks_for(ctx_n), kThreads, 0, stream_>>>(o16, ctx, ctx_n, std::size_t(L) * D, has_key,
@@ -171,7 +170,7 @@ void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t*
     pack(compute, static_cast<const float*>(out.data), reinterpret_cast<std::uint16_t*>(buf + at_o), ctx_n);
     o16 = buf + at_o;
   }
-  key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, minus_inf_bits(compute), bias, has_key);
+  key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, masked_key_bias_bits(compute), bias, has_key);
   CUDA_CHECK_LAUNCH();
   stats_in_kernel<<<blocks_for(lse_n), kThreads, 0, stream_>>>(row_stats, lse, lse_n, std::size_t(H) * L, has_key);
   CUDA_CHECK_LAUNCH();

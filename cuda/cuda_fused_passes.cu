@@ -10,6 +10,8 @@
 // linear_gelu_forward_16 have cuBLASLt write the 16-bit output with its bias (no fp32 y at all), GELU
 // read from that copy; linear_param_grads takes dW and db from one cuBLASLt product (BGRADB, no
 // bias_grad kernel) in 16 bits, added to the main grads from those (cublaslt_matmul.hpp).
+#include <cstdio>
+
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "elementwise_math.cuh"
@@ -131,6 +133,14 @@ LtMatmul* CudaBackend::lt() {
   return lt_.get();
 }
 
+void CudaBackend::say_lt_refusal() {
+  if (!lt_ || lt_->refusals() == lt_refusals_seen_) return;  // a plan refused before: said then
+  lt_refusals_seen_ = lt_->refusals();
+  if (lt_refusals_said_.insert(lt_->last_refusal()).second && options_.rank == 0)
+    std::fprintf(stderr, "[rank 0] cuBLASLt takes no epilogue product for the %s: the separate passes run it\n",
+                 lt_->last_refusal().c_str());
+}
+
 long long CudaBackend::lt_products() const { return lt_ ? lt_->products() : 0; }
 std::string CudaBackend::lt_refusal() const { return lt_ ? lt_->last_refusal() : "device.fused is off or the GPU is older than sm_80"; }
 
@@ -149,6 +159,7 @@ void CudaBackend::linear_forward_16(DType type, Operand x, Operand w, const floa
     gemm_flops_ += 2.0 * rows * in * out;
     return;
   }
+  say_lt_refusal();
   linear_forward(type, x, w, bias, y, y16, rows, in, out);
 }
 
@@ -163,6 +174,7 @@ void CudaBackend::linear_gelu_forward_16(DType type, Operand x, Operand w, const
     CUDA_CHECK_LAUNCH();
     return;
   }
+  say_lt_refusal();
   linear_gelu_forward(type, x, w, bias, f, f16, g, g16, rows, in, out);
 }
 
@@ -185,6 +197,7 @@ void CudaBackend::linear_param_grads(DType type, Operand dy, const float* dy_val
       }
       return;
     }
+    say_lt_refusal();
   }
   Backend::linear_param_grads(type, dy, dy_values, x, dw, db, dw_scratch, db_scratch, rows, in, out);
 }

@@ -7,19 +7,32 @@
 //
 // Layouts, all read and written in place through strides: q, k, v in qkv [B, L, 3, H, hd] (16-bit);
 // O and dO as ctx [B, L, H * hd]; dq, dk, dv in qkv's layout; the key mask as an additive score bias
-// (0 or -inf, in the compute type) of [B, 1, 1, L] broadcast over heads and queries, or, where
+// (0 or masked_key_bias, in the compute type) of [B, 1, 1, L] broadcast over heads and queries, or, where
 // cuDNN takes no such broadcast, [B, 1, L, L]; lse [B, H, L] fp32 (cuDNN's Stats: the natural log
 // of each row's sum of exp(score)). The caller (cuda_cudnn_attention.cu) makes the bias, converts
 // to and from the backend's fp32 and handles samples without a valid key.
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "core/dtype.hpp"
 
 namespace avtrain::cuda {
+
+// A masked key's score bias as a 16-bit pattern of the compute type: -2^41 in bf16, -2^15 in fp16 --
+// large and finite, not -inf. cuDNN's SDPA is not safe with -inf in the bias: a key tile whose every
+// key is masked leaves a running row maximum of -inf, and the rescale exp(m_old - m_new) is then
+// -inf - -inf = NaN (JAX's cuDNN SDPA uses these two values for that reason: "cuDNN has a bug for
+// subtraction between two large negative value"); avtrain's [audio][video] keys give such tiles
+// (a sample without audio). Finite, the product with log2(e) cuDNN's exp2 takes stays finite too,
+// and a masked key's probability exp(s + bias - lse) is still exactly 0 in fp32 (below e^-104)
+// unless its scaled score exceeds the row's lse by more than 2^15 - 104.
+inline std::uint16_t masked_key_bias_bits(DType t) {
+  return t == DType::bf16 ? std::uint16_t(0xD400) : std::uint16_t(0xF800);
+}
 
 struct SdpaShape {
   int B = 0, L = 0, H = 0, hd = 0;

@@ -1047,7 +1047,8 @@ INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaFusedAttention, ::testing::Values(DTyp
 // cuDNN's fused attention (cudnn_attention.cpp, cuda_cudnn_attention.cu) against the CPU's unfused
 // attention in the same compute type, at the shapes of CudaFusedAttention, with its masks (ragged,
 // sample 4 without a valid key) and avtrain's two-segment masks ([audio prefix][video prefix] of
-// av_input.cpp, one sample with audio only and one with video only). Its row statistics are (lse, 1).
+// av_input.cpp, one sample with audio only and one with video only; at L 600 the video-only sample's
+// first 150 keys, whole key tiles, are masked). Its row statistics are (lse, 1).
 // Skipped (saying why) where libcudnn does not open.
 class CudnnFusedAttention : public CudaOps, public ::testing::WithParamInterface<DType> {
  protected:
@@ -1080,7 +1081,8 @@ bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
 
 TEST_P(CudnnFusedAttention, ForwardAndBackwardMatchCpuWithRaggedAndTwoSegmentMasksAndRepeatBitForBit) {
   const DType t = GetParam();
-  const AttentionShape shapes[] = {{5, 95, 4, 32}, {5, 197, 6, 64}, {2, 300, 2, 128}, {3, 70, 2, 16}, {1, 1049, 2, 128}};
+  const AttentionShape shapes[] = {{5, 95, 4, 32},  {5, 197, 6, 64},   {2, 300, 2, 128},
+                                   {3, 70, 2, 16},  {1, 1049, 2, 128}, {3, 600, 2, 64}};
   for (const AttentionShape& s : shapes)
     for (const bool two_segments : {false, true}) {
       const auto [B, L, H, hd] = s;
@@ -1656,7 +1658,16 @@ TEST_P(CudaEpilogues, LinearForward16MatchesTheCpuAndRepeatsBitForBit) {
         EXPECT_TRUE(close_l2(widen(t, got16[0]), want, kHalf));
         EXPECT_TRUE(got16[0] == got16[1]) << "not the same bits twice";
         if (s.aligned() && offset == 0) {
-          EXPECT_EQ(fused_cuda().lt_products(), before + 2) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+          const bool through = fused_cuda().lt_products() == before + 2;
+          if (with_bias && !through) {
+            // cublasLt.h: a bias is of D's type (exceptions for IMMA and FP8 kernels only), so cuBLASLt
+            // may refuse the fp32 bias with a 16-bit D: documented, the fused pass ran it (checked
+            // above) and the run's log says so once. Without the bias the product must go through.
+            std::printf("note: the fp32 bias refused: %s\n", fused_cuda().lt_refusal().c_str());
+            EXPECT_NE(fused_cuda().lt_refusal().find("with its bias"), std::string::npos) << fused_cuda().lt_refusal();
+          } else {
+            EXPECT_TRUE(through) << "not through cuBLASLt: " << fused_cuda().lt_refusal();
+          }
         }
       }
 }

@@ -4,11 +4,13 @@
 // with device.fused 1 and no libcudnn runs the own flash kernel and its log words say why.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
+#include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cudnn_attention.hpp"
 #include "cudnn_library.hpp"
@@ -99,6 +101,25 @@ TEST(CudnnLibrary, TheGraphsPassTheFrontendsValidationForSm80AndSm90) {
   const std::string why = CudnnAttention::validate({2, 64, 2, 20, DType::bf16}, 90);
   EXPECT_NE(why, "");
   std::printf("hd 20 on sm_90: %s\n", why.c_str());
+}
+
+// The score bias of a masked key (cuDNN's SDPA, cudnn_attention.hpp): finite, its product with
+// log2(e) too (cuDNN's exp2), so a fully masked key tile gives no -inf - -inf; and still probability
+// exactly 0 in fp32 for any score margin a model reaches (here up to 30000 over the row's lse).
+TEST(CudnnLibrary, TheMaskedKeyBiasIsFiniteAndItsProbabilityIsExactlyZero) {
+  for (const DType t : {DType::bf16, DType::f16}) {
+    const std::uint16_t bits = masked_key_bias_bits(t);
+    const float bias = t == DType::bf16 ? bf16_to_float(bits) : half_to_float(bits);
+    SCOPED_TRACE(std::string(dtype_name(t)) + " bias " + std::to_string(bias));
+    EXPECT_TRUE(std::isfinite(bias));
+    EXPECT_TRUE(std::isfinite(bias * 1.4426950408889634f));
+    EXPECT_EQ(bias - bias, 0.0f);  // a tile of masked keys: m_old - m_new
+    EXPECT_LE(bias, -32768.0f);
+    for (const float margin : {-1000.0f, 0.0f, 1000.0f, 30000.0f}) {
+      EXPECT_EQ(std::exp(margin + bias), 0.0f) << "margin " << margin;
+      EXPECT_EQ(std::exp2((margin + bias) * 1.4426950408889634f), 0.0f) << "margin " << margin;
+    }
+  }
 }
 
 // The log's words where device.fused 1 finds no libcudnn (a process of its own: the library is looked
