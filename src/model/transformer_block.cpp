@@ -82,14 +82,15 @@ void TransformerBlock::forward(Flow& flow, LayerState& state_base) {
 void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer* out) {
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
   const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
-  const auto note = [&](const std::string& module, const float* y, std::size_t count) {
+  // Where the backend writes an output's 16-bit copy alone (device.fused), the layer reads only that
+  // copy: LayerNorm's, qkv's when attention's products read it, f1's and g's (fc2, GELU's backward);
+  // their statistics are the copies' |max|, the bits of the rounded fp32 values'. `written` is the
+  // copy an op left: its 16-bit patterns where it wrote those alone, else its fp32 values.
+  const auto note = [&](const std::string& module, Operand y, std::size_t count) {
     if (out) note_activation(be_, flow, module, y, count);
   };
-  // Where the backend writes a linear's 16-bit copy alone (device.fused), the layer reads only that
-  // copy: qkv's when attention's products read it, f1's and g's (fc2, GELU's backward); their
-  // statistics are the copies' |max|, the bits of the rounded fp32 values'.
-  const auto note16 = [&](const std::string& module, const std::uint16_t* y16, DType type, std::size_t count) {
-    if (out) note_activation(be_, flow, module, Operand{y16, type}, count);
+  const auto written = [](bool only16, const Buffer& y, const std::uint16_t* y16, DType type) {
+    return only16 ? Operand{y16, type} : fp32(y.data());
   };
 
   Buffer& a = ws_[kA];
@@ -99,13 +100,9 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   // LayerNorm's 16-bit output alone where its readers (qkv's product, fc1's) take that copy.
   const bool a_16_only = ln1_.dtype() != DType::f32 && be_.writes_16bit_outputs_only(ln1_.dtype());
   st.a.keep_written(a, ln1_.dtype(), [&](std::uint16_t* a16) {
-    if (a_16_only) {
-      ln1_.forward_16(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
-      note16(ln1_.module(), a16, ln1_.dtype(), n);
-      return;
-    }
-    ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
-    note(ln1_.module(), a.data(), n);
+    if (a_16_only) ln1_.forward_16(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
+    else ln1_.forward(be_, x, a.data(), st.ln1_mean.data(), st.ln1_rstd.data(), rows, a16);
+    note(ln1_.module(), written(a_16_only, a, a16, ln1_.dtype()), n);
   });
 
   Buffer& qkv = ws_[kQkv];
@@ -114,13 +111,9 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   const DType products = attention_products();
   const bool qkv_16_only = products != DType::f32 && be_.writes_16bit_outputs_only(qkv_.dtype());
   const float* qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), [&](std::uint16_t* qkv16) {
-    if (qkv_16_only) {
-      qkv_.forward_16(be_, st.a.operand(), qkv.data(), qkv16, rows);
-      note16(qkv_.module(), qkv16, qkv_.dtype(), 3 * n);
-      return;
-    }
-    qkv_.forward(be_, st.a.operand(), qkv.data(), rows, qkv16);
-    note(qkv_.module(), qkv.data(), 3 * n);
+    if (qkv_16_only) qkv_.forward_16(be_, st.a.operand(), qkv.data(), qkv16, rows);
+    else qkv_.forward(be_, st.a.operand(), qkv.data(), rows, qkv16);
+    note(qkv_.module(), written(qkv_16_only, qkv, qkv16, qkv_.dtype()), 3 * n);
   });
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
@@ -144,7 +137,7 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   Buffer& h = ws_[kH];
   h.resize(n);
   proj_.forward(be_, st.ctx.operand(), h.data(), rows);
-  note(proj_.module(), h.data(), n);
+  note(proj_.module(), fp32(h.data()), n);
   const float* h_values = st.h.keep_written(h, proj_.dtype(), [&](std::uint16_t* h16) {
     be_.add_round(proj_.dtype(), h.data(), x, h16, n);  // the residual
   });
@@ -155,13 +148,9 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   st.ln2_rstd.resize(rows);
   const bool b_16_only = ln2_.dtype() != DType::f32 && be_.writes_16bit_outputs_only(ln2_.dtype());
   st.b.keep_written(b, ln2_.dtype(), [&](std::uint16_t* b16) {
-    if (b_16_only) {
-      ln2_.forward_16(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
-      note16(ln2_.module(), b16, ln2_.dtype(), n);
-      return;
-    }
-    ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
-    note(ln2_.module(), b.data(), n);
+    if (b_16_only) ln2_.forward_16(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
+    else ln2_.forward(be_, h_values, b.data(), st.ln2_mean.data(), st.ln2_rstd.data(), rows, b16);
+    note(ln2_.module(), written(b_16_only, b, b16, ln2_.dtype()), n);
   });
 
   Buffer& f1 = ws_[kF1];
@@ -174,14 +163,13 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
       if (f1_16_only) fc1_.forward_gelu_16(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
       else fc1_.forward_gelu(be_, st.b.operand(), f1.data(), f1_16, g.data(), g16, rows);
     });
-    if (f1_16_only) note16(fc1_.module(), f1_16, fc1_.dtype(), nh);
-    else note(fc1_.module(), f1.data(), nh);
+    note(fc1_.module(), written(f1_16_only, f1, f1_16, fc1_.dtype()), nh);
   });
   if (!out) return;
 
   out->resize(n);  // in fp32, x's storage was taken over: `out` is another buffer
   fc2_.forward(be_, st.g.operand(), out->data(), rows);
-  note(fc2_.module(), out->data(), n);
+  note(fc2_.module(), fp32(out->data()), n);
   be_.add_round(fc2_.dtype(), out->data(), h_values, nullptr, n);  // the residual
 }
 
