@@ -949,6 +949,69 @@ std::size_t nonzero_where(const std::vector<float>& x, const AttentionShape& s, 
   return count;
 }
 
+// Sample b has no valid key.
+bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
+  for (int j = 0; j < L; ++j)
+    if (mask[sz(b, L) + j]) return false;
+  return true;
+}
+
+// `engine`'s fused attention in type t at shape s with `mask` against the CPU's unfused attention: ctx
+// and dqkv to the type's rounding, the row statistics at 1e-4 (as_lse: compared as the pair (lse, 1)
+// that cuDNN keeps, (-inf, 0) where no key is valid), ctx and every gradient exactly 0 in a sample
+// without a valid key and padded keys' dk, dv exactly 0, the same bits twice, and qkv in fp32 (packed
+// inside) the same bits as its 16-bit copy. qkv and the kept ctx reach the engine as 16-bit copies,
+// as the layer hands them over. `name` keys the random inputs.
+void expect_fused_attention_matches_cpu(Backend& engine, DType t, const AttentionShape& s,
+                                        const std::vector<std::uint8_t>& mask, const std::string& name, bool as_lse) {
+  const auto [B, L, H, hd] = s;
+  auto qkv = normal(sz(B, L, 3 * H, hd), name + ".qkv", 1.5);
+  g_cpu->round_to(t, qkv.data(), nullptr, qkv.size());
+  const auto dctx = normal(sz(B, L, H, hd), name + ".dctx");
+  // The CPU, unfused: p kept, then backward from it; the row statistics from a second forward.
+  std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
+  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
+  g_cpu->attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
+                           dqkv.data(), B, L, H, hd);
+  if (as_lse)  // the CPU's (max, 1 / sum) as (max - log(1 / sum), 1); (-inf, 0) where no key is valid
+    for (std::size_t r = 0; r < stats.size() / 2; ++r) {
+      const bool none = stats[2 * r + 1] == 0.0f;
+      stats[2 * r] = none ? -kInf : float(double(stats[2 * r]) - std::log(double(stats[2 * r + 1])));
+      stats[2 * r + 1] = none ? 0.0f : 1.0f;
+    }
+
+  DevU8 d_mask(engine, mask);
+  DevF d_qkv(engine, qkv), d_dctx(engine, dctx);
+  DeviceBuffer<std::uint16_t> d_qkv16(engine, qkv.size()), d_ctx16(engine, ctx.size());
+  engine.pack(t, d_qkv, d_qkv16, qkv.size());
+  struct Result {
+    std::vector<float> ctx, stats, dqkv;
+  };
+  const auto run = [&](Operand qkv_in) {
+    DevF d_ctx(engine, nans(ctx.size())), d_stats(engine, nans(stats.size())), d_dqkv(engine, nans(qkv.size()));
+    engine.attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+    engine.pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
+    engine.attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
+                              d_dctx, d_dqkv, B, L, H, hd);
+    return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
+  };
+  const Result got = run({d_qkv16.get(), t});
+  EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
+  EXPECT_TRUE(close_row_stats(got.stats, stats, 1e-4)) << (as_lse ? "row statistics (lse, 1)" : "row statistics");
+  EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
+  const auto empty = [&](int b, int) { return no_valid_key(mask, b, L); };
+  EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, empty), 0u) << "ctx of a sample without valid keys";
+  EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, empty), 0u) << "dq of a sample without valid keys";
+  const auto padded = [&](int b, int l) { return mask[sz(b, L) + l] == 0; };
+  EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 1, padded), 0u) << "dk of padded keys";
+  EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 2, padded), 0u) << "dv of padded keys";
+  const Result again = run({d_qkv16.get(), t});
+  EXPECT_TRUE(again.ctx == got.ctx && again.stats == got.stats && again.dqkv == got.dqkv) << "not the same bits twice";
+  const Result from32 = run(fp32(d_qkv));
+  EXPECT_TRUE(from32.ctx == got.ctx && from32.dqkv == got.dqkv) << "fp32 qkv differs from its 16-bit copy";
+}
+
 TEST_P(CudaFusedAttention, ForwardAndBackwardMatchCpuWithRaggedMasksAndRepeatBitForBit) {
   const DType t = GetParam();
   const AttentionShape shapes[] = {{5, 95, 4, 32}, {5, 197, 6, 64}, {2, 300, 2, 128}, {3, 70, 2, 16}, {1, 1049, 2, 128}};
@@ -959,51 +1022,7 @@ TEST_P(CudaFusedAttention, ForwardAndBackwardMatchCpuWithRaggedMasksAndRepeatBit
     ASSERT_TRUE(fused().fuses_attention(t, hd)) << "device.fused on an sm_80+ GPU does not fuse";
     EXPECT_FALSE(gpu().fuses_attention(t, hd)) << "fused without device.fused";
     EXPECT_FALSE(fused().fuses_attention(DType::f32, hd)) << "fp32 fused";
-    const auto mask = fused_key_mask(s);
-    auto qkv = normal(sz(B, L, 3 * H, hd), "fused_attention.qkv", 1.5);
-    cpu().round_to(t, qkv.data(), nullptr, qkv.size());
-    const auto dctx = normal(sz(B, L, H, hd), "fused_attention.dctx");
-    // The CPU, unfused: p kept, then backward from it; the row statistics from a second forward.
-    std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
-    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
-    cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
-                             dqkv.data(), B, L, H, hd);
-
-    // The GPU, fused, reading qkv and the kept ctx as 16-bit copies as the layer hands them over.
-    DevU8 d_mask(fused(), mask);
-    DevF d_qkv(fused(), qkv), d_dctx(fused(), dctx);
-    DeviceBuffer<std::uint16_t> d_qkv16(fused(), qkv.size()), d_ctx16(fused(), ctx.size());
-    fused().pack(t, d_qkv, d_qkv16, qkv.size());
-    struct Result {
-      std::vector<float> ctx, stats, dqkv;
-    };
-    const auto run = [&](Operand qkv_in) {
-      DevF d_ctx(fused(), nans(ctx.size())), d_stats(fused(), nans(stats.size())), d_dqkv(fused(), nans(qkv.size()));
-      fused().attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
-      fused().pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
-      fused().attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
-                                 d_dctx, d_dqkv, B, L, H, hd);
-      return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
-    };
-    const Result got = run({d_qkv16.get(), t});
-    EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
-    EXPECT_TRUE(close_row_stats(got.stats, stats, 1e-4)) << "row statistics";
-    EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
-    // A sample without a valid key: ctx and every gradient exactly 0; padded keys: dk, dv exactly 0.
-    if (B > 4) {
-      const auto sample4 = [](int b, int) { return b == 4; };
-      EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, sample4), 0u) << "ctx of a sample without valid keys";
-      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, sample4), 0u) << "dq of a sample without valid keys";
-    }
-    const auto padded = [&](int b, int l) { return mask[sz(b, L) + l] == 0; };
-    EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 1, padded), 0u) << "dk of padded keys";
-    EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 2, padded), 0u) << "dv of padded keys";
-    // Twice: the same bits. qkv in fp32 (packed inside): the same bits as its 16-bit copy.
-    const Result again = run({d_qkv16.get(), t});
-    EXPECT_TRUE(again.ctx == got.ctx && again.stats == got.stats && again.dqkv == got.dqkv) << "not the same bits twice";
-    const Result from32 = run(fp32(d_qkv));
-    EXPECT_TRUE(from32.ctx == got.ctx && from32.dqkv == got.dqkv) << "fp32 qkv differs from its 16-bit copy";
+    expect_fused_attention_matches_cpu(fused(), t, s, fused_key_mask(s), "fused_attention", false);
   }
 }
 
@@ -1072,13 +1091,6 @@ std::vector<std::uint8_t> two_segment_key_mask(const AttentionShape& s) {
   return m;
 }
 
-// Sample b has no valid key.
-bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
-  for (int j = 0; j < L; ++j)
-    if (mask[sz(b, L) + j]) return false;
-  return true;
-}
-
 TEST_P(CudnnFusedAttention, ForwardAndBackwardMatchCpuWithRaggedAndTwoSegmentMasksAndRepeatBitForBit) {
   const DType t = GetParam();
   const AttentionShape shapes[] = {{5, 95, 4, 32},  {5, 197, 6, 64},   {2, 300, 2, 128},
@@ -1089,54 +1101,8 @@ TEST_P(CudnnFusedAttention, ForwardAndBackwardMatchCpuWithRaggedAndTwoSegmentMas
       SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
                    std::to_string(hd) + (two_segments ? ", two-segment mask" : ", ragged mask"));
       ASSERT_TRUE(engine().fuses_attention(t, hd));
-      const auto mask = two_segments ? two_segment_key_mask(s) : fused_key_mask(s);
-      auto qkv = normal(sz(B, L, 3 * H, hd), "cudnn_attention.qkv", 1.5);
-      cpu().round_to(t, qkv.data(), nullptr, qkv.size());
-      const auto dctx = normal(sz(B, L, H, hd), "cudnn_attention.dctx");
-      std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
-      cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-      cpu().attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
-      cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
-                               dqkv.data(), B, L, H, hd);
-      // The CPU's (max, 1 / sum) as cuDNN's pair: (max - log(1 / sum), 1); (-inf, 0) where no key is valid.
-      std::vector<float> lse_stats(stats.size());
-      for (std::size_t r = 0; r < stats.size() / 2; ++r) {
-        const bool none = stats[2 * r + 1] == 0.0f;
-        lse_stats[2 * r] = none ? -kInf : float(double(stats[2 * r]) - std::log(double(stats[2 * r + 1])));
-        lse_stats[2 * r + 1] = none ? 0.0f : 1.0f;
-      }
-
-      DevU8 d_mask(engine(), mask);
-      DevF d_qkv(engine(), qkv), d_dctx(engine(), dctx);
-      DeviceBuffer<std::uint16_t> d_qkv16(engine(), qkv.size()), d_ctx16(engine(), ctx.size());
-      engine().pack(t, d_qkv, d_qkv16, qkv.size());
-      struct Result {
-        std::vector<float> ctx, stats, dqkv;
-      };
-      const auto run = [&](Operand qkv_in) {
-        DevF d_ctx(engine(), nans(ctx.size())), d_stats(engine(), nans(stats.size())), d_dqkv(engine(), nans(qkv.size()));
-        engine().attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
-        engine().pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
-        engine().attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
-                                    d_dctx, d_dqkv, B, L, H, hd);
-        return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
-      };
-      const Result got = run({d_qkv16.get(), t});
-      EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
-      EXPECT_TRUE(close_row_stats(got.stats, lse_stats, 1e-4)) << "row statistics (lse, 1)";
-      EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
-      // A sample without a valid key: ctx and every gradient exactly 0; padded keys: dk, dv exactly 0.
-      const auto empty = [&](int b, int) { return no_valid_key(mask, b, L); };
-      EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, empty), 0u) << "ctx of a sample without valid keys";
-      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, empty), 0u) << "dq of a sample without valid keys";
-      const auto padded = [&](int b, int l) { return mask[sz(b, L) + l] == 0; };
-      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 1, padded), 0u) << "dk of padded keys";
-      EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 2, padded), 0u) << "dv of padded keys";
-      // Twice: the same bits (the deterministic backward). qkv in fp32 (packed inside): the same bits.
-      const Result again = run({d_qkv16.get(), t});
-      EXPECT_TRUE(again.ctx == got.ctx && again.stats == got.stats && again.dqkv == got.dqkv) << "not the same bits twice";
-      const Result from32 = run(fp32(d_qkv));
-      EXPECT_TRUE(from32.ctx == got.ctx && from32.dqkv == got.dqkv) << "fp32 qkv differs from its 16-bit copy";
+      expect_fused_attention_matches_cpu(engine(), t, s, two_segments ? two_segment_key_mask(s) : fused_key_mask(s),
+                                         "cudnn_attention", true);
     }
 }
 
