@@ -1,8 +1,10 @@
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; the CPU's formula
 // and order of operations. adamw_tensors (device.fused): every tensor of an update in a few launches
-// (multi-tensor apply), the gradient factor and the working copies in the same pass.
+// (multi-tensor apply), the gradient factor and the working copies in the same pass, the gate (factor,
+// skip) read on the device; update_gate decides it there from the gradients' statistics.
 #include <cmath>
 
+#include "backend/update_gate.hpp"
 #include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -33,6 +35,11 @@ __device__ __forceinline__ float adamw_element(float wi, float gi, float& m, flo
   return wi - c.lr * (mhat / (sqrtf(vhat) + c.eps) + weight_decay * wi);
 }
 
+// One thread: the host's expression (backend/update_gate.hpp), its bits.
+__global__ void update_gate_kernel(const Backend::TensorStats* stats, Backend::UpdateRule rule, float* gate) {
+  decide_update(stats, rule, gate);
+}
+
 __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, std::size_t n, AdamWConstants c,
                              float weight_decay) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) w[i] = adamw_element(w[i], g[i], m[i], v[i], c, weight_decay);
@@ -52,7 +59,9 @@ struct TensorBatch {
 };
 
 __global__ void adamw_tensors_kernel(float* w, float* g, float* m, float* v, TensorBatch batch, AdamWConstants c,
-                                     float grad_factor) {
+                                     const float* gate) {
+  if (gate[1] != 0.0f) return;  // a skipped step: nothing is written
+  const float grad_factor = gate[0];
   int t = 0;
   while (t + 1 < batch.count && blockIdx.x >= batch.block_start[t + 1]) ++t;
   const std::size_t first = std::size_t(blockIdx.x - batch.block_start[t]) * kChunk;
@@ -86,16 +95,16 @@ void CudaBackend::adamw(float* w, const float* g, float* m, float* v, std::size_
 }
 
 void CudaBackend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
-                                float beta1, float beta2, float eps, float grad_factor, int step) {
+                                float beta1, float beta2, float eps, const float* gate, int step) {
   if (!options_.fused) {
-    Backend::adamw_tensors(w, g, m, v, tensors, count, lr, beta1, beta2, eps, grad_factor, step);
+    Backend::adamw_tensors(w, g, m, v, tensors, count, lr, beta1, beta2, eps, gate, step);
     return;
   }
   const AdamWConstants c = constants(lr, beta1, beta2, eps, step);
   TensorBatch batch{};
   const auto launch = [&] {
     if (batch.count == 0) return;
-    adamw_tensors_kernel<<<batch.block_start[batch.count], kThreads, 0, stream_>>>(w, g, m, v, batch, c, grad_factor);
+    adamw_tensors_kernel<<<batch.block_start[batch.count], kThreads, 0, stream_>>>(w, g, m, v, batch, c, gate);
     CUDA_CHECK_LAUNCH();
     batch = TensorBatch{};
   };
@@ -114,6 +123,11 @@ void CudaBackend::adamw_tensors(float* w, float* g, float* m, float* v, const Ad
     if (batch.count == kTensorsPerLaunch || batch.block_start[batch.count] > (1u << 30)) launch();
   }
   launch();
+}
+
+void CudaBackend::update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) {
+  update_gate_kernel<<<1, 1, 0, stream_>>>(stats, rule, gate);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace avtrain::cuda

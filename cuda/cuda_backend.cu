@@ -60,6 +60,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   cudnn_.reset();
   if (scratch_) deallocate(scratch_);
+  if (stats_plan_) deallocate(stats_plan_);
   if (lt_workspace_) deallocate(lt_workspace_);
   lt_.reset();
   arena_.reset();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "core/arena_memory.hpp"
@@ -83,6 +84,8 @@ class CudaBackend final : public Backend {
   float abs_max(const float* x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
+  void tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
+                              TensorStats* result) override;
   void abs_max_into(const float* x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
   float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;
@@ -167,7 +170,8 @@ class CudaBackend final : public Backend {
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
   void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
-                     float beta1, float beta2, float eps, float grad_factor, int step) override;
+                     float beta1, float beta2, float eps, const float* gate, int step) override;
+  void update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) override;
 
   // Device scratch of at least `bytes` for an op's temporaries (grows, from the arena once there is
   // one, never shrinks; not shared between ops in flight: every op that uses it is ordered on the
@@ -193,6 +197,12 @@ class CudaBackend final : public Backend {
                      int L, int H, int hd);
   void cudnn_backward(DType compute, Operand qkv, const std::uint8_t* key_mask, const float* row_stats, Operand out,
                       const float* dctx, float* dqkv, int B, int L, int H, int hd);
+
+  // The many-tensor statistics' plan (`bytes` of host memory at `plan`: its chunks and each tensor's
+  // first chunk) on the device, uploaded only when the spans differ from the last call's: a step's
+  // statistics take the same spans every step, so their passes issue no copy from pageable memory
+  // (which would wait for the stream) and the update can follow them on the device.
+  const void* stats_plan_on_device(const Span* spans, int count, const void* plan, std::size_t bytes);
 
   // cuBLASLt with its workspace (taken from the arena on first use), where device.fused on sm_80+.
   LtMatmul* lt();
@@ -229,6 +239,9 @@ class CudaBackend final : public Backend {
   std::size_t scratch_bytes_ = 0;
   void* host_result_ = nullptr;
   std::size_t host_result_bytes_ = 0;
+  std::vector<std::size_t> stats_plan_spans_;  // the spans of the plan on the device (offset, size, ...)
+  void* stats_plan_ = nullptr;
+  std::size_t stats_plan_bytes_ = 0;
   double gemm_flops_ = 0;
   std::unique_ptr<LtMatmul> lt_;
   void* lt_workspace_ = nullptr;

@@ -2,7 +2,9 @@
 // statistics of layers.csv, returned to the host or folded into a result on the device. Two passes,
 // each block then one block over the block results, every sum in a fixed order: the grid depends
 // only on n, so the bits repeat run to run. The statistics of many tensors at once cut them into
-// fixed chunks (one block each), then add each tensor's chunks in order.
+// fixed chunks (one block each), then add each tensor's chunks in order; tensor_stats_many_into
+// leaves their totals on the device for the update's gate (cuda_adamw.cu).
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
@@ -194,9 +196,15 @@ void CudaBackend::sum_squares_into(const float* x, std::size_t n, double* result
   if (n) enqueue_reduce(*this, x, n, SumSquares{}, AddInto{result});
 }
 
-void CudaBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
-  using Value = GradientStats::Value;
-  if (count <= 0) return;
+namespace {
+// The passes of many tensors' statistics: chunks of at most kChunk elements (none spanning two
+// tensors), the first chunk of each tensor, and where they go in scratch.
+struct StatsPlan {
+  std::vector<char> host;  // the chunks, then the first chunk of each tensor (chunk_bytes in)
+  std::size_t chunks = 0, tensors = 0, chunk_bytes = 0, partial_bytes = 0;
+};
+
+StatsPlan plan_stats(const Backend::Span* spans, int count) {
   std::vector<Chunk> chunks;
   std::vector<unsigned> first(std::size_t(count) + 1);
   for (int s = 0; s < count; ++s) {
@@ -205,29 +213,83 @@ void CudaBackend::tensor_stats_many(const float* x, const Span* spans, int count
       chunks.push_back({spans[s].offset + b, spans[s].offset + std::min(spans[s].size, b + kChunk)});
   }
   first[count] = unsigned(chunks.size());
-  // Scratch: the chunks, the first chunk of each tensor, the chunks' partials, the tensors' totals.
-  const std::size_t chunk_bytes = aligned(chunks.size() * sizeof(Chunk)), first_bytes = aligned(first.size() * sizeof(unsigned));
-  const std::size_t partial_bytes = aligned(chunks.size() * sizeof(Value)), total_bytes = std::size_t(count) * sizeof(Value);
-  char* base = static_cast<char*>(scratch(chunk_bytes + first_bytes + partial_bytes + total_bytes));
-  auto* d_chunks = reinterpret_cast<Chunk*>(base);
-  auto* d_first = reinterpret_cast<unsigned*>(base + chunk_bytes);
-  auto* d_partial = reinterpret_cast<Value*>(base + chunk_bytes + first_bytes);
-  auto* d_total = reinterpret_cast<Value*>(base + chunk_bytes + first_bytes + partial_bytes);
+  StatsPlan p;
+  p.chunks = chunks.size();
+  p.tensors = std::size_t(count);
+  p.chunk_bytes = aligned(chunks.size() * sizeof(Chunk));
+  p.partial_bytes = aligned(chunks.size() * sizeof(GradientStats::Value));
+  p.host.resize(p.chunk_bytes + first.size() * sizeof(unsigned));
+  if (!chunks.empty()) std::memcpy(p.host.data(), chunks.data(), chunks.size() * sizeof(Chunk));
+  std::memcpy(p.host.data() + p.chunk_bytes, first.data(), first.size() * sizeof(unsigned));
+  return p;
+}
+
+// Both passes on the stream: the plan on the device (`plan`), the chunks' partials in `partial`
+// (scratch of p.partial_bytes), the totals to `result` (device memory).
+void enqueue_stats(cudaStream_t stream, const float* x, const StatsPlan& p, const void* plan, void* partial,
+                   float threshold, GradientStats::Value* result) {
+  using Value = GradientStats::Value;
+  const auto* d_chunks = static_cast<const Chunk*>(plan);
+  const auto* d_first = reinterpret_cast<const unsigned*>(static_cast<const char*>(plan) + p.chunk_bytes);
+  auto* d_partial = static_cast<Value*>(partial);
   const GradientStats r{threshold};
-  if (!chunks.empty()) {
-    CUDA_CHECK(cudaMemcpyAsync(d_chunks, chunks.data(), chunks.size() * sizeof(Chunk), cudaMemcpyHostToDevice, stream_));
-    stats_of_chunks<<<unsigned(chunks.size()), kThreads, 0, stream_>>>(x, d_chunks, r, d_partial);
+  if (p.chunks) {
+    stats_of_chunks<<<unsigned(p.chunks), kThreads, 0, stream>>>(x, d_chunks, r, d_partial);
     CUDA_CHECK_LAUNCH();
   }
-  CUDA_CHECK(cudaMemcpyAsync(d_first, first.data(), first.size() * sizeof(unsigned), cudaMemcpyHostToDevice, stream_));
-  stats_of_tensors<<<unsigned(count), kThreads, 0, stream_>>>(d_partial, d_first, r, d_total);
+  stats_of_tensors<<<unsigned(p.tensors), kThreads, 0, stream>>>(d_partial, d_first, r, result);
   CUDA_CHECK_LAUNCH();
-  auto* result = static_cast<Value*>(host_result(total_bytes));
-  CUDA_CHECK(cudaMemcpyAsync(result, d_total, total_bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // also keeps chunks and first alive until copied
-  for (int s = 0; s < count; ++s)
-    out[s] = {result[s].sum_squares, std::size_t(result[s].nonfinite), std::size_t(result[s].nonzero),
-              std::size_t(result[s].below)};
+}
+
+// The device's totals are TensorStats as the host reads them (a double and three 64-bit counts).
+static_assert(sizeof(GradientStats::Value) == sizeof(Backend::TensorStats) &&
+                  offsetof(Backend::TensorStats, nonfinite) == offsetof(GradientStats::Value, nonfinite) &&
+                  offsetof(Backend::TensorStats, nonzero) == offsetof(GradientStats::Value, nonzero) &&
+                  offsetof(Backend::TensorStats, below) == offsetof(GradientStats::Value, below) &&
+                  sizeof(std::size_t) == sizeof(unsigned long long),
+              "TensorStats and the device's totals differ in layout");
+}  // namespace
+
+const void* CudaBackend::stats_plan_on_device(const Span* spans, int count, const void* plan, std::size_t bytes) {
+  std::vector<std::size_t> key;
+  key.reserve(2 * std::size_t(count));
+  for (int s = 0; s < count; ++s) key.insert(key.end(), {spans[s].offset, spans[s].size});
+  if (stats_plan_ && key == stats_plan_spans_) return stats_plan_;
+  if (bytes > stats_plan_bytes_) {
+    if (stats_plan_) deallocate(stats_plan_);
+    stats_plan_ = nullptr;
+    stats_plan_bytes_ = 0;
+    stats_plan_ = allocate(bytes);
+    stats_plan_bytes_ = bytes;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(stats_plan_, plan, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host plan goes out of scope
+  stats_plan_spans_ = std::move(key);
+  return stats_plan_;
+}
+
+// The totals into scratch (after the partials), then one return to the host.
+void CudaBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
+  if (count <= 0) return;
+  const StatsPlan p = plan_stats(spans, count);
+  const void* plan = stats_plan_on_device(spans, count, p.host.data(), p.host.size());
+  const std::size_t total_bytes = std::size_t(count) * sizeof(TensorStats);
+  char* base = static_cast<char*>(scratch(p.partial_bytes + total_bytes));
+  auto* total = reinterpret_cast<GradientStats::Value*>(base + p.partial_bytes);
+  enqueue_stats(stream_, x, p, plan, base, threshold, total);
+  auto* result = static_cast<TensorStats*>(host_result(total_bytes));
+  CUDA_CHECK(cudaMemcpyAsync(result, total, total_bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::copy(result, result + count, out);
+}
+
+void CudaBackend::tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
+                                         TensorStats* result) {
+  if (count <= 0) return;
+  const StatsPlan p = plan_stats(spans, count);
+  const void* plan = stats_plan_on_device(spans, count, p.host.data(), p.host.size());
+  enqueue_stats(stream_, x, p, plan, scratch(p.partial_bytes), threshold,
+                reinterpret_cast<GradientStats::Value*>(result));
 }
 
 }  // namespace avtrain::cuda

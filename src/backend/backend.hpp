@@ -100,6 +100,10 @@ class Backend : public TensorMemory {
     std::size_t offset, size;
   };
   virtual void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) = 0;
+  // The same, left in the backend's memory (`result`: count entries of tensor memory) for ops issued
+  // after it (update_gate) and a download later, without a return to the host.
+  virtual void tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
+                                      TensorStats* result) = 0;
   // Folded into a result in the backend's memory without returning to the host, so a device runs
   // on; the result is read back once per step. *result = max(*result, |max| of x), NaN when either
   // is NaN (as abs_max; *result starts at 0 or above); *result += sum_squares(x) (the same bits as
@@ -279,11 +283,13 @@ class Backend : public TensorMemory {
   // ---- optimizer: AdamW on fp32 master weights, bias-corrected; decay applied as w -= lr*wd*w.
   virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int step) = 0;
-  // One AdamW update of many tensors (multi-tensor apply). Tensor t is elements [offset, offset + size)
-  // of w, g, m, v; its gradients are first multiplied by grad_factor (the unscale and the clip: as
-  // scale() does, in place), and its new masters then go to its copy: their 16-bit patterns in
-  // copy_type (a working copy), fp32 values, or nowhere (copy null). The default runs scale, adamw
-  // and pack or copy per tensor; a backend may fuse them into one pass with the same bits.
+  // One AdamW update of many tensors (multi-tensor apply), as `gate` (tensor memory, read where the
+  // update runs) says: gate[0] the factor the gradients are first multiplied by (the unscale and the
+  // clip: as scale() does, in place), gate[1] nonzero to skip the step (nothing is written). Tensor t
+  // is elements [offset, offset + size) of w, g, m, v; its new masters then go to its copy: their
+  // 16-bit patterns in copy_type (a working copy), fp32 values, or nowhere (copy null). The default
+  // reads the gate back and runs scale, adamw and pack or copy per tensor; a backend may fuse them
+  // into one pass with the same bits that reads the gate itself.
   struct AdamWTensor {
     std::size_t offset, size;
     float weight_decay;
@@ -291,7 +297,19 @@ class Backend : public TensorMemory {
     DType copy_type;
   };
   virtual void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
-                             float beta1, float beta2, float eps, float grad_factor, int step);
+                             float beta1, float beta2, float eps, const float* gate, int step);
+  // The update's gate decided where the update runs, from gradient statistics there (the entries
+  // tensor_stats_many_into left; backend/update_gate.hpp's decide_update, the host's expression):
+  // so a device goes from the statistics to the update without a return to the host.
+  struct UpdateRule {
+    const int* params = nullptr;        // tensor memory: the entries of `stats` that count, module by module
+    const int* module_first = nullptr;  // tensor memory: module m's are params[module_first[m], module_first[m + 1])
+    int modules = 0;
+    double loss_scale = 1;   // the gradients are accumulated times this
+    float max_norm = 0;      // the clip (0: none)
+    bool loss_nonfinite = false;  // the loss (known on the host) is not finite: skip
+  };
+  virtual void update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

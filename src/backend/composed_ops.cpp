@@ -5,7 +5,11 @@
 namespace avtrain {
 
 void Backend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
-                            float beta1, float beta2, float eps, float grad_factor, int step) {
+                            float beta1, float beta2, float eps, const float* gate, int step) {
+  float host_gate[2];
+  download(host_gate, gate, sizeof host_gate);
+  if (host_gate[1] != 0.0f) return;  // a skipped step
+  const float grad_factor = host_gate[0];
   for (int i = 0; i < count; ++i) {
     const AdamWTensor& t = tensors[i];
     if (t.size == 0) continue;

@@ -13,10 +13,17 @@ AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::op
     m_.resize(part_.size());
     v_.resize(part_.size());
   });
+  gate_.resize(2);
 }
 
 void AdamW::step(float lr, float grad_factor) {
-  ++t_;
+  const float gate[2] = {grad_factor, 0.0f};
+  gate_.upload(gate, 2);
+  step(lr, gate_.data());
+  took_step();
+}
+
+void AdamW::step(float lr, const float* gate) {
   // Tensor elements are indexed from part().begin in all four buffers.
   const FlatPart held = params_.master_part();
   if (tensors_.empty()) {
@@ -31,7 +38,7 @@ void AdamW::step(float lr, float grad_factor) {
   }
   be_.adamw_tensors(params_.masters().data() + (part_.begin - held.begin), params_.grads().data() + part_.begin,
                     m_.data(), v_.data(), tensors_.data(), int(tensors_.size()), lr, config_.beta1, config_.beta2,
-                    config_.eps, grad_factor, t_);
+                    config_.eps, gate, t_ + 1);
 }
 
 }  // namespace avtrain

@@ -17,9 +17,15 @@ class AdamW {
   // `part`: the flat elements it updates and keeps moments for (a ZeRO replica's, within the
   // masters `params` holds); default every element.
   AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt);
-  // One update of the part's elements from params.grads() times grad_factor (the unscale and the
-  // clip, applied in the same pass), and the new masters to their working copies (what
-  // ParamStore::refresh does for the part). Elementwise: a part's result is the same bits as the whole's.
+  // One update of the part's elements from params.grads() times the gate's factor (the unscale and
+  // the clip, applied in the same pass), and the new masters to their working copies (what
+  // ParamStore::refresh does for the part), or nothing where the gate skips the step. `gate` is in
+  // tensor memory (Backend::adamw_tensors): decided there (Backend::update_gate) or uploaded. The
+  // update counts for bias correction once took_step() says it was taken. Elementwise: a part's
+  // result is the same bits as the whole's.
+  void step(float lr, const float* gate);
+  void took_step() { ++t_; }
+  // An update decided on the host: step() with the factor as its gate, counted.
   void step(float lr, float grad_factor = 1.0f);
   // The state a checkpoint holds: the moments of the part (laid out as the ParamStore's values,
   // from part().begin) and the number of updates taken (bias correction).
@@ -36,6 +42,7 @@ class AdamW {
   FlatPart part_;
   Buffer m_, v_;
   std::vector<Backend::AdamWTensor> tensors_;  // the trainable tensors of the part, made at the first step
+  Buffer gate_;  // a host-decided update's gate, uploaded
   int t_ = 0;
 };
 

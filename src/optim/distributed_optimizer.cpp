@@ -65,24 +65,29 @@ void DistributedOptimizer::finish_reduce(const std::function<void(std::size_t)>&
 
 double DistributedOptimizer::local_sum_squares() const { return buckets_ ? buckets_->local_sum_squares() : 0.0; }
 
-// Backend::tensor_stats of every parameter's elements within `part` of the flat index space, read
-// from `base` (where element part.begin is), in one pass and one return to the host.
-std::vector<Backend::TensorStats> DistributedOptimizer::param_stats(const float* base, FlatPart part, float threshold) {
+void DistributedOptimizer::start_param_stats(const float* base, FlatPart part, float threshold,
+                                             AlignedArray<Backend::TensorStats>& into) {
   std::vector<Backend::Span> spans;
   for (const ParamInfo& p : params_.params()) {
     const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
     spans.push_back({mine.begin - part.begin, mine.size()});
   }
-  std::vector<Backend::TensorStats> stats(spans.size());
-  be_.tensor_stats_many(base, spans.data(), int(spans.size()), threshold, stats.data());
-  return stats;
+  into.resize(spans.size());
+  be_.tensor_stats_many_into(base, spans.data(), int(spans.size()), threshold, into.data());
 }
 
-DistributedOptimizer::Statistics DistributedOptimizer::statistics(float grad_threshold) {
+void DistributedOptimizer::start_statistics(float grad_threshold) {
   const FlatPart part = statistics_part();
+  start_param_stats(params_.grads().data() + part.begin, part, grad_threshold, grad_stats_);
+  start_param_stats(params_.masters().data() + (part.begin - params_.master_part().begin), part, 0.0f, value_stats_);
+}
+
+DistributedOptimizer::Statistics DistributedOptimizer::statistics() {
   Statistics s;
-  s.grads = param_stats(params_.grads().data() + part.begin, part, grad_threshold);
-  s.values = param_stats(params_.masters().data() + (part.begin - params_.master_part().begin), part, 0.0f);
+  s.grads.resize(grad_stats_.size());
+  s.values.resize(value_stats_.size());
+  grad_stats_.download(s.grads.data());
+  value_stats_.download(s.values.data());
   if (dp_ == 1 || !data_) return s;
   std::vector<double> sums;
   for (const auto* stats : {&s.grads, &s.values})
@@ -130,6 +135,12 @@ double DistributedOptimizer::working_sum_squares() {
 }
 
 void DistributedOptimizer::step(float lr, float grad_factor) { adamw_->step(lr, grad_factor); }
+
+void DistributedOptimizer::step_as_decided_on_device(float lr, const Backend::UpdateRule& rule) {
+  gate_.resize(2);
+  be_.update_gate(grad_stats_.data(), rule, gate_.data());
+  adamw_->step(lr, gate_.data());
+}
 
 void DistributedOptimizer::all_gather() {
   if (!sharded() || !data_) return;

@@ -75,11 +75,15 @@ class DistributedOptimizer {
   double local_sum_squares() const;
 
   // ---- statistics of the parameters' gradients and values, by ParamId, each of its elements in
-  // statistics_part(), added over the data-parallel group (one all-reduce).
+  // statistics_part(), added over the data-parallel group (one all-reduce). In two halves, so that
+  // an update decided on the device (step_as_decided_on_device) can go between them:
+  // start_statistics() issues the passes, their results left in tensor memory; statistics() reads
+  // them back.
   struct Statistics {
     std::vector<Backend::TensorStats> grads, values;
   };
-  Statistics statistics(float grad_threshold);
+  void start_statistics(float grad_threshold);
+  Statistics statistics();
   // The replicas hold the same weights to the bit: the sum of squares of what every replica holds
   // whole, its range over the group (min, max); equal where they agree.
   std::pair<double, double> replica_range();
@@ -87,6 +91,11 @@ class DistributedOptimizer {
   // ---- step: AdamW on this replica's part, the gradients times grad_factor (unscale and clip) in
   // the same pass, the working copies written; then all_gather() under ZeRO.
   void step(float lr, float grad_factor);
+  // The same, its gate (the factor, or a skipped step) decided on the device from the gradient
+  // statistics start_statistics() left there, by `rule` (Backend::update_gate): nothing returns to
+  // the host in between. Counted (bias correction) once took_step() says the step was taken.
+  void step_as_decided_on_device(float lr, const Backend::UpdateRule& rule);
+  void took_step() { adamw_->took_step(); }
   // Under ZeRO: every replica's updated part to every replica (fp32 values, and the 16-bit working
   // copies where the masters are split). Nothing otherwise.
   void all_gather();
@@ -113,7 +122,11 @@ class DistributedOptimizer {
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<AdamW> adamw_;
 
-  std::vector<Backend::TensorStats> param_stats(const float* base, FlatPart part, float threshold);
+  // The statistics of every parameter's elements within `part` of the flat index space, read from
+  // `base` (where element part.begin is), into `into` (tensor memory), in one pass.
+  void start_param_stats(const float* base, FlatPart part, float threshold, AlignedArray<Backend::TensorStats>& into);
+  AlignedArray<Backend::TensorStats> grad_stats_, value_stats_;  // what start_statistics() left
+  Buffer gate_;  // step_as_decided_on_device's gate
   double working_sum_squares();
 };
 

@@ -18,20 +18,27 @@ class LayerStatistics {
   // The stage's modules: its trainable parameters grouped by module, in registration order.
   explicit LayerStatistics(const ParamStore& params);
 
-  // One row per module, from the gradients as accumulated (multiplied by loss_scale): norms are
-  // reported unscaled, the underflow share as the compute type sees the scaled values. At dp > 1
-  // each replica takes its part's statistics, added over the group (the optimizer's
-  // statistics_part()), so that every replica returns the same rows. grad_sum_squares gets the
-  // unscaled sum of squares over the stage.
-  std::vector<LayerRow> rows(DistributedOptimizer& optimizer, const ActivationStats& acts, DType compute,
-                             double loss_scale, double& grad_sum_squares) const;
+  // The passes rows() reads, issued (their results in tensor memory: the optimizer's
+  // start_statistics), the underflow threshold the compute type's.
+  void start(DistributedOptimizer& optimizer, DType compute) const;
+
+  // What the update's gate is decided from on the device (Backend::update_gate), the stage's sum
+  // of squares taken module by module as rows() takes it: the same norm, the same bits.
+  Backend::UpdateRule update_rule(double loss_scale, float max_norm, bool loss_finite);
+
+  // One row per module, from the gradients as accumulated (multiplied by loss_scale) and the
+  // statistics start() issued: norms are reported unscaled, the underflow share as the compute type
+  // sees the scaled values. At dp > 1 each replica takes its part's statistics, added over the group
+  // (the optimizer's statistics_part()), so that every replica returns the same rows.
+  // grad_sum_squares gets the unscaled sum of squares over the stage.
+  std::vector<LayerRow> rows(DistributedOptimizer& optimizer, const ActivationStats& acts, double loss_scale,
+                             double& grad_sum_squares) const;
 
  private:
-  struct Module {
-    std::string name;
-    std::vector<ParamId> params;
-  };
-  std::vector<Module> modules_;
+  std::vector<std::string> names_;  // the modules, in registration order
+  std::vector<int> params_;         // their trainable parameters (ParamIds), module by module
+  std::vector<int> first_;          // module m's: params_[first_[m], first_[m + 1])
+  AlignedArray<int> device_params_, device_first_;  // the same in tensor memory, for update_rule()
 };
 
 }  // namespace avtrain

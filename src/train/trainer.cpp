@@ -20,7 +20,7 @@
 #include "io/timeline.hpp"
 #include "io/trace_writer.hpp"
 #include "optim/distributed_optimizer.hpp"
-#include "optim/grad_clip.hpp"
+#include "backend/update_gate.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/loss_scaler.hpp"
@@ -108,6 +108,9 @@ struct Trainer::Impl {
     std::vector<LayerRow> layers;       // this stage's modules
     std::string stop;                   // why every rank stops after this step ("" : it does not)
     std::string time_note;              // rank 0, out of time: the account of the time at the decision
+    bool update_issued = false;         // one rank: the update went to the device before this agreement
+    float lr = 0;                       // its learning rate, if taken
+    Clock::time_point update_started;
   };
 
   struct Update {
@@ -192,12 +195,26 @@ struct Trainer::Impl {
     if (topo.dp > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
   }
 
+  // One rank has no one to agree with: its update follows the gradient statistics on the device,
+  // its gate (found_inf, the clip factor) decided there by the expression the host's agreement uses
+  // (backend/update_gate.hpp), so nothing returns to the host between the last backward and the
+  // update. Several ranks agree over MPI first and hand the update its gate.
+  bool update_decided_on_device() const { return topo.world == 1; }
+
   // Agree: found_inf, the global grad norm and the loss, the same on every rank (a non-finite
   // gradient in fp32 is an error naming its modules).
   Agreement agree(const RunState& run, const StepWork& w) {
     watchdog.mark_all_ranks("the agreement on found_inf, grad norm and loss of step " + std::to_string(w.step));
     Agreement a;
-    a.layers = layer_statistics->rows(optimizer, w.acts, policy.compute(), w.loss_scale, a.stage_sum_squares);
+    layer_statistics->start(optimizer, policy.compute());
+    if (update_decided_on_device()) {
+      a.update_started = Clock::now();
+      a.lr = learning_rate(config.optim, run.applied_steps, config.train.steps);
+      optimizer.step_as_decided_on_device(
+          a.lr, layer_statistics->update_rule(w.loss_scale, config.optim.clip_norm, w.loss_finite));
+      a.update_issued = true;
+    }
+    a.layers = layer_statistics->rows(optimizer, w.acts, w.loss_scale, a.stage_sum_squares);
     std::uint64_t nonfinite = 0;
     for (const LayerRow& r : a.layers) nonfinite += r.nonfinite;
     // found_inf: one flag per step, agreed (MAX) over every rank, so that every rank skips the same
@@ -232,12 +249,13 @@ struct Trainer::Impl {
   Update update(RunState& run, StepWork& w, const Agreement& a) {
     Update u;
     u.applied = run.scaler.update(a.found_inf, w.step);
-    const auto t_opt = Clock::now();
+    const auto t_opt = a.update_issued ? a.update_started : Clock::now();
     if (u.applied) {
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
       // Unscaled, clipped and updated in one pass, the working copies (under ZeRO, of this replica's
-      // part) written in it.
-      optimizer.step(u.lr, grad_factor(a.grad_norm, w.loss_scale, config.optim.clip_norm));
+      // part) written in it; on one rank already issued, its gate having found what found_inf says.
+      if (a.update_issued) optimizer.took_step();
+      else optimizer.step(u.lr, grad_factor(a.grad_norm, w.loss_scale, config.optim.clip_norm));
     }
     watchdog.mark_data_group("the BatchNorm statistics of step " + std::to_string(w.step));
     runner.fold_batch_statistics();

@@ -591,6 +591,74 @@ TEST_F(CudaOps, TensorStatsManyCountsEachSpanAsCpu) {
   }
 }
 
+// The statistics left on the device (what the update's gate reads) are tensor_stats_many's bits; the
+// plan kept on the device for the last spans is replaced when other spans come and taken again.
+TEST_F(CudaOps, TensorStatsManyIntoLeavesTensorStatsManysBitsOnTheDevice) {
+  const float threshold = std::ldexp(1.0f, -24);
+  const std::size_t n = 300007;
+  auto x = stats_input(n, threshold);
+  x[100] = kInf;
+  const std::vector<Backend::Span> spans = {{0, 37}, {37, 0}, {37, 65536}, {65573, 150000}, {215573, n - 215573}};
+  const std::vector<Backend::Span> others = {{5, 70000}, {0, n}};
+  DevF dx(gpu(), x);
+  std::vector<Backend::TensorStats> want(spans.size()), other(others.size());
+  gpu().tensor_stats_many(dx, spans.data(), int(spans.size()), threshold, want.data());
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    DeviceBuffer<Backend::TensorStats> into(gpu(), spans.size());
+    gpu().tensor_stats_many_into(dx, spans.data(), int(spans.size()), threshold, into);
+    const std::vector<Backend::TensorStats> got = into.download();
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(Backend::TensorStats)), 0);
+    gpu().tensor_stats_many(dx, others.data(), int(others.size()), threshold, other.data());
+    EXPECT_EQ(other[0].nonfinite, 1u);
+    expect_same_stats(other[1], cpu().tensor_stats(x.data(), n, threshold));
+  }
+}
+
+// The update's gate decided on the device (one thread, backend/update_gate.hpp) has the host's bits
+// from the same statistics: clipping or not, no clip, loss scales that are and are not powers of
+// two, a non-finite gradient count, a non-finite loss, an infinite sum of squares.
+TEST_F(CudaOps, UpdateGateOnTheDeviceIsTheHostsBitForBit) {
+  KeyedRandom rng(kSeed, "update_gate");
+  std::vector<Backend::TensorStats> stats(11);
+  for (auto& t : stats) t.sum_squares = std::ldexp(rng.uniform(0.5, 1.0), int(std::floor(rng.uniform(-30.0, 30.0))));
+  const std::vector<int> params = {0, 2, 3, 5, 6, 7, 9, 10}, first = {0, 3, 4, 8};  // 3 modules, 1 and 4 left out
+  DeviceBuffer<int> d_params(gpu(), params), d_first(gpu(), first);
+  struct Case {
+    double loss_scale;
+    float max_norm;
+    std::size_t nonfinite;  // in entry 6
+    bool loss_nonfinite;
+    double sum_squares_5;
+  };
+  const Case cases[] = {{1, 1.0f, 0, false, 3e9},  {1024, 1.0f, 0, false, 3e9},    {3, 0.0f, 0, false, 0.25},
+                        {1000, 1e6f, 0, false, 7.5}, {65536, 1.0f, 2, false, 1.0}, {1, 1.0f, 0, true, 1.0},
+                        {1, 1.0f, 0, false, kInf}, {0.5, 2.0f, 0, false, 1e-3}};
+  for (std::size_t k = 0; k < std::size(cases); ++k) {
+    SCOPED_TRACE("case " + std::to_string(k));
+    const Case& c = cases[k];
+    stats[5].sum_squares = c.sum_squares_5;
+    stats[6].nonfinite = c.nonfinite;
+    Backend::UpdateRule rule;
+    rule.modules = 3;
+    rule.loss_scale = c.loss_scale;
+    rule.max_norm = c.max_norm;
+    rule.loss_nonfinite = c.loss_nonfinite;
+    float want[2];
+    rule.params = params.data();
+    rule.module_first = first.data();
+    cpu().update_gate(stats.data(), rule, want);
+    DeviceBuffer<Backend::TensorStats> d_stats(gpu(), stats);
+    DevF gate(gpu(), std::vector<float>{-1.0f, -1.0f});
+    rule.params = d_params;
+    rule.module_first = d_first;
+    gpu().update_gate(d_stats, rule, gate);
+    const std::vector<float> got = gate.download();
+    EXPECT_EQ(std::memcmp(got.data(), want, sizeof want), 0) << got[0] << " " << got[1] << " want " << want[0] << " " << want[1];
+    EXPECT_EQ(want[1] != 0.0f, c.nonfinite > 0 || c.loss_nonfinite || !std::isfinite(c.sum_squares_5));
+  }
+}
+
 TEST_F(CudaOps, AbsMaxIntoAndSumSquaresIntoFoldIntoDeviceResultsAsCpu) {
   const std::size_t n = 100003;
   auto x = normal(n, "into.x");
@@ -1776,7 +1844,7 @@ INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CudaEpilogues, ::testing::Values(DType::f1
 // adamw_tensors under device.fused (one pass: the gradient factor, the update, the copies) against the
 // separate ops of the unfused backend (scale, adamw, pack or copy per tensor): the same bits, over tensors
 // of odd sizes and offsets, copies in bf16, fp16, fp32 and none, more tensors than one launch takes,
-// with and without a factor.
+// with and without a factor, and a step the gate skips (read on the device: nothing written).
 TEST_F(CudaOps, AdamWTensorsFusedGiveTheBitsOfTheSeparateOps) {
   std::vector<Backend::AdamWTensor> tensors;
   std::size_t n = 0, copy16 = 0, copy32 = 0;
@@ -1798,11 +1866,15 @@ TEST_F(CudaOps, AdamWTensorsFusedGiveTheBitsOfTheSeparateOps) {
                                             DevF(be, nans(copy32)), DeviceBuffer<std::uint16_t>(be, copy16)});
   };
   auto separate = make(gpu()), fused_state = make(*g_fused);
-  for (int step = 1; step <= 3; ++step) {
+  std::vector<float> w_before;
+  for (int step = 1; step <= 4; ++step) {
     const float factor = step == 2 ? 1.0f : 0.37f;
+    const bool skipped = step == 3;  // the gate says skip: nothing is written
     const auto g = normal(n, "adamw_tensors.g" + std::to_string(step), 0.01);
+    w_before = separate->w.download();
     for (const auto& [be, st] : {std::pair{&gpu(), separate.get()}, std::pair{g_fused.get(), fused_state.get()}}) {
       st->g.upload(g);
+      const DevF gate(*be, std::vector<float>{factor, skipped ? 1.0f : 0.0f});
       std::vector<Backend::AdamWTensor> with_copies = tensors;
       std::size_t at16 = 0, at32 = 0;
       for (std::size_t t = 0; t < with_copies.size(); ++t) {
@@ -1812,9 +1884,10 @@ TEST_F(CudaOps, AdamWTensorsFusedGiveTheBitsOfTheSeparateOps) {
         else x.copy = st->c16.get() + at16, at16 += x.size;
       }
       be->adamw_tensors(st->w, st->g, st->m, st->v, with_copies.data(), int(with_copies.size()), 2e-3f, 0.9f, 0.95f,
-                        1e-8f, factor, step);
+                        1e-8f, gate, skipped ? step : step - (step > 3));
     }
     SCOPED_TRACE("step " + std::to_string(step));
+    if (skipped) EXPECT_TRUE(separate->w.download() == w_before) << "a skipped step writes nothing";
     EXPECT_TRUE(separate->w.download() == fused_state->w.download()) << "w";
     EXPECT_TRUE(separate->g.download() == fused_state->g.download()) << "g";
     EXPECT_TRUE(separate->m.download() == fused_state->m.download()) << "m";

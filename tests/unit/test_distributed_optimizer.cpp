@@ -105,7 +105,8 @@ TEST(DistributedOptimizer, AStepIsAdamWsStepOnTheSameParameters) {
   }
   EXPECT_EQ(std::memcmp(opt.params().values().data(), plain.values().data(), plain.values().bytes()), 0);
   EXPECT_EQ(std::memcmp(opt.params().working().data(), plain.working().data(), plain.working().bytes()), 0);
-  const DistributedOptimizer::Statistics stats = opt.statistics(0.0f);
+  opt.start_statistics(0.0f);
+  const DistributedOptimizer::Statistics stats = opt.statistics();
   ASSERT_EQ(stats.grads.size(), 3u);
   double want = 0;
   for (std::size_t i = 0; i < plain.info(0).size; ++i) want += double(plain.grad(0)[i]) * plain.grad(0)[i];

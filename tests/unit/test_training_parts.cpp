@@ -22,14 +22,17 @@
 #include "../data/temp_dir.hpp"
 #include "app/options.hpp"
 #include "backend/backend.hpp"
+#include "backend/update_gate.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "data/sampler.hpp"
 #include "io/trace_writer.hpp"
 #include "model/param_store.hpp"
+#include "model/activation_stats.hpp"
 #include "optim/adamw.hpp"
-#include "optim/grad_clip.hpp"
+#include "optim/distributed_optimizer.hpp"
+#include "train/layer_statistics.hpp"
 #include "optim/lr_schedule.hpp"
 #include "train/rank_report.hpp"
 
@@ -246,6 +249,86 @@ TEST(ClipGradients, AdamWStepWithAFactorIsScaleThenStepThenRefreshBitForBit) {
       }
     }
   }
+}
+
+// One rank's update decided where it runs (LayerStatistics::update_rule, Backend::update_gate,
+// DistributedOptimizer::step_as_decided_on_device) against the host's decision (the rows' norm,
+// grad_factor, found_inf): the same masters, working copies and moments to the bit, over steps that
+// clip, steps that do not, a loss scale that is not a power of two, and skipped steps (a non-finite
+// gradient, a non-finite loss) that change nothing and are not counted.
+TEST(ClipGradients, AnUpdateDecidedOnTheDeviceIsTheHostsUpdateBitForBit) {
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  DistributedOptimizerConfig config;
+  config.optim.clip_norm = 1.0f;
+  const auto make = [&] {
+    auto opt = std::make_unique<DistributedOptimizer>(*be, config);
+    ParamStore& s = opt->params();
+    const ParamId w = s.add("enc", "weight", {7, 9}, Init::normal, 0.5f, true);
+    s.add("enc", "bias", {9}, Init::normal, 0.5f, false);
+    s.add("head", "weight", {9, 3}, Init::normal, 0.5f, true);
+    s.set_working_dtype(w, DType::bf16);
+    opt->build(1, 0, nullptr);
+    return opt;
+  };
+  const std::unique_ptr<DistributedOptimizer> device = make(), host = make();
+  LayerStatistics device_stats(device->params()), host_stats(host->params());
+  const ActivationStats acts;
+  struct Case {
+    double loss_scale, grad_size;
+    float poison;  // put into one gradient (0: none)
+    bool loss_finite;
+    bool skipped;
+  };
+  const Case cases[] = {{1.0, 3.0, 0, true, false},          {1024.0, 3.0 * 1024, 0, true, false},
+                        {3.0, 0.01 * 3, 0, true, false},     {1000.0, 0.3 * 1000, 0, true, false},
+                        {1024.0, 3.0 * 1024, NAN, true, true}, {64.0, 1.0, INFINITY, true, true},
+                        {64.0, 1.0, 0, false, true},         {1.0, 2.0, 0, true, false}};
+  int taken = 0;
+  for (std::size_t k = 0; k < std::size(cases); ++k) {
+    const Case& c = cases[k];
+    SCOPED_TRACE("case " + std::to_string(k));
+    for (DistributedOptimizer* opt : {device.get(), host.get()}) {
+      ParamStore& s = opt->params();
+      for (ParamId id = 0; id < ParamId(s.params().size()); ++id)
+        for (std::size_t i = 0; i < s.info(id).size; ++i)
+          s.grad(id)[i] = float(c.grad_size * std::sin(double(i + 17 * id + 5 * k)) / 8.0);
+      if (c.poison != 0) s.grad(2)[4] = c.poison;
+    }
+    const float lr = 1e-2f / float(k + 1);
+    // On the device: the gate from the statistics, the update, then the rows read back.
+    device_stats.start(*device, DType::bf16);
+    device->step_as_decided_on_device(lr, device_stats.update_rule(c.loss_scale, config.optim.clip_norm, c.loss_finite));
+    double device_sum = 0, host_sum = 0;
+    const std::vector<LayerRow> device_rows = device_stats.rows(*device, acts, c.loss_scale, device_sum);
+    // On the host: the rows, then the update given its factor, or none.
+    host_stats.start(*host, DType::bf16);
+    const std::vector<LayerRow> host_rows = host_stats.rows(*host, acts, c.loss_scale, host_sum);
+    std::size_t nonfinite = 0;
+    for (const LayerRow& r : host_rows) nonfinite += r.nonfinite;
+    const bool found_inf = nonfinite > 0 || !c.loss_finite || !std::isfinite(host_sum);
+    ASSERT_EQ(found_inf, c.skipped);
+    if (!found_inf) {
+      host->step(lr, grad_factor(std::sqrt(host_sum), c.loss_scale, config.optim.clip_norm));
+      device->took_step();
+      ++taken;
+    }
+    EXPECT_EQ(std::memcmp(&device_sum, &host_sum, sizeof host_sum), 0) << "the same rows";
+    if (k == 0) {
+      EXPECT_GT(std::sqrt(host_sum), 1.0) << "a step that clips";
+    }
+    if (k == 2) {
+      EXPECT_LT(std::sqrt(host_sum), 1.0) << "a step that does not";
+    }
+    ParamStore &d = device->params(), &h = host->params();
+    EXPECT_EQ(std::memcmp(d.values().data(), h.values().data(), h.values().bytes()), 0);
+    EXPECT_EQ(std::memcmp(d.working().data(), h.working().data(), h.working().bytes()), 0);
+    AdamW &da = device->adamw(), &ha = host->adamw();
+    EXPECT_EQ(std::memcmp(da.first_moments().data(), ha.first_moments().data(), ha.first_moments().bytes()), 0);
+    EXPECT_EQ(std::memcmp(da.second_moments().data(), ha.second_moments().data(), ha.second_moments().bytes()), 0);
+    EXPECT_EQ(da.updates(), taken);
+    EXPECT_EQ(ha.updates(), taken);
+  }
+  EXPECT_EQ(taken, 5);
 }
 
 // ---------------------------------------------------------------- ParamStore

@@ -45,6 +45,9 @@ class CpuBackend : public Backend {
   float abs_max(const float* x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
+  void tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
+                              TensorStats* result) override;
+  void update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) override;
   void abs_max_into(const float* x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
   float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/vector_math.hpp"
+#include "backend/update_gate.hpp"
 
 namespace avtrain {
 
@@ -119,6 +120,16 @@ Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, flo
 
 void CpuBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
   for (int i = 0; i < count; ++i) out[i] = tensor_stats(x + spans[i].offset, spans[i].size, threshold);
+}
+
+// Host memory is the backend's: the statistics are where tensor_stats_many puts them.
+void CpuBackend::tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
+                                        TensorStats* result) {
+  tensor_stats_many(x, spans, count, threshold, result);
+}
+
+void CpuBackend::update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) {
+  decide_update(stats, rule, gate);
 }
 
 void CpuBackend::abs_max_into(const float* x, std::size_t n, float* result) {
