@@ -158,24 +158,10 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
                                     float* row_stats, float* ctx, int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
   require_operand(qkv, compute, "qkv");
+  if (!p && fuses_attention(compute, hd)) return fused_forward(compute, qkv, key_mask, row_stats, ctx, nullptr, B, L, H, hd);
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
-  if (!p && fuses_attention(compute, hd) && cudnn_takes(compute, B, L, H, hd)) {  // cuDNN's SDPA
-    cudnn_forward(compute, qkv, key_mask, row_stats, ctx, B, L, H, hd);
-    return;
-  }
-  if (!p && fuses_attention(compute, hd)) {  // no L x L tensor (cuda_flash_attention.cu)
-    const std::size_t qkv_n = std::size_t(B) * L * 3 * D;
-    const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
-    if (qkv.dtype == DType::f32) {
-      auto* packed = static_cast<std::uint16_t*>(scratch(qkv_n * sizeof(std::uint16_t)));
-      pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
-      qkv16 = packed;
-    }
-    flash_forward(compute, qkv16, key_mask, row_stats, ctx, B, L, H, hd);
-    return;
-  }
   const bool packed = compute != DType::f32, keep = p != nullptr;
   const std::size_t elem = dtype_size(compute), qkv_n = std::size_t(B) * L * 3 * D;
   const std::size_t sample_qkv = std::size_t(L) * 3 * D, sample_scores = std::size_t(H) * L * L;
@@ -218,6 +204,72 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
   }
 }
 
+void CudaBackend::attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats,
+                                       float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd) {
+  if (!fuses_attention(compute, hd))
+    return Backend::attention_forward_16(compute, qkv, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
+  if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
+  require_operand(qkv, compute, "qkv");
+  fused_forward(compute, qkv, key_mask, row_stats, nullptr, ctx16, B, L, H, hd);
+}
+
+void CudaBackend::fused_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
+                                std::uint16_t* ctx16, int B, int L, int H, int hd) {
+  gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
+  if (cudnn_takes(compute, B, L, H, hd)) return cudnn_forward(compute, qkv, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
+  // The own kernel: no L x L tensor (cuda_flash_attention.cu).
+  const std::size_t qkv_n = std::size_t(B) * L * 3 * H * hd;
+  const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
+  if (qkv.dtype == DType::f32) {
+    auto* packed = static_cast<std::uint16_t*>(scratch(qkv_n * sizeof(std::uint16_t)));
+    pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+    qkv16 = packed;
+  }
+  flash_forward(compute, qkv16, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
+}
+
+bool CudaBackend::fuses_backward(DType compute, const AttentionProbs& probs, int hd) const {
+  return probs.recompute() && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd);
+}
+
+void CudaBackend::attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                        float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd) {
+  if (!fuses_backward(compute, probs, hd))
+    return Backend::attention_backward_16(compute, qkv, probs, dctx, dqkv, dqkv16, B, L, H, hd);
+  if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
+  require_operand(qkv, compute, "qkv");
+  require(probs.key_mask && probs.row_stats, "internal: attention recomputation without its statistics");
+  fused_backward(compute, qkv, probs, dctx, nullptr, dqkv16, B, L, H, hd);
+}
+
+void CudaBackend::fused_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                                 std::uint16_t* dqkv16, int B, int L, int H, int hd) {
+  require_operand(probs.out, compute, "out");
+  if (cudnn_takes(compute, B, L, H, hd)) {  // cuDNN's SDPA: S, dP, dV, dK, dQ
+    gemm_flops_ += 10.0 * B * H * double(L) * L * hd;
+    return cudnn_backward(compute, qkv, probs.key_mask, probs.row_stats, probs.out, dctx, dqkv, dqkv16, B, L, H, hd);
+  }
+  // The own kernel. Scratch: dctx packed (rounded, as the unfused products take it), the rows'
+  // dot(dctx, ctx), and qkv packed where it comes in fp32.
+  const int D = H * hd;
+  const std::size_t qkv_n = std::size_t(B) * L * 3 * D, out_n = std::size_t(B) * L * D;
+  const std::size_t o_bytes = aligned(out_n * sizeof(std::uint16_t)), dot_bytes = aligned(std::size_t(B) * H * L * sizeof(float));
+  const std::size_t qkv_bytes = qkv.dtype == DType::f32 ? aligned(qkv_n * sizeof(std::uint16_t)) : 0;
+  char* buf = static_cast<char*>(scratch(o_bytes + dot_bytes + qkv_bytes));
+  auto* o16 = reinterpret_cast<std::uint16_t*>(buf);
+  auto* dot = reinterpret_cast<float*>(buf + o_bytes);
+  const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
+  if (qkv_bytes) {
+    auto* packed = reinterpret_cast<std::uint16_t*>(buf + o_bytes + dot_bytes);
+    pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+    qkv16 = packed;
+  }
+  pack(compute, dctx, o16, out_n);
+  // Issued: S and dP twice (once per kernel), dV, dK, dQ.
+  gemm_flops_ += 14.0 * B * H * double(L) * L * hd;
+  flash_backward(compute, qkv16, probs.key_mask, probs.row_stats, probs.out, o16, dot, dqkv, dqkv16, B, L, H, hd);
+}
+
 // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
 void CudaBackend::attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
                                      float* dqkv, int B, int L, int H, int hd) {
@@ -227,37 +279,9 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
   if (!recompute) require_operand(probs.p, compute, "p");
   const Operand p = probs.p;
+  if (fuses_backward(compute, probs, hd)) return fused_backward(compute, qkv, probs, dctx, dqkv, nullptr, B, L, H, hd);
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  if (recompute && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd) &&
-      cudnn_takes(compute, B, L, H, hd)) {  // cuDNN's SDPA: S, dP, dV, dK, dQ
-    require_operand(probs.out, compute, "out");
-    gemm_flops_ += 10.0 * B * H * double(L) * L * hd;
-    cudnn_backward(compute, qkv, probs.key_mask, probs.row_stats, probs.out, dctx, dqkv, B, L, H, hd);
-    return;
-  }
-  if (recompute && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd)) {
-    require_operand(probs.out, compute, "out");
-    // Scratch: dctx packed (rounded, as the unfused products take it), the rows' dot(dctx, ctx), and
-    // qkv packed where it comes in fp32.
-    const std::size_t qkv_n = std::size_t(B) * L * 3 * D, out_n = std::size_t(B) * L * D;
-    const std::size_t o_bytes = aligned(out_n * sizeof(std::uint16_t)), dot_bytes = aligned(std::size_t(B) * H * L * sizeof(float));
-    const std::size_t qkv_bytes = qkv.dtype == DType::f32 ? aligned(qkv_n * sizeof(std::uint16_t)) : 0;
-    char* buf = static_cast<char*>(scratch(o_bytes + dot_bytes + qkv_bytes));
-    auto* o16 = reinterpret_cast<std::uint16_t*>(buf);
-    auto* dot = reinterpret_cast<float*>(buf + o_bytes);
-    const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
-    if (qkv_bytes) {
-      auto* packed = reinterpret_cast<std::uint16_t*>(buf + o_bytes + dot_bytes);
-      pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
-      qkv16 = packed;
-    }
-    pack(compute, dctx, o16, out_n);
-    // Issued: S and dP twice (once per kernel), dV, dK, dQ.
-    gemm_flops_ += 14.0 * B * H * double(L) * L * hd;
-    flash_backward(compute, qkv16, probs.key_mask, probs.row_stats, probs.out, o16, dot, dqkv, B, L, H, hd);
-    return;
-  }
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
   const bool packed = compute != DType::f32;
   const std::size_t elem = dtype_size(compute);

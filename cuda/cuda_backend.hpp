@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   void scale(float* x, std::size_t n, float a) override;
   void fill_rows(float* y, const float* row, int rows, int cols) override;
   void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
+  void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) override;
+  using Backend::bias_grad;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
   void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
@@ -136,6 +138,12 @@ class CudaBackend final : public Backend {
                          float* ctx, int B, int L, int H, int hd) override;
   void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
                           int B, int L, int H, int hd) override;
+  // The fused engines' 16-bit outputs written in place: cuDNN's O and dq/dk/dv, the own kernel's
+  // epilogues (cuda_flash_attention.cu); where attention is not fused, the defaults.
+  void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
+                            std::uint16_t* ctx16, int B, int L, int H, int hd) override;
+  void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                             std::uint16_t* dqkv16, int B, int L, int H, int hd) override;
   bool fuses_attention(DType compute, int head_dim) const override;
   std::string attention_engine(DType compute, int head_dim) const override;
 
@@ -183,20 +191,30 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
+  // The fused path of attention_forward and attention_backward (and of their *_16 ops): cuDNN where it
+  // takes the shape, else the own kernel; the output in fp32 (ctx, dqkv) or, where that is null, as
+  // 16-bit patterns in `compute` (ctx16, dqkv16).
+  void fused_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
+                     std::uint16_t* ctx16, int B, int L, int H, int hd);
+  void fused_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                      std::uint16_t* dqkv16, int B, int L, int H, int hd);
+  // Whether backward given `probs` runs fused: p recomputed, forward's output at hand in `compute`.
+  bool fuses_backward(DType compute, const AttentionProbs& probs, int hd) const;
   // Fused attention (cuda_flash_attention.cu) on 16-bit q, k, v in qkv's layout; backward reads dctx
-  // packed (dout) and writes each row's dot(dout, out) into `dot` [B, H, L] on its way.
+  // packed (dout) and writes each row's dot(dout, out) into `dot` [B, H, L] on its way. Outputs as above.
   void flash_forward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, float* row_stats,
-                     float* ctx, int B, int L, int H, int hd);
+                     float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd);
   void flash_backward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, const float* row_stats,
-                      Operand out, const std::uint16_t* dout, float* dot, float* dqkv, int B, int L, int H, int hd);
+                      Operand out, const std::uint16_t* dout, float* dot, float* dqkv, std::uint16_t* dqkv16, int B,
+                      int L, int H, int hd);
   // Fused attention on cuDNN's SDPA (cuda_cudnn_attention.cu): whether it runs this shape (its graphs
   // built on first ask; under device.attention cudnn a refusal throws), and the two directions, in
-  // the backend's fp32 ctx, dctx, dqkv; row_stats (lse, 1).
+  // the backend's fp32 ctx, dctx, dqkv, or ctx16, dqkv16 written by cuDNN itself; row_stats (lse, 1).
   bool cudnn_takes(DType compute, int B, int L, int H, int hd);
-  void cudnn_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx, int B,
-                     int L, int H, int hd);
+  void cudnn_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
+                     std::uint16_t* ctx16, int B, int L, int H, int hd);
   void cudnn_backward(DType compute, Operand qkv, const std::uint8_t* key_mask, const float* row_stats, Operand out,
-                      const float* dctx, float* dqkv, int B, int L, int H, int hd);
+                      const float* dctx, float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd);
 
   // The many-tensor statistics' plan (`bytes` of host memory at `plan`: its chunks and each tensor's
   // first chunk) on the device, uploaded only when the spans differ from the last call's: a step's

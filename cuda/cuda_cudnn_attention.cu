@@ -12,7 +12,10 @@
 //   - Conversions: cuDNN reads and writes 16-bit; the backend's ctx, dctx and dqkv are fp32. What
 //     remains: O widened to ctx (with the zeroing of empty samples), dctx narrowed to dO (as the own
 //     kernel's backward does), dq/dk/dv widened to dqkv (with the zeroing); qkv is read where it is
-//     (packed first only where it comes in fp32), forward's output as the layer kept it.
+//     (packed first only where it comes in fp32), forward's output as the layer kept it. Where the
+//     layer keeps only the 16-bit copies (attention_forward_16, attention_backward_16), cuDNN writes O
+//     into ctx16 and dq/dk/dv into dqkv16 themselves (their layouts are the layers') and only the
+//     empty samples are zeroed there: no widening pass, and no rounding pass after it in the layer.
 #include <cmath>
 #include <cstdio>
 
@@ -49,6 +52,21 @@ __global__ void widen_kernel(const std::uint16_t* x, float* y, std::size_t n, st
     const std::uint16_t h = x[i];
     y[i] = has_key[i / per_sample] ? (bf16 ? bf16_to_float(h) : half_to_float(h)) : 0.0f;
   }
+}
+
+// x = 0 in the samples without a valid key (per_sample elements each); the others are not touched.
+__global__ void zero_empty_kernel(std::uint16_t* x, std::size_t n, std::size_t per_sample, const std::uint8_t* has_key) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    if (!has_key[i / per_sample]) x[i] = 0;
+}
+
+// The engine's 16-bit output o16 [B, per_sample] to the caller: widened into out32 (zeros in the empty
+// samples) where that is not null, else o16 is the caller's own copy: only its empty samples zeroed.
+void deliver(cudaStream_t stream, std::uint16_t* o16, float* out32, std::size_t n, std::size_t per_sample,
+             const std::uint8_t* has_key, bool bf16) {
+  if (out32) widen_kernel<<<blocks_for(n), kThreads, 0, stream>>>(o16, out32, n, per_sample, has_key, bf16);
+  else zero_empty_kernel<<<blocks_for(n), kThreads, 0, stream>>>(o16, n, per_sample, has_key);
+  CUDA_CHECK_LAUNCH();
 }
 
 // row_stats [B, H, L, 2] = (lse, 1), or (-inf, 0) in a sample without a valid key.
@@ -110,20 +128,20 @@ std::string CudaBackend::attention_engine(DType compute, int head_dim) const {
 }
 
 void CudaBackend::cudnn_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
-                                int B, int L, int H, int hd) {
+                                std::uint16_t* ctx16, int B, int L, int H, int hd) {
   const SdpaShape s{B, L, H, hd, compute};
   const std::size_t D = std::size_t(H) * hd, qkv_n = std::size_t(B) * L * 3 * D, ctx_n = std::size_t(B) * L * D;
   const std::size_t lse_n = std::size_t(B) * H * L;
   const int rows = cudnn_->bias_rows(s);
   Carve carve;
   const std::size_t at_bias = carve.add(std::size_t(B) * rows * L * 2), at_has = carve.add(B),
-                    at_o = carve.add(ctx_n * 2), at_lse = carve.add(lse_n * sizeof(float)),
+                    at_o = ctx16 ? 0 : carve.add(ctx_n * 2), at_lse = carve.add(lse_n * sizeof(float)),
                     at_qkv = qkv.dtype == DType::f32 ? carve.add(qkv_n * 2) : 0,
                     at_ws = carve.add(cudnn_->forward_workspace(s));
   char* buf = static_cast<char*>(scratch(carve.total()));
   auto* bias = reinterpret_cast<std::uint16_t*>(buf + at_bias);
   auto* has_key = reinterpret_cast<std::uint8_t*>(buf + at_has);
-  auto* o16 = reinterpret_cast<std::uint16_t*>(buf + at_o);
+  auto* o16 = ctx16 ? ctx16 : reinterpret_cast<std::uint16_t*>(buf + at_o);
   auto* lse = reinterpret_cast<float*>(buf + at_lse);
   const void* qkv16 = qkv.data;
   if (qkv.dtype == DType::f32) {
@@ -133,9 +151,7 @@ void CudaBackend::cudnn_forward(DType compute, Operand qkv, const std::uint8_t* 
   key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, masked_key_bias_bits(compute), bias, has_key);
   CUDA_CHECK_LAUNCH();
   cudnn_->forward(s, qkv16, bias, o16, lse, buf + at_ws);
-  widen_kernel<<<blocks_for(ctx_n), kThreads, 0, stream_>>>(o16, ctx, ctx_n, std::size_t(L) * D, has_key,
-                                                             compute == DType::bf16);
-  CUDA_CHECK_LAUNCH();
+  deliver(stream_, o16, ctx16 ? nullptr : ctx, ctx_n, std::size_t(L) * D, has_key, compute == DType::bf16);
   if (row_stats) {
     stats_out_kernel<<<blocks_for(lse_n), kThreads, 0, stream_>>>(lse, row_stats, lse_n, std::size_t(H) * L, has_key);
     CUDA_CHECK_LAUNCH();
@@ -143,7 +159,8 @@ void CudaBackend::cudnn_forward(DType compute, Operand qkv, const std::uint8_t* 
 }
 
 void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t* key_mask, const float* row_stats,
-                                 Operand out, const float* dctx, float* dqkv, int B, int L, int H, int hd) {
+                                 Operand out, const float* dctx, float* dqkv, std::uint16_t* dqkv16_out, int B, int L,
+                                 int H, int hd) {
   const SdpaShape s{B, L, H, hd, compute};
   const std::size_t D = std::size_t(H) * hd, qkv_n = std::size_t(B) * L * 3 * D, ctx_n = std::size_t(B) * L * D;
   const std::size_t lse_n = std::size_t(B) * H * L;
@@ -151,7 +168,7 @@ void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t*
   Carve carve;
   const std::size_t at_bias = carve.add(std::size_t(B) * rows * L * 2), at_has = carve.add(B),
                     at_do = carve.add(ctx_n * 2), at_lse = carve.add(lse_n * sizeof(float)),
-                    at_dqkv = carve.add(qkv_n * 2), at_qkv = qkv.dtype == DType::f32 ? carve.add(qkv_n * 2) : 0,
+                    at_dqkv = dqkv16_out ? 0 : carve.add(qkv_n * 2), at_qkv = qkv.dtype == DType::f32 ? carve.add(qkv_n * 2) : 0,
                     at_o = out.dtype == DType::f32 ? carve.add(ctx_n * 2) : 0,
                     at_ws = carve.add(cudnn_->backward_workspace(s));
   char* buf = static_cast<char*>(scratch(carve.total()));
@@ -159,7 +176,7 @@ void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t*
   auto* has_key = reinterpret_cast<std::uint8_t*>(buf + at_has);
   auto* do16 = reinterpret_cast<std::uint16_t*>(buf + at_do);
   auto* lse = reinterpret_cast<float*>(buf + at_lse);
-  auto* dqkv16 = reinterpret_cast<std::uint16_t*>(buf + at_dqkv);
+  auto* dqkv16 = dqkv16_out ? dqkv16_out : reinterpret_cast<std::uint16_t*>(buf + at_dqkv);
   const void* qkv16 = qkv.data;
   if (qkv.dtype == DType::f32) {  // exact: q, k, v are values of the compute type
     pack(compute, static_cast<const float*>(qkv.data), reinterpret_cast<std::uint16_t*>(buf + at_qkv), qkv_n);
@@ -176,9 +193,7 @@ void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t*
   CUDA_CHECK_LAUNCH();
   pack(compute, dctx, do16, ctx_n);  // rounded, as the unfused products take it
   cudnn_->backward(s, qkv16, bias, o16, do16, lse, dqkv16, buf + at_ws);
-  widen_kernel<<<blocks_for(qkv_n), kThreads, 0, stream_>>>(dqkv16, dqkv, qkv_n, std::size_t(L) * 3 * D, has_key,
-                                                             compute == DType::bf16);
-  CUDA_CHECK_LAUNCH();
+  deliver(stream_, dqkv16, dqkv16_out ? nullptr : dqkv, qkv_n, std::size_t(L) * 3 * D, has_key, compute == DType::bf16);
 }
 
 }  // namespace avtrain::cuda

@@ -14,7 +14,10 @@
 // with dP = dO v^T. Every sum has one order, so a run repeats bit for bit.
 //
 // q, k, v are read where the qkv projection wrote them ([B, L, 3, H, hd], 16-bit), ctx written where the
-// output projection reads it ([B, L, H * hd]), dqkv in qkv's layout: no head-layout copies. The tensor
+// output projection reads it ([B, L, H * hd]), dqkv in qkv's layout: no head-layout copies. ctx and dqkv
+// are written in fp32 or, for the layers that keep only their 16-bit copies (attention_forward_16,
+// attention_backward_16), as 16-bit patterns rounded in the epilogues (store_out): each dK, dV and dQ
+// row is summed whole in one block's registers, so no fp32 scratch and no rounding pass are needed. The tensor
 // core products go through WMMA fragments (16 x 16 x 16, fp32 accumulators) on padded shared-memory
 // tiles.
 #include <cuda_bf16.h>
@@ -63,6 +66,14 @@ template <DType T>
 __device__ float from_16(std::uint16_t h) {
   if constexpr (T == DType::bf16) return bf16_to_float(h);
   else return half_to_float(h);
+}
+
+// An output element: fp32 as it is, or (Out = std::uint16_t: the layers' 16-bit copies alone) its
+// pattern in T, rounded to nearest even as round_to would round the fp32 value: the same bits.
+template <DType T, typename Out>
+__device__ void store_out(Out* at, float v) {
+  if constexpr (std::is_same_v<Out, float>) *at = v;
+  else *at = to_16<T>(v);
 }
 
 using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
@@ -149,9 +160,9 @@ struct ForwardLayout {
   static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
 };
 
-template <DType T, int HD>
+template <DType T, int HD, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    flash_forward_kernel(const std::uint16_t* qkv, const std::uint8_t* key_mask, float* ctx, float* stats, int L, int H,
+    flash_forward_kernel(const std::uint16_t* qkv, const std::uint8_t* key_mask, Out* ctx, float* stats, int L, int H,
                          float scale) {
   using Lay = ForwardLayout<HD>;
   constexpr int ldh = Lay::ldh, ldo = Lay::ldo;
@@ -247,7 +258,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   __syncwarp();
   for (int i = lane; i < 16 * HD; i += kWarp) {
     const int row = i / HD, c = i % HD, q = q0 + warp * 16 + row;
-    if (q < L) head.rows(ctx)[std::size_t(q) * head.D + c] = o_w[row * ldo + c] * row_w[row];
+    if (q < L) store_out<T>(head.rows(ctx) + std::size_t(q) * head.D + c, o_w[row * ldo + c] * row_w[row]);
   }
 }
 
@@ -374,9 +385,9 @@ __device__ void tile_score_gradients(const BackwardTiles<HD>& t) {
 }
 
 // The warp's 16 x HD accumulators, scaled, to rows [row0, row0 + 16) of a matrix of row stride
-// `stride` (rows past `rows` left alone), through the warp's fp32 tile.
-template <int HD>
-__device__ void store_rows(const FragAcc (&acc)[HD / 16], float* s_w, float scale, float* out, std::size_t stride,
+// `stride` (rows past `rows` left alone), through the warp's fp32 tile; fp32 or 16-bit (store_out).
+template <DType T, int HD, typename Out>
+__device__ void store_rows(const FragAcc (&acc)[HD / 16], float* s_w, float scale, Out* out, std::size_t stride,
                            int row0, int rows) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
@@ -385,17 +396,17 @@ __device__ void store_rows(const FragAcc (&acc)[HD / 16], float* s_w, float scal
     __syncwarp();
     for (int i = lane; i < 256; i += kWarp) {
       const int r = i / 16, c = i % 16;
-      if (row0 + r < rows) out[std::size_t(row0 + r) * stride + n * 16 + c] = s_w[r * kLdS + c] * scale;
+      if (row0 + r < rows) store_out<T>(out + std::size_t(row0 + r) * stride + n * 16 + c, s_w[r * kLdS + c] * scale);
     }
     __syncwarp();
   }
 }
 
 // dK and dV of 64 keys (own: k, v): q and dO stream by (tiles: q, dO) in tiles of 64 queries.
-template <DType T, int HD>
+template <DType T, int HD, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     flash_dkdv_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
-                      const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
+                      const float* stats, const float* dot, Out* dqkv, int L, int H, float scale) {
   constexpr int ldh = BackwardLayout<HD>::ldh;
   extern __shared__ __align__(128) std::uint16_t smem[];
   const BackwardTiles<HD> t(smem);
@@ -425,15 +436,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dk[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dK += dS^T q
   }
-  store_rows<HD>(dk, t.s_w, scale, head.part(dqkv, 1), head.stride, k0 + warp * 16, L);
-  store_rows<HD>(dv, t.s_w, 1.0f, head.part(dqkv, 2), head.stride, k0 + warp * 16, L);
+  store_rows<T, HD>(dk, t.s_w, scale, head.part(dqkv, 1), head.stride, k0 + warp * 16, L);
+  store_rows<T, HD>(dv, t.s_w, 1.0f, head.part(dqkv, 2), head.stride, k0 + warp * 16, L);
 }
 
 // dQ of 64 queries (own: q, dO): k and v stream by (tiles: k, v) in tiles of 64 keys.
-template <DType T, int HD>
+template <DType T, int HD, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     flash_dq_kernel(const std::uint16_t* qkv, const std::uint16_t* dout, const std::uint8_t* key_mask,
-                    const float* stats, const float* dot, float* dqkv, int L, int H, float scale) {
+                    const float* stats, const float* dot, Out* dqkv, int L, int H, float scale) {
   constexpr int ldh = BackwardLayout<HD>::ldh;
   extern __shared__ __align__(128) std::uint16_t smem[];
   const BackwardTiles<HD> t(smem);
@@ -461,7 +472,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int n = 0; n < HD / 16; ++n) mma_tile<T, kTile, false>(dq[n], t.ds_w, kLdP, t.tile_a + n * 16, ldh);  // dQ += dS k
   }
-  store_rows<HD>(dq, t.s_w, scale, head.part(dqkv, 0), head.stride, q0 + warp * 16, L);
+  store_rows<T, HD>(dq, t.s_w, scale, head.part(dqkv, 0), head.stride, q0 + warp * 16, L);
 }
 
 // A kernel's dynamic shared memory past the default 48 KiB (an attribute of the function: set at each
@@ -479,28 +490,41 @@ struct FlashArgs {
   cudaStream_t stream;
 };
 
-template <DType T, int HD>
-void forward_for(const FlashArgs& a, float* ctx, float* stats) {
+template <DType T, int HD, typename Out>
+void forward_for(const FlashArgs& a, Out* ctx, float* stats) {
   const std::size_t bytes = ForwardLayout<HD>::bytes;
-  allow_shared(flash_forward_kernel<T, HD>, bytes);
+  allow_shared(flash_forward_kernel<T, HD, Out>, bytes);
   const dim3 grid((a.L + kTile - 1) / kTile, a.B * a.H);
-  flash_forward_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, a.key_mask, ctx, stats, a.L, a.H,
-                                                                           a.scale);
+  flash_forward_kernel<T, HD, Out><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, a.key_mask, ctx, stats, a.L,
+                                                                                a.H, a.scale);
   CUDA_CHECK_LAUNCH();
 }
 
-template <DType T, int HD>
-void backward_for(const FlashArgs& a, const std::uint16_t* dout, const float* stats, const float* dot, float* dqkv) {
+template <DType T, int HD, typename Out>
+void backward_for(const FlashArgs& a, const std::uint16_t* dout, const float* stats, const float* dot, Out* dqkv) {
   const std::size_t bytes = BackwardLayout<HD>::bytes;
-  allow_shared(flash_dkdv_kernel<T, HD>, bytes);
-  allow_shared(flash_dq_kernel<T, HD>, bytes);
+  allow_shared(flash_dkdv_kernel<T, HD, Out>, bytes);
+  allow_shared(flash_dq_kernel<T, HD, Out>, bytes);
   const dim3 grid((a.L + kTile - 1) / kTile, a.B * a.H);
-  flash_dkdv_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot, dqkv,
-                                                                        a.L, a.H, a.scale);
+  flash_dkdv_kernel<T, HD, Out><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot,
+                                                                             dqkv, a.L, a.H, a.scale);
   CUDA_CHECK_LAUNCH();
-  flash_dq_kernel<T, HD><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot, dqkv, a.L,
-                                                                      a.H, a.scale);
+  flash_dq_kernel<T, HD, Out><<<grid, kThreadsPerBlock, bytes, a.stream>>>(a.qkv, dout, a.key_mask, stats, dot, dqkv,
+                                                                           a.L, a.H, a.scale);
   CUDA_CHECK_LAUNCH();
+}
+
+// The kernels of type T with fp32 outputs (out32) or 16-bit ones (out16): the one that is not null.
+template <DType T, int HD>
+void forward_into(const FlashArgs& a, float* ctx32, std::uint16_t* ctx16, float* stats) {
+  if (ctx16) forward_for<T, HD>(a, ctx16, stats);
+  else forward_for<T, HD>(a, ctx32, stats);
+}
+template <DType T, int HD>
+void backward_into(const FlashArgs& a, const std::uint16_t* dout, const float* stats, const float* dot, float* dqkv32,
+                   std::uint16_t* dqkv16) {
+  if (dqkv16) backward_for<T, HD>(a, dout, stats, dot, dqkv16);
+  else backward_for<T, HD>(a, dout, stats, dot, dqkv32);
 }
 
 // The head dimensions with a kernel: multiples of 16 the tiles fit in shared memory with.
@@ -523,17 +547,17 @@ bool CudaBackend::fuses_attention(DType compute, int head_dim) const {
 }
 
 void CudaBackend::flash_forward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, float* row_stats,
-                                float* ctx, int B, int L, int H, int hd) {
+                                float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd) {
   const FlashArgs a{qkv, key_mask, B, L, H, 1.0f / std::sqrt(float(hd)), stream_};
   if (compute == DType::bf16)
-    by_head_dim<DType::bf16>(hd, [&](auto HD) { forward_for<DType::bf16, decltype(HD)::value>(a, ctx, row_stats); });
+    by_head_dim<DType::bf16>(hd, [&](auto HD) { forward_into<DType::bf16, decltype(HD)::value>(a, ctx, ctx16, row_stats); });
   else
-    by_head_dim<DType::f16>(hd, [&](auto HD) { forward_for<DType::f16, decltype(HD)::value>(a, ctx, row_stats); });
+    by_head_dim<DType::f16>(hd, [&](auto HD) { forward_into<DType::f16, decltype(HD)::value>(a, ctx, ctx16, row_stats); });
 }
 
 void CudaBackend::flash_backward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask,
                                  const float* row_stats, Operand out, const std::uint16_t* dout, float* dot, float* dqkv,
-                                 int B, int L, int H, int hd) {
+                                 std::uint16_t* dqkv16, int B, int L, int H, int hd) {
   const std::size_t rows = std::size_t(B) * L * H;
   const auto* out16 = out.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(out.data);
   const auto* out32 = out.dtype == DType::f32 ? static_cast<const float*>(out.data) : nullptr;
@@ -546,9 +570,13 @@ void CudaBackend::flash_backward(DType compute, const std::uint16_t* qkv, const 
   CUDA_CHECK_LAUNCH();
   const FlashArgs a{qkv, key_mask, B, L, H, 1.0f / std::sqrt(float(hd)), stream_};
   if (compute == DType::bf16)
-    by_head_dim<DType::bf16>(hd, [&](auto HD) { backward_for<DType::bf16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv); });
+    by_head_dim<DType::bf16>(hd, [&](auto HD) {
+      backward_into<DType::bf16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv, dqkv16);
+    });
   else
-    by_head_dim<DType::f16>(hd, [&](auto HD) { backward_for<DType::f16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv); });
+    by_head_dim<DType::f16>(hd, [&](auto HD) {
+      backward_into<DType::f16, decltype(HD)::value>(a, dout, row_stats, dot, dqkv, dqkv16);
+    });
 }
 
 }  // namespace avtrain::cuda

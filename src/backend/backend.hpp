@@ -81,6 +81,10 @@ class Backend : public TensorMemory {
   virtual void scale(float* x, std::size_t n, float a) = 0;                   // x *= a
   virtual void fill_rows(float* y, const float* row, int rows, int cols) = 0; // y[r,:] = row
   virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
+  // The same of 16-bit patterns (fp16 or bf16) read as their values: the bits bias_grad gives those
+  // values in fp32 (widening is exact). bias_grad of an Operand: either, by its storage type.
+  virtual void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) = 0;
+  void bias_grad(Operand dy, float* dbias, int rows, int cols);
   virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
   // dx = dy * gelu'(x); x in fp32 (dx may be x) or a kept 16-bit copy read as it is (exact).
   virtual void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) = 0;
@@ -163,8 +167,9 @@ class Backend : public TensorMemory {
   // null, db[out] += the column sums of dy. dy[rows, out] comes as dy_values (fp32) and as dy, the
   // operand the product reads (its 16-bit copy or dy_values). fp32: the product accumulates into dW
   // (beta 1) and bias_grad into db. 16-bit types: both are taken in `type` into dw_scratch (out x in
-  // floats) and db_scratch (out floats), then added as accumulate_rounded (acc += round(x)).
-  // Default: those separate ops.
+  // floats) and db_scratch (out floats), then added as accumulate_rounded (acc += round(x)). dy_values
+  // may be null where dy is 16-bit and its fp32 values were never written (fused attention's dqkv16):
+  // db then from dy's patterns (bias_grad_16, the same bits). Default: those separate ops.
   virtual void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                                   float* dw_scratch, float* db_scratch, int rows, int in, int out);
 
@@ -234,6 +239,19 @@ class Backend : public TensorMemory {
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
   virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
                                   float* dqkv, int B, int L, int H, int hd) = 0;
+  // Fused attention with 16-bit outputs alone (the layers call these where fuses_attention and
+  // writes_16bit_outputs_only hold): the output's and the gradient's 16-bit patterns in `compute` (bf16
+  // or fp16), the bits round_to(compute) of attention_forward's ctx and attention_backward's dqkv would
+  // give (a sample without a valid key: 0), written where the output projection and the qkv projection's
+  // backward read them; ctx and dqkv are the ops' fp32 scratch ([B, L, H*hd] and [B, L, 3, H, hd]
+  // floats), undefined after. Forward keeps no p (row_stats as attention_forward's with p null).
+  // Defaults: attention_forward / attention_backward into the scratch, then round_to; CUDA writes the
+  // patterns from its engines (cuDNN's O and dq/dk/dv in place, the own kernel's epilogues): no pass
+  // widening them to fp32 and none rounding them back.
+  virtual void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats,
+                                    float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd);
+  virtual void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                     float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd);
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

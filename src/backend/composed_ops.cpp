@@ -2,6 +2,8 @@
 // does not fuse them gives those ops' bits.
 #include "backend/backend.hpp"
 
+#include "core/error.hpp"
+
 namespace avtrain {
 
 void Backend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
@@ -75,17 +77,38 @@ void Backend::layernorm_forward_16(DType type, const float* x, const float* gamm
 
 void Backend::linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                                  float* dw_scratch, float* db_scratch, int rows, int in, int out) {
+  // dy's values for the bias: dy_values, or dy's own patterns where they alone were written.
+  const Operand dy_sum = dy_values ? fp32(dy_values) : dy;
   if (type == DType::f32) {
     gemm(type, Trans::yes, Trans::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-    if (db) bias_grad(dy_values, db, rows, out);
+    if (db) bias_grad(dy_sum, db, rows, out);
     return;
   }
   gemm(type, Trans::yes, Trans::no, out, in, rows, 1.0f, dy, out, x, in, 0.0f, dw_scratch, in);
   accumulate_rounded(type, dw, dw_scratch, std::size_t(out) * in);
   if (!db) return;
   zero(db_scratch, std::size_t(out) * sizeof(float));
-  bias_grad(dy_values, db_scratch, rows, out);
+  bias_grad(dy_sum, db_scratch, rows, out);
   accumulate_rounded(type, db, db_scratch, std::size_t(out));
+}
+
+void Backend::attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats,
+                                   float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd) {
+  require(compute != DType::f32, "internal: attention_forward_16 in fp32");
+  attention_forward(compute, qkv, key_mask, nullptr, row_stats, ctx, B, L, H, hd);
+  round_to(compute, ctx, ctx16, std::size_t(B) * L * H * hd);
+}
+
+void Backend::attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                    float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd) {
+  require(compute != DType::f32, "internal: attention_backward_16 in fp32");
+  attention_backward(compute, qkv, probs, dctx, dqkv, B, L, H, hd);
+  round_to(compute, dqkv, dqkv16, std::size_t(B) * L * 3 * H * hd);
+}
+
+void Backend::bias_grad(Operand dy, float* dbias, int rows, int cols) {
+  if (dy.dtype == DType::f32) return bias_grad(static_cast<const float*>(dy.data), dbias, rows, cols);
+  bias_grad_16(dy.dtype, static_cast<const std::uint16_t*>(dy.data), dbias, rows, cols);
 }
 
 float Backend::abs_max(Operand x, std::size_t n) {

@@ -99,5 +99,8 @@ void note_activation(Backend& backend, Flow& flow, const std::string& module, Op
 // With detect_anomaly, checks the gradient a module's backward produced.
 void note_gradient(Backend& backend, const Flow& flow, const std::string& module, const float* dx,
                    std::size_t n);
+// The same for a gradient written only as its 16-bit copy (or fp32 values): the copy's |max|, the bits
+// of the rounded fp32 values' (the check of non-finite values is the same either way).
+void note_gradient(Backend& backend, const Flow& flow, const std::string& module, Operand dx, std::size_t n);
 
 }  // namespace avtrain

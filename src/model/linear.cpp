@@ -1,5 +1,7 @@
 #include "model/linear.hpp"
 
+#include "core/error.hpp"
+
 namespace avtrain {
 
 Linear::Linear(ParamStore& params, std::string module, int in, int out, float init_std, DType dtype, bool bias)
@@ -29,6 +31,11 @@ void Linear::forward_gelu_16(Backend& be, Operand x, float* f_scratch, std::uint
                              std::uint16_t* g16, int rows) {
   be.linear_gelu_forward_16(dtype_, x, params_.operand(weight_), bias_ >= 0 ? params_.value(bias_) : nullptr,
                             f_scratch, f16, g_scratch, g16, rows, in_, out_);
+}
+
+void Linear::backward_16(Backend& be, Operand x, const std::uint16_t* dy16, float* dx, int rows) {
+  require(dtype_ != DType::f32 && dy16, "internal: " + module_ + ": backward from 16-bit gradients in fp32");
+  backward(be, x, nullptr, dx, rows, dy16);
 }
 
 void Linear::backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16) {

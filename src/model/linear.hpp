@@ -30,6 +30,9 @@ class Linear {
   // must be exact in the module's type; dy16, when not null, holds their 16-bit patterns, which the
   // products then read (as they are: no packing of dy for each).
   void backward(Backend& be, Operand x, const float* dy, float* dx, int rows, const std::uint16_t* dy16 = nullptr);
+  // The same where dy's 16-bit patterns alone were written (fused attention's dqkv16; 16-bit types only):
+  // the products and the bias gradient read dy16 (the bits of backward given its values too).
+  void backward_16(Backend& be, Operand x, const std::uint16_t* dy16, float* dx, int rows);
   const std::string& module() const { return module_; }
   DType dtype() const { return dtype_; }
 

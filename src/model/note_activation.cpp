@@ -29,6 +29,10 @@ void note_activation(Backend& backend, Flow& flow, const std::string& module, Op
 
 void note_gradient(Backend& backend, const Flow& flow, const std::string& module, const float* dx,
                    std::size_t n) {
+  note_gradient(backend, flow, module, fp32(dx), n);
+}
+
+void note_gradient(Backend& backend, const Flow& flow, const std::string& module, Operand dx, std::size_t n) {
   if (!flow.detect_anomaly) return;
   const float m = backend.abs_max(dx, n);
   if (!std::isfinite(m)) anomaly(flow, module, "backward (its input gradient)", m);

@@ -67,6 +67,10 @@ bool TransformerBlock::attention_fused(const Backend& be, DType qkv, int head_di
   return products != DType::f32 && be.fuses_attention(products, head_dim);
 }
 
+bool TransformerBlock::attention_16_only() const {
+  return fused_attention() && attention_products() == qkv_.dtype() && be_.writes_16bit_outputs_only(qkv_.dtype());
+}
+
 TransformerBlock::State& TransformerBlock::recomputed_state() {
   if (!ws_.recomputed) ws_.recomputed = std::make_unique<State>();
   return static_cast<State&>(*ws_.recomputed);
@@ -83,7 +87,8 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   const int B = flow.B, L = flow.L, D = D_, H = H_, hd = hd_, rows = B * L;
   const std::size_t n = std::size_t(rows) * D, nh = std::size_t(rows) * hidden_;
   // Where the backend writes an output's 16-bit copy alone (device.fused), the layer reads only that
-  // copy: LayerNorm's, qkv's when attention's products read it, f1's and g's (fc2, GELU's backward);
+  // copy: LayerNorm's, qkv's when attention's products read it, ctx's when attention is fused (and
+  // backward's dqkv: attention_16_only), f1's and g's (fc2, GELU's backward);
   // their statistics are the copies' |max|, the bits of the rounded fp32 values'. `written` is the
   // copy an op left: its 16-bit patterns where it wrote those alone, else its fp32 values.
   const auto note = [&](const std::string& module, Operand y, std::size_t count) {
@@ -127,12 +132,19 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
       st.p.keep(be_, p, qkv_.dtype());
     else
       st.p.round_and_keep(be_, p, qkv_.dtype());
+    st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
+  } else if (attention_16_only()) {  // ctx's 16-bit copy alone, written by the fused attention itself
+    st.row_stats.resize(std::size_t(B) * H * L * 2);
+    st.ctx.keep_written(ctx, qkv_.dtype(), [&](std::uint16_t* ctx16) {
+      be_.attention_forward_16(products, qkv_in, flow.token_mask.data(), st.row_stats.data(), ctx.data(), ctx16, B, L,
+                               H, hd);
+    });
   } else {  // backward recomputes p from q, k and these (fused attention: always)
     st.row_stats.resize(std::size_t(B) * H * L * 2);
     be_.attention_forward(products, qkv_in, flow.token_mask.data(), nullptr, st.row_stats.data(), ctx.data(), B, L,
                           H, hd);
+    st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
   }
-  st.ctx.round_and_keep(be_, ctx, qkv_.dtype());
 
   Buffer& h = ws_[kH];
   h.resize(n);
@@ -219,12 +231,19 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
           : Backend::AttentionProbs::kept(products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand());
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
-  be_.attention_backward(products, qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
-  const std::uint16_t* dqkv16 = round_grad(qkv_, dqkv.data(), 3 * n);
-  note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
   Buffer& da = ws_[kF1];
   da.resize(n);
-  qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows, dqkv16);
+  if (attention_16_only()) {  // dqkv's 16-bit copy alone, written by the fused attention itself
+    std::uint16_t* dqkv16 = grad16(qkv_, 3 * n);
+    be_.attention_backward_16(products, qkv, p, dctx.data(), dqkv.data(), dqkv16, B, L, H, hd);
+    note_gradient(be_, flow, name() + ".attn", Operand{dqkv16, qkv_.dtype()}, 3 * n);
+    qkv_.backward_16(be_, st.a.operand(), dqkv16, da.data(), rows);
+  } else {
+    be_.attention_backward(products, qkv, p, dctx.data(), dqkv.data(), B, L, H, hd);
+    const std::uint16_t* dqkv16 = round_grad(qkv_, dqkv.data(), 3 * n);
+    note_gradient(be_, flow, name() + ".attn", dqkv.data(), 3 * n);
+    qkv_.backward(be_, st.a.operand(), dqkv.data(), da.data(), rows, dqkv16);
+  }
   note_gradient(be_, flow, qkv_.module(), da.data(), n);
   ln1_.backward(be_, x_again ? fp32(x_again) : kept.x.operand(), da.data(), st.ln1_mean.data(), st.ln1_rstd.data(), dout.data(), rows);
   be_.add_round(kept.x.dtype(), dout.data(), dh.data(), nullptr, n);  // dx = dh + d(ln1 path)

@@ -40,6 +40,9 @@ class TransformerBlock final : public Layer {
   static DType attention_products(DType qkv) { return qkv == DType::bf16 ? DType::bf16 : DType::f32; }
   DType attention_products() const { return attention_products(qkv_.dtype()); }
   bool fused_attention() const { return attention_fused(be_, qkv_.dtype(), hd_); }
+  // Fused attention that writes ctx's and dqkv's 16-bit copies alone (Backend::attention_forward_16,
+  // attention_backward_16): where it is fused and the backend writes 16-bit outputs only in qkv's type.
+  bool attention_16_only() const;
   // dy (+ plus, when not null) rounded to the type of the module it is the output gradient of and,
   // in a 16-bit type, its patterns written to the workspace's 16-bit copy in the same pass (returned;
   // null in fp32): the module's two products read it without packing dy each.

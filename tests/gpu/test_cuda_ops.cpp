@@ -482,6 +482,29 @@ TEST_F(CudaOps, BiasGradAccumulatesColumnSums) {
   }
 }
 
+// The bias gradient of 16-bit patterns: the bits of bias_grad of their values (widened exactly), on
+// the CPU and the GPU, and the GPU's against the CPU's; bias_grad of an Operand takes either.
+TEST_F(CudaOps, BiasGrad16IsBiasGradOfTheWidenedValues) {
+  for (const DType t : {DType::bf16, DType::f16})
+    for (auto [rows, cols] : {std::pair{3040, 129}, std::pair{7, 300}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+      auto dy = normal(sz(rows, cols), "bias_grad16.dy");
+      std::vector<std::uint16_t> dy16(dy.size());
+      cpu().round_to(t, dy.data(), dy16.data(), dy.size());
+      const auto db0 = normal(cols, "bias_grad16.db");
+      std::vector<float> want = db0, cpu16 = db0;
+      cpu().bias_grad(dy.data(), want.data(), rows, cols);
+      cpu().bias_grad(Operand{dy16.data(), t}, cpu16.data(), rows, cols);
+      EXPECT_TRUE(cpu16 == want) << "CPU: not the bits of the widened values";
+      DevF ddy(gpu(), dy), ddb(gpu(), db0), ddb16(gpu(), db0);
+      DeviceBuffer<std::uint16_t> ddy16(gpu(), dy16);
+      gpu().bias_grad(ddy, ddb, rows, cols);
+      gpu().bias_grad_16(t, ddy16, ddb16, rows, cols);
+      EXPECT_TRUE(ddb16.download() == ddb.download()) << "GPU: not the bits of the widened values";
+      EXPECT_TRUE(close_l2(ddb16.download(), want, kF32));
+    }
+}
+
 TEST_F(CudaOps, GeluForwardAndBackwardMatchCpuIncludingInPlaceBackward) {
   const std::size_t n = 100003;
   const auto x = normal(n, "gelu.x", 2.5), dy = normal(n, "gelu.dy");
@@ -1029,7 +1052,10 @@ bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
 // that cuDNN keeps, (-inf, 0) where no key is valid), ctx and every gradient exactly 0 in a sample
 // without a valid key and padded keys' dk, dv exactly 0, the same bits twice, and qkv in fp32 (packed
 // inside) the same bits as its 16-bit copy. qkv and the kept ctx reach the engine as 16-bit copies,
-// as the layer hands them over. `name` keys the random inputs.
+// as the layer hands them over. attention_forward_16 and attention_backward_16 (the 16-bit copies of
+// ctx and dqkv alone) give exactly the patterns of the fp32 outputs rounded (pack), the same row
+// statistics, and, widened, the CPU's results to the type's rounding; their fp32 scratch may be
+// anything. `name` keys the random inputs.
 void expect_fused_attention_matches_cpu(Backend& engine, DType t, const AttentionShape& s,
                                         const std::vector<std::uint8_t>& mask, const std::string& name, bool as_lse) {
   const auto [B, L, H, hd] = s;
@@ -1068,6 +1094,28 @@ void expect_fused_attention_matches_cpu(Backend& engine, DType t, const Attentio
   EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
   EXPECT_TRUE(close_row_stats(got.stats, stats, 1e-4)) << (as_lse ? "row statistics (lse, 1)" : "row statistics");
   EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
+  {  // The 16-bit copies alone, against the fp32 outputs rounded (got's) and the CPU's.
+    DevF d_stats(engine, nans(stats.size())), d_ctx_scratch(engine, nans(ctx.size()));
+    DevF d_dqkv_scratch(engine, nans(qkv.size())), d_dqkv(engine, got.dqkv);
+    DeviceBuffer<std::uint16_t> d_ctx16_only(engine, ctx.size()), d_dqkv16_only(engine, qkv.size());
+    DeviceBuffer<std::uint16_t> d_dqkv16_rounded(engine, qkv.size());
+    engine.attention_forward_16(t, {d_qkv16.get(), t}, d_mask, d_stats, d_ctx_scratch, d_ctx16_only, B, L, H, hd);
+    engine.attention_backward_16(t, {d_qkv16.get(), t},
+                                 Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16_only.get(), t}), d_dctx,
+                                 d_dqkv_scratch, d_dqkv16_only, B, L, H, hd);
+    engine.pack(t, d_dqkv, d_dqkv16_rounded, qkv.size());
+    DevF d_ctx(engine, got.ctx);
+    engine.pack(t, d_ctx, d_ctx16, ctx.size());
+    const auto ctx16 = d_ctx16_only.download(), dqkv16 = d_dqkv16_only.download();
+    EXPECT_TRUE(ctx16 == d_ctx16.download()) << "ctx16: not the bits of ctx rounded";
+    EXPECT_TRUE(d_stats.download() == got.stats) << "row statistics of attention_forward_16";
+    EXPECT_TRUE(dqkv16 == d_dqkv16_rounded.download()) << "dqkv16: not the bits of dqkv rounded";
+    std::vector<float> ctx_wide(ctx16.size()), dqkv_wide(dqkv16.size());
+    g_cpu->unpack(t, ctx16.data(), ctx_wide.data(), ctx_wide.size());
+    g_cpu->unpack(t, dqkv16.data(), dqkv_wide.data(), dqkv_wide.size());
+    EXPECT_TRUE(close_l2(ctx_wide, ctx, kHalf)) << "ctx16 widened";
+    EXPECT_TRUE(close_l2(dqkv_wide, dqkv, kHalf)) << "dqkv16 widened";
+  }
   const auto empty = [&](int b, int) { return no_valid_key(mask, b, L); };
   EXPECT_EQ(nonzero_where(got.ctx, s, 1, 0, empty), 0u) << "ctx of a sample without valid keys";
   EXPECT_EQ(nonzero_where(got.dqkv, s, 3, 0, empty), 0u) << "dq of a sample without valid keys";

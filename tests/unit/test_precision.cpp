@@ -274,9 +274,26 @@ TEST_P(BlockInSixteenBits, AFullyFp32ListedBlockIsTheFp32Block) {
 // The CPU standing in for a backend that writes 16-bit outputs alone (CUDA under device.fused): the
 // *_16 ops run the separate ops, then poison the fp32 buffers they were given (their scratch) with
 // NaN, so a layer that still read them would show it in its outputs, gradients or statistics.
+// With fused_attention, it also claims fused attention in 16-bit products (the CPU's unfused attention
+// gives the same bits with p kept or recomputed) and runs attention_forward_16 / attention_backward_16
+// as their defaults, poisoning their fp32 scratch (ctx, dqkv) after.
 class SixteenBitOutputsOnly final : public CpuBackend {
  public:
+  explicit SixteenBitOutputsOnly(bool fused_attention = false) : fused_attention_(fused_attention) {}
   bool writes_16bit_outputs_only(DType type) const override { return type != DType::f32; }
+  bool fuses_attention(DType compute, int) const override { return fused_attention_ && compute != DType::f32; }
+  void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
+                            std::uint16_t* ctx16, int B, int L, int H, int hd) override {
+    CpuBackend::attention_forward_16(compute, qkv, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
+    fill(ctx, std::size_t(B) * L * H * hd, NAN);
+    ++attention_calls;
+  }
+  void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                             std::uint16_t* dqkv16, int B, int L, int H, int hd) override {
+    CpuBackend::attention_backward_16(compute, qkv, probs, dctx, dqkv, dqkv16, B, L, H, hd);
+    fill(dqkv, std::size_t(B) * L * 3 * H * hd, NAN);
+    ++attention_calls;
+  }
   void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
                          int in, int out) override {
     CpuBackend::linear_forward_16(type, x, w, bias, y, y16, rows, in, out);
@@ -297,10 +314,15 @@ class SixteenBitOutputsOnly final : public CpuBackend {
     ++calls;
   }
   int* calls_out = nullptr;
-  int calls = 0;
+  int* attention_calls_out = nullptr;
+  int calls = 0, attention_calls = 0;
   ~SixteenBitOutputsOnly() override {
     if (calls_out) *calls_out = calls;
+    if (attention_calls_out) *attention_calls_out = attention_calls;
   }
+
+ private:
+  bool fused_attention_;
 };
 
 // Where the backend keeps only the 16-bit copies of LayerNorm's outputs, qkv (bf16: attention's
@@ -321,6 +343,29 @@ TEST_P(BlockInSixteenBits, ReadsOnlyTheSixteenBitCopiesWhereTheBackendWritesNoth
     EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
     EXPECT_EQ(only16.act_absmax, ref.act_absmax);
     EXPECT_EQ(ref.act_absmax.size(), 6u) << "ln1, qkv, proj, ln2, fc1, fc2";
+  }
+}
+
+// Fused attention that writes ctx's and dqkv's 16-bit copies alone (bf16: attention's products are
+// in qkv's type; fp16 blocks do not fuse attention): the block reads those copies only, under every
+// recompute mode, and gives the bits of the unfused path with its fp32 ctx and dqkv rounded by the layer.
+TEST_P(BlockInSixteenBits, FusedAttentionReadsOnlyTheSixteenBitCopiesOfCtxAndDqkv) {
+  const DType t = GetParam();
+  for (const Recompute recompute : {Recompute::none, Recompute::attention, Recompute::blocks}) {
+    SCOPED_TRACE(std::string("recompute ") + enum_name(recompute));
+    const BlockRun ref = run_block(PrecisionPolicy(config_with(t)), make_cpu_backend(), recompute);
+    int calls = 0, attention_calls = 0;
+    auto stand_in = std::make_unique<SixteenBitOutputsOnly>(true);
+    stand_in->calls_out = &calls;
+    stand_in->attention_calls_out = &attention_calls;
+    const BlockRun only16 = run_block(PrecisionPolicy(config_with(t)), std::move(stand_in), recompute);
+    // Forward (again in backward under recompute = blocks), then backward.
+    EXPECT_EQ(attention_calls, t == DType::bf16 ? (recompute == Recompute::blocks ? 3 : 2) : 0);
+    EXPECT_EQ(calls, (t == DType::bf16 ? 4 : 3) * (recompute == Recompute::blocks ? 2 : 1));
+    EXPECT_EQ(relative_error(only16.y, ref.y), 0.0);
+    EXPECT_EQ(relative_error(only16.dx, ref.dx), 0.0);
+    EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
+    EXPECT_EQ(only16.act_absmax, ref.act_absmax);
   }
 }
 

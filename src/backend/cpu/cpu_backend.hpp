@@ -39,6 +39,8 @@ class CpuBackend : public Backend {
   void scale(float* x, std::size_t n, float a) override;
   void fill_rows(float* y, const float* row, int rows, int cols) override;
   void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
+  void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) override;
+  using Backend::bias_grad;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
   void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;

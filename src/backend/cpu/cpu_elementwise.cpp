@@ -139,6 +139,11 @@ void CpuBackend::abs_max_into(const float* x, std::size_t n, float* result) {
 
 void CpuBackend::sum_squares_into(const float* x, std::size_t n, double* result) { *result += sum_squares(x, n); }
 
+// The patterns widened (exactly) into scratch, then the fp32 sum: its bits by construction.
+void CpuBackend::bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) {
+  bias_grad(widened({dy, dtype}, std::size_t(rows) * cols, operand_x_), dbias, rows, cols);
+}
+
 // The patterns widened (exactly) into scratch, then the fp32 maximum: its bits by construction.
 float CpuBackend::abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) {
   return abs_max(widened({x, dtype}, n, operand_x_), n);
