@@ -640,7 +640,7 @@ TEST_F(CudaOps, TensorStatsManyIntoLeavesTensorStatsManysBitsOnTheDevice) {
 
 // The update's gate decided on the device (one thread, backend/update_gate.hpp) has the host's bits
 // from the same statistics: clipping or not, no clip, loss scales that are and are not powers of
-// two, a non-finite gradient count, a non-finite loss, an infinite sum of squares.
+// two, a non-finite gradient count, a non-finite loss, an infinite and a NaN sum of squares.
 TEST_F(CudaOps, UpdateGateOnTheDeviceIsTheHostsBitForBit) {
   KeyedRandom rng(kSeed, "update_gate");
   std::vector<Backend::TensorStats> stats(11);
@@ -656,7 +656,7 @@ TEST_F(CudaOps, UpdateGateOnTheDeviceIsTheHostsBitForBit) {
   };
   const Case cases[] = {{1, 1.0f, 0, false, 3e9},  {1024, 1.0f, 0, false, 3e9},    {3, 0.0f, 0, false, 0.25},
                         {1000, 1e6f, 0, false, 7.5}, {65536, 1.0f, 2, false, 1.0}, {1, 1.0f, 0, true, 1.0},
-                        {1, 1.0f, 0, false, kInf}, {0.5, 2.0f, 0, false, 1e-3}};
+                        {1, 1.0f, 0, false, kInf}, {0.5, 2.0f, 0, false, 1e-3},  {1, 1.0f, 0, false, kNaN}};
   for (std::size_t k = 0; k < std::size(cases); ++k) {
     SCOPED_TRACE("case " + std::to_string(k));
     const Case& c = cases[k];
@@ -1094,10 +1094,13 @@ void expect_fused_attention_matches_cpu(Backend& engine, DType t, const Attentio
   EXPECT_TRUE(close_l2(got.ctx, ctx, kHalf)) << "ctx";
   EXPECT_TRUE(close_row_stats(got.stats, stats, 1e-4)) << (as_lse ? "row statistics (lse, 1)" : "row statistics");
   EXPECT_TRUE(close_l2(got.dqkv, dqkv, kHalf)) << "dqkv";
-  {  // The 16-bit copies alone, against the fp32 outputs rounded (got's) and the CPU's.
+  {  // The 16-bit copies alone, against the fp32 outputs rounded (got's) and the CPU's. Their buffers
+     // start as NaN patterns (as the layer's copies hold the last step's values), so an element the
+     // engine leaves unwritten, an empty sample's zeroing included, shows.
     DevF d_stats(engine, nans(stats.size())), d_ctx_scratch(engine, nans(ctx.size()));
     DevF d_dqkv_scratch(engine, nans(qkv.size())), d_dqkv(engine, got.dqkv);
-    DeviceBuffer<std::uint16_t> d_ctx16_only(engine, ctx.size()), d_dqkv16_only(engine, qkv.size());
+    DeviceBuffer<std::uint16_t> d_ctx16_only(engine, std::vector<std::uint16_t>(ctx.size(), 0x7fff));
+    DeviceBuffer<std::uint16_t> d_dqkv16_only(engine, std::vector<std::uint16_t>(qkv.size(), 0x7fff));
     DeviceBuffer<std::uint16_t> d_dqkv16_rounded(engine, qkv.size());
     engine.attention_forward_16(t, {d_qkv16.get(), t}, d_mask, d_stats, d_ctx_scratch, d_ctx16_only, B, L, H, hd);
     engine.attention_backward_16(t, {d_qkv16.get(), t},
@@ -1935,7 +1938,9 @@ TEST_F(CudaOps, AdamWTensorsFusedGiveTheBitsOfTheSeparateOps) {
                         1e-8f, gate, skipped ? step : step - (step > 3));
     }
     SCOPED_TRACE("step " + std::to_string(step));
-    if (skipped) EXPECT_TRUE(separate->w.download() == w_before) << "a skipped step writes nothing";
+    if (skipped) {
+      EXPECT_TRUE(separate->w.download() == w_before) << "a skipped step writes nothing";
+    }
     EXPECT_TRUE(separate->w.download() == fused_state->w.download()) << "w";
     EXPECT_TRUE(separate->g.download() == fused_state->g.download()) << "g";
     EXPECT_TRUE(separate->m.download() == fused_state->m.download()) << "m";
