@@ -25,6 +25,8 @@ class AdamW {
   // result is the same bits as the whole's.
   void step(float lr, const float* gate);
   void took_step() { ++t_; }
+  // Where a gate decided in tensor memory goes (Backend::update_gate), for step(lr, gate()).
+  float* gate() { return gate_.data(); }
   // An update decided on the host: step() with the factor as its gate, counted.
   void step(float lr, float grad_factor = 1.0f);
   // The state a checkpoint holds: the moments of the part (laid out as the ParamStore's values,
@@ -42,7 +44,7 @@ class AdamW {
   FlatPart part_;
   Buffer m_, v_;
   std::vector<Backend::AdamWTensor> tensors_;  // the trainable tensors of the part, made at the first step
-  Buffer gate_;  // a host-decided update's gate, uploaded
+  Buffer gate_;  // the update's gate: decided in tensor memory, or uploaded
   int t_ = 0;
 };
 

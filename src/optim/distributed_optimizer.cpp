@@ -137,9 +137,8 @@ double DistributedOptimizer::working_sum_squares() {
 void DistributedOptimizer::step(float lr, float grad_factor) { adamw_->step(lr, grad_factor); }
 
 void DistributedOptimizer::step_as_decided_on_device(float lr, const Backend::UpdateRule& rule) {
-  gate_.resize(2);
-  be_.update_gate(grad_stats_.data(), rule, gate_.data());
-  adamw_->step(lr, gate_.data());
+  be_.update_gate(grad_stats_.data(), rule, adamw_->gate());
+  adamw_->step(lr, adamw_->gate());
 }
 
 void DistributedOptimizer::all_gather() {

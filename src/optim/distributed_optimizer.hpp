@@ -126,7 +126,6 @@ class DistributedOptimizer {
   // `base` (where element part.begin is), into `into` (tensor memory), in one pass.
   void start_param_stats(const float* base, FlatPart part, float threshold, AlignedArray<Backend::TensorStats>& into);
   AlignedArray<Backend::TensorStats> grad_stats_, value_stats_;  // what start_statistics() left
-  Buffer gate_;  // step_as_decided_on_device's gate
   double working_sum_squares();
 };
 

@@ -108,9 +108,7 @@ struct Trainer::Impl {
     std::vector<LayerRow> layers;       // this stage's modules
     std::string stop;                   // why every rank stops after this step ("" : it does not)
     std::string time_note;              // rank 0, out of time: the account of the time at the decision
-    bool update_issued = false;         // one rank: the update went to the device before this agreement
-    float lr = 0;                       // its learning rate, if taken
-    Clock::time_point update_started;
+    std::optional<Clock::time_point> update_issued;  // one rank: when the update went to the device, before this agreement
   };
 
   struct Update {
@@ -208,11 +206,9 @@ struct Trainer::Impl {
     Agreement a;
     layer_statistics->start(optimizer, policy.compute());
     if (update_decided_on_device()) {
-      a.update_started = Clock::now();
-      a.lr = learning_rate(config.optim, run.applied_steps, config.train.steps);
-      optimizer.step_as_decided_on_device(
-          a.lr, layer_statistics->update_rule(w.loss_scale, config.optim.clip_norm, w.loss_finite));
-      a.update_issued = true;
+      a.update_issued = Clock::now();
+      optimizer.step_as_decided_on_device(learning_rate(config.optim, run.applied_steps, config.train.steps),
+                                          layer_statistics->update_rule(w.loss_scale, config.optim.clip_norm, w.loss_finite));
     }
     a.layers = layer_statistics->rows(optimizer, w.acts, w.loss_scale, a.stage_sum_squares);
     std::uint64_t nonfinite = 0;
@@ -249,7 +245,7 @@ struct Trainer::Impl {
   Update update(RunState& run, StepWork& w, const Agreement& a) {
     Update u;
     u.applied = run.scaler.update(a.found_inf, w.step);
-    const auto t_opt = a.update_issued ? a.update_started : Clock::now();
+    const auto t_opt = a.update_issued.value_or(Clock::now());
     if (u.applied) {
       u.lr = learning_rate(config.optim, run.applied_steps++, config.train.steps);
       // Unscaled, clipped and updated in one pass, the working copies (under ZeRO, of this replica's
