@@ -337,7 +337,8 @@ void bind(OptionTable& t, RunConfig& c) {
         "signal: a benchmark's run; an existing one is still resumed)",
         Range<int>{-1, kIntMax, ">= -1"});
   t.add("[checkpoint] checkpoints", "checkpoint.minutes", &c.checkpoint.minutes,
-        "wall-time minutes between checkpoints (0: off)", kNonNegative);
+        "wall-time minutes between checkpoints, beside checkpoint.interval (a lost node loses at most this much "
+        "work; rank 0's clock, agreed in the step's one reduction); 0: off", kNonNegative);
   t.add("[checkpoint] checkpoints", "checkpoint.keep", &c.checkpoint.keep,
         "committed checkpoints kept; an older one is deleted only after a newer one is committed", kAtLeast1);
   t.add("[checkpoint] checkpoints", "checkpoint.dir", &c.checkpoint.dir, "where checkpoints go (default OUT/checkpoints)");

@@ -239,16 +239,14 @@ std::string Checkpointing::why_none() const {
   return dir_.empty() ? "no --out or checkpoint.dir" : "checkpoint.interval -1";
 }
 
-bool Checkpointing::due(std::int64_t step, bool last) {
+bool Checkpointing::minutes_passed() const {
+  if (!writes() || config_.checkpoint.minutes <= 0) return false;
+  return std::chrono::duration<double>(Clock::now() - last_save_).count() / 60.0 >= config_.checkpoint.minutes;
+}
+
+bool Checkpointing::due(std::int64_t step, bool last, bool by_time) const {
   if (!writes()) return false;
-  bool due = last || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
-  if (!due && config_.checkpoint.minutes > 0) {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - last_save_).count() / 60.0;
-    double flag = topo_.rank == 0 && elapsed >= config_.checkpoint.minutes ? 1.0 : 0.0;
-    world_.all_reduce(&flag, 1, parallel::ReduceOp::max);
-    due = flag > 0;
-  }
-  return due;
+  return last || by_time || (config_.checkpoint.interval > 0 && (step + 1) % config_.checkpoint.interval == 0);
 }
 
 Checkpointing::~Checkpointing() {

@@ -63,8 +63,11 @@ class Checkpointing {
   // an estimate at 100 MiB/s): what a time budget keeps in hand.
   double expected_seconds(const ParamStore& params) const;
 
-  // Whether to write a checkpoint after `step` (the same answer on every rank).
-  bool due(std::int64_t step, bool last);
+  // Whether to write a checkpoint after `step`: the last one, every checkpoint.interval steps, or
+  // `by_time` (rank 0's minutes_passed, agreed over the world): the same answer on every rank.
+  bool due(std::int64_t step, bool last, bool by_time) const;
+  // This rank's clock: checkpoint.minutes (> 0) have passed since the last checkpoint or the start.
+  bool minutes_passed() const;
   // Starts the checkpoint taken after the step before counters.next_step: waits for the one in
   // flight (and commits it), creates its directory, copies this stage's state out of the step (all
   // the step waits for) and writes it on a thread of its own. Collective. Under ZeRO (the state's

@@ -49,7 +49,7 @@ constexpr EnumNames<ZeroWrite, 2> enum_names(ZeroWrite) {
 
 struct CheckpointConfig {
   int interval = 0;           // steps between checkpoints; 0: none but the last step's; -1: none written
-  double minutes = 0;         // wall-time minutes between checkpoints; 0: off
+  double minutes = 30;        // wall-time minutes between checkpoints; 0: off
   int keep = 2;               // committed checkpoints kept (an older one goes after a newer one is committed)
   std::string dir;            // default OUT/checkpoints
   ZeroWrite zero_write = ZeroWrite::parallel;

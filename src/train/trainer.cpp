@@ -107,9 +107,22 @@ struct Trainer::Impl {
     double stage_sum_squares = 0;       // this stage's squared gradient norm, unscaled
     std::vector<LayerRow> layers;       // this stage's modules
     std::string stop;                   // why every rank stops after this step ("" : it does not)
+    bool checkpoint_by_time = false;    // rank 0's checkpoint.minutes have passed since the last checkpoint
     std::string time_note;              // rank 0, out of time: the account of the time at the decision
     std::optional<Clock::time_point> update_issued;  // one rank: when the update went to the device, before this agreement
   };
+
+  // What every rank agrees on after a step, in one MAX reduction: a flag each (a signal's number for
+  // stop_signal), contiguous doubles so the struct is the reduction's buffer.
+  struct AgreedFlags {
+    double found_inf;            // a non-finite gradient, loss or sum of squares: skip the step
+    double nonfinite_gradients;  // of those, non-finite gradients (named by module in fp32)
+    double stop_signal;          // a stop signal's number on some rank
+    double out_of_time;          // rank 0: the time budget leaves no room for another step
+    double checkpoint_by_time;   // rank 0: checkpoint.minutes have passed since the last checkpoint
+    static constexpr int kCount = 5;
+  };
+  static_assert(sizeof(AgreedFlags) == AgreedFlags::kCount * sizeof(double));
 
   struct Update {
     bool applied = false;
@@ -218,12 +231,15 @@ struct Trainer::Impl {
     // In the same reduction: a stop signal on any rank, and rank 0's view of the time budget.
     const bool late = topo.rank == 0 && run.budget.out_of_time(time_margin(run));  // rank 0's view
     if (late) a.time_note = run.budget.note(time_margin(run));
-    double flags[4] = {(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
-                       nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), late ? 1.0 : 0.0};
-    groups.world->all_reduce(flags, 4, parallel::ReduceOp::max);
-    a.found_inf = flags[0] > 0;
-    if (flags[2] > 0) a.stop = signal_name(int(flags[2]));
-    else if (flags[3] > 0) a.stop = run.budget.source();
+    // And rank 0's clock for checkpoints by wall time (checkpoint.minutes).
+    AgreedFlags flags{(nonfinite > 0 || !w.loss_finite || !std::isfinite(a.stage_sum_squares)) ? 1.0 : 0.0,
+                      nonfinite > 0 ? 1.0 : 0.0, double(stop_signal()), late ? 1.0 : 0.0,
+                      topo.rank == 0 && run.checkpoints.minutes_passed() ? 1.0 : 0.0};
+    groups.world->all_reduce(&flags.found_inf, AgreedFlags::kCount, parallel::ReduceOp::max);
+    a.found_inf = flags.found_inf > 0;
+    a.checkpoint_by_time = flags.checkpoint_by_time > 0;
+    if (flags.stop_signal > 0) a.stop = signal_name(int(flags.stop_signal));
+    else if (flags.out_of_time > 0) a.stop = run.budget.source();
     // The global norm counts each parameter once: one replica per stage adds its stage's squares.
     double sums[2] = {topo.dp_rank == 0 ? a.stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
     groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
@@ -234,7 +250,7 @@ struct Trainer::Impl {
       for (const LayerRow& r : a.layers)
         if (r.nonfinite) where += (where.empty() ? "" : ", ") + r.layer;
       if (!where.empty()) throw Error("step " + std::to_string(w.step) + ": non-finite gradients in " + where);
-      if (flags[1] > 0 || topo.rank != 0) throw ErrorElsewhere();
+      if (flags.nonfinite_gradients > 0 || topo.rank != 0) throw ErrorElsewhere();
       throw Error("step " + std::to_string(w.step) + ": the gradient norm is not finite");
     }
     return a;
@@ -359,7 +375,7 @@ struct Trainer::Impl {
             << std::endl;
     }
     const bool final = last_step(step) || !stop.empty();
-    if (!run.checkpoints.due(step, final)) return;
+    if (!run.checkpoints.due(step, final, agreed.checkpoint_by_time)) return;
     run.summary.checkpointed = final;
     run.checkpoints.save(be, optimizer,
                          {step + 1, run.applied_steps, optimizer.adamw().updates(), run.scaler.state(), run.elapsed_s()},
