@@ -38,6 +38,9 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
     fused_attention_capable_ = major >= 8;
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, options_.device));
+    shared_optin_bytes_ = std::size_t(optin);
     if (options_.fused && options_.attention != FusedAttentionEngine::own) {
       if (!fused_attention_capable_) cudnn_problem_ = "the GPU is older than sm_80";
       else cudnn_ = CudnnAttention::open(stream_, cudnn_problem_);

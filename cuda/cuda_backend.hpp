@@ -245,6 +245,8 @@ class CudaBackend final : public Backend {
 
   CudaOptions options_;
   bool fused_attention_capable_ = false;  // the device has sm_80's tensor-core instructions
+  std::size_t shared_optin_bytes_ = 0;    // shared memory a block may opt in to (the own flash kernels' bound)
+  bool cudnn_at_hand() const { return cudnn_ != nullptr; }
   std::unique_ptr<CudnnAttention> cudnn_;  // where device.fused and device.attention want it and it opened
   std::string cudnn_problem_;              // why not, in one line
   std::set<std::string> cudnn_refusals_said_;

@@ -24,6 +24,7 @@
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "cudnn_attention.hpp"
+#include "flash_attention_layout.hpp"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -111,6 +112,10 @@ bool CudaBackend::cudnn_takes(DType compute, int B, int L, int H, int hd) {
   if (options_.attention == FusedAttentionEngine::cudnn)
     throw Error("--device.attention cudnn: " + cudnn_->description() + " does not take attention at " + s.name() +
                 ": " + why);
+  const std::string own_problem = flash::why_not(hd, shared_optin_bytes_);
+  if (!own_problem.empty())
+    throw Error("fused attention at " + s.name() + ": " + cudnn_->description() + " does not take it (" + why +
+                ") and " + own_problem + ": run with --device.fused 0");
   const std::string said = s.name();
   if (cudnn_refusals_said_.insert(said).second && options_.rank == 0)
     std::fprintf(stderr, "[rank 0] cuDNN SDPA does not take attention at %s (%s): the own flash kernel runs it\n",
@@ -119,9 +124,15 @@ bool CudaBackend::cudnn_takes(DType compute, int B, int L, int H, int hd) {
 }
 
 std::string CudaBackend::attention_engine(DType compute, int head_dim) const {
-  if (!fuses_attention(compute, head_dim)) return "";
+  const bool asked = options_.fused && compute != DType::f32 && fused_attention_capable_;
+  const std::string own_problem = flash::why_not(head_dim, shared_optin_bytes_);
+  if (!fuses_attention(compute, head_dim)) {
+    if (!asked || !flash::has_kernel(head_dim)) return "";
+    return own_problem + (cudnn_problem_.empty() ? "" : "; no cuDNN: " + cudnn_problem_);
+  }
   if (options_.attention == FusedAttentionEngine::own) return "own flash kernel, device.attention own";
   if (!cudnn_) return "own flash kernel; no cuDNN: " + cudnn_problem_;
+  if (!own_problem.empty()) return cudnn_->description() + "; " + own_problem + ": cuDNN alone";
   return cudnn_->description() + (options_.attention == FusedAttentionEngine::automatic
                                       ? ", the own flash kernel at shapes it does not take"
                                       : "");

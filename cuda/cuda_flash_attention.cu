@@ -32,6 +32,7 @@
 #include "core/half.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "flash_attention_layout.hpp"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -40,11 +41,13 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kTile = 64;   // queries per block (forward, dQ) and keys per streamed tile; keys per block (dK, dV)
-constexpr int kWarps = 4;   // 16 rows of the block's tile each
+using flash::BackwardLayout;
+using flash::ForwardLayout;
+using flash::kLdP;
+using flash::kLdS;
+using flash::kTile;
+using flash::kWarps;
 constexpr int kThreadsPerBlock = kWarps * kWarp;
-constexpr int kLdS = kTile + 4;  // fp32 score tiles, padded against bank conflicts
-constexpr int kLdP = kTile + 8;  // 16-bit probability / dS tiles
 
 template <DType T>
 struct Element;
@@ -146,19 +149,6 @@ __device__ void load_key_mask(std::uint8_t* mask_s, const std::uint8_t* key_mask
   if (threadIdx.x < kTile)
     mask_s[threadIdx.x] = k0 + int(threadIdx.x) < L ? key_mask[std::size_t(b) * L + k0 + threadIdx.x] : 0;
 }
-
-// Shared memory of the forward kernel, in elements of 16 bits (every piece a multiple of 32 bytes).
-template <int HD>
-struct ForwardLayout {
-  static constexpr int ldh = HD + 8, ldo = HD + 4;
-  static constexpr int q = 0, k = q + kTile * ldh, v = k + kTile * ldh;
-  static constexpr int s = v + kTile * ldh;              // per warp: 16 x kLdS fp32
-  static constexpr int p = s + kWarps * 16 * kLdS * 2;   // per warp: 16 x kLdP 16-bit
-  static constexpr int o = p + kWarps * 16 * kLdP;       // per warp: 16 x ldo fp32
-  static constexpr int rows = o + kWarps * 16 * ldo * 2; // per warp: 16 fp32 (a per-row factor)
-  static constexpr int mask = rows + kWarps * 16 * 2;    // kTile bytes
-  static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
-};
 
 template <DType T, int HD, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -278,22 +268,6 @@ __global__ void row_dot_kernel(const std::uint16_t* dout, const std::uint16_t* o
     dot[(b * H + h) * L + l] = sum;
   }
 }
-
-// Shared memory of the two backward kernels: the block's own 64 rows of two matrices (fixed), two
-// streamed tiles, per-row numbers of the query rows, the key mask of the keys in play, and per warp
-// an fp32 score tile and two 16-bit tiles (P, dS).
-template <int HD>
-struct BackwardLayout {
-  static constexpr int ldh = HD + 8;
-  static constexpr int own_a = 0, own_b = own_a + kTile * ldh;
-  static constexpr int tile_a = own_b + kTile * ldh, tile_b = tile_a + kTile * ldh;
-  static constexpr int s = tile_b + kTile * ldh;          // per warp: 16 x kLdS fp32
-  static constexpr int p = s + kWarps * 16 * kLdS * 2;    // per warp: 16 x kLdP
-  static constexpr int ds = p + kWarps * 16 * kLdP;       // per warp: 16 x kLdP
-  static constexpr int numbers = ds + kWarps * 16 * kLdP; // 3 x kTile fp32: m, 1 / l, dot
-  static constexpr int mask = numbers + 3 * kTile * 2;    // kTile bytes
-  static constexpr std::size_t bytes = std::size_t(mask) * 2 + kTile;
-};
 
 // That memory, carved; the warp's own tiles for the calling warp.
 template <int HD>
@@ -527,7 +501,7 @@ void backward_into(const FlashArgs& a, const std::uint16_t* dout, const float* s
   else backward_for<T, HD>(a, dout, stats, dot, dqkv32);
 }
 
-// The head dimensions with a kernel: multiples of 16 the tiles fit in shared memory with.
+// The head dimensions with a kernel (flash::has_kernel): multiples of 16 the tiles fit in shared memory with.
 template <DType T, typename Run>
 void by_head_dim(int hd, Run&& run) {
   switch (hd) {
@@ -543,7 +517,7 @@ void by_head_dim(int hd, Run&& run) {
 
 bool CudaBackend::fuses_attention(DType compute, int head_dim) const {
   return options_.fused && compute != DType::f32 && fused_attention_capable_ &&
-         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128);
+         flash::fused_runs(head_dim, shared_optin_bytes_, cudnn_at_hand());
 }
 
 void CudaBackend::flash_forward(DType compute, const std::uint16_t* qkv, const std::uint8_t* key_mask, float* row_stats,

@@ -232,8 +232,9 @@ class Backend : public TensorMemory {
   // Its results differ from the unfused path's in the roundings of a 16-bit type (p is rounded before
   // it is normalised; dot(dctx, ctx) replaces rowsum(dP * P)), and repeat bit for bit.
   virtual bool fuses_attention(DType /*compute*/, int /*head_dim*/) const { return false; }
-  // Which engine runs that fused attention, in words for the log and run.json (empty where not fused
-  // or there is one engine). Its row_stats may hold (lse, 1) instead of (max, 1 / sum): the same
+  // Which engine runs that fused attention, in words for the log and run.json (empty where there is one
+  // engine); where fusing was asked for but attention runs unfused, why (empty where it was not asked
+  // for). Its row_stats may hold (lse, 1) instead of (max, 1 / sum): the same
   // probabilities, exp(s - max) / sum = exp(s - lse); a backward reads what its forward wrote.
   virtual std::string attention_engine(DType /*compute*/, int /*head_dim*/) const { return {}; }
   // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).

@@ -53,9 +53,10 @@ std::string RunManifest::attention_path() const {
   if (config_.model.depth == 0 || config_.model.heads <= 0) return "unfused";
   const int head_dim = config_.model.width / config_.model.heads;
   const DType qkv = policy_.of("blocks.0.attn.qkv");
-  if (!TransformerBlock::attention_fused(be_, qkv, head_dim)) return "unfused";
+  const bool fused = TransformerBlock::attention_fused(be_, qkv, head_dim);
   const std::string engine = TransformerBlock::attention_engine(be_, qkv, head_dim);
-  return engine.empty() ? "fused" : "fused (" + engine + ")";
+  const std::string path = fused ? "fused" : "unfused";
+  return engine.empty() ? path : path + " (" + engine + ")";
 }
 
 nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohmann::json& fingerprint,
