@@ -3,7 +3,7 @@
 # over synthetic shard sets at three shapes, each stored without compression, with gzip (shuffle +
 # deflate) at levels 1, 4 (the default) and 9 and with zstd (shuffle + zstd, filter 32015) at levels
 # 1 and 3, each read with 1, 2 and 4 reader threads (data.reader_threads); then what one node of 8
-# GPUs needs, from the step rates measured on an H200 (../shared/gpu-runs/2026-12-04, docs/cuda.md),
+# GPUs needs, from the step rates measured on an H200 on 2026-12-04 (docs/cuda.md, "The H200 run"),
 # and how many reader cores that is at each rate. The shards stay in the page cache (they are read
 # once before timing): what is measured is HDF5's reads, the decompression and the batch assembly,
 # not the disk.
@@ -119,7 +119,7 @@ done
 /usr/bin/python3 - "$results" "$(nproc)" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-# One H200's step rates (../shared/gpu-runs/2026-12-04): the quickstart 32 samples in 10.1 ms (FP32);
+# One H200's step rates (2026-12-04, docs/cuda.md): the quickstart 32 samples in 10.1 ms (FP32);
 # the large deck 8 samples in 375 ms (BF16 today) and 175 ms (issue 27's goal). No GPU has run the
 # VGGSound-like shape: its model is taken as the large deck's (a larger input would only slow it).
 per_gpu = {"quickstart": [("10.1 ms step", 32 / 0.0101)],

@@ -283,8 +283,9 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[train] step loop", "train.out", &c.train.out,
         "trace directory (run.json, trace.csv, layers.csv, ranks.csv)", "out");
   t.add("[train] step loop", "train.max_minutes", &c.train.max_minutes,
-        "wall-time budget in minutes: stop with a checkpoint (exit 75) while the time left still covers a step, "
-        "an evaluation and a checkpoint; 0: none (a Slurm job's end time, SLURM_JOB_END_TIME, still counts)",
+        "wall-time budget in minutes from the process's start: stop with a checkpoint (exit 75) while the time left "
+        "still covers two steps, the longest evaluation, a checkpoint and 5 s; 0: none (a Slurm job's end time, "
+        "SLURM_JOB_END_TIME, still counts)",
         kNonNegative, "max-minutes");
 
   const std::string L = "[parallel] pipeline x data parallelism";
