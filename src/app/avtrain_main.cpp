@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     avtrain::require(!options.config.data.dir.empty(), "no shard set given: set data.dir in the deck or pass --data DIR");
-    if (!options.config.dry_run)
+    if (!options.config.dry_run.on)
       groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "avtrain: %s\n", e.what());
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   }
   int code = avtrain::kExitDone;
   try {
-    if (options.config.dry_run) {
+    if (options.config.dry_run.on) {
       if (rank == 0) describe(options.config);
     } else {
       code = train(options, *groups);

@@ -363,6 +363,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "mixup alpha: the rows of a micro-batch mixed with a keyed permutation of it, lambda = max(l, 1 - l), "
         "l ~ Beta(alpha, alpha); loss lambda CE(own label) + (1 - lambda) CE(partner's); 0: off", kNonNegative);
 
+  t.add("[dry-run] sizing a job for a GPU", "dry-run.device_memory_gb", &c.dry_run.device_memory_gb,
+        "GiB of one GPU that --dry-run sizes the job for (each rank's state, activations and workspace against "
+        "90 % of it, or device.arena_mb)", kPositive);
+
   t.add("[debug] fault injection for tests", "debug.inject_overflow", &c.debug.inject_overflow,
         "RANK:STEP: put an inf into that rank's gradients at that step (every rank must skip it)");
   t.add("[debug] fault injection for tests", "debug.perturb_weights", &c.debug.perturb_weights,
@@ -393,7 +397,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   po::options_description general("General");
   general.add_options()("help,h", "print this help")("config", po::value<std::string>(&c.deck),
                                                       "input deck (*.ini); also the first positional argument")(
-      "dry-run", po::bool_switch(&c.dry_run), "print layers, parameter counts and a memory estimate, then exit")(
+      "dry-run", po::bool_switch(&c.dry_run.on),
+      "print layers, parameter counts, the memory of each train.recompute setting and, for --device cuda, what "
+      "each rank holds on a GPU of dry-run.device_memory_gb and what makes it fit; then exit")(
       "resume", po::value<std::string>(&c.resume)->default_value("auto"),
       "auto: continue from the newest committed checkpoint, if there is one; none: start afresh; or a "
       "checkpoint directory (OUT/checkpoints/step-NNNNNNN)")(

@@ -94,6 +94,12 @@ struct DeviceConfig {
   double arena_mb = 0;          // cuda: the tensor arena taken at start; 0: 90 % of the GPU's free memory
 };
 
+// --dry-run: print the layers, the memory of every setting and the job's fit on a GPU, then exit.
+struct DryRunConfig {
+  bool on = false;
+  double device_memory_gb = 80;  // GiB of one GPU that the job is sized for (dry-run.device_memory_gb)
+};
+
 struct RunConfig {
   std::string deck;           // the input deck read, if any
   ModelConfig model;
@@ -109,7 +115,7 @@ struct RunConfig {
   std::string resume = "auto";  // auto: the newest committed checkpoint, if any; none; or a checkpoint directory
   bool overwrite = false;       // a fresh run may replace the traces already in --out
   bool eval_only = false;       // evaluate the checkpoint --resume names on the validation split, then exit
-  bool dry_run = false;
+  DryRunConfig dry_run;
   // Samples per optimizer step over all replicas: dp x micro_batch x micro_batches.
   int global_batch(int dp) const { return dp * train.micro_batch * train.micro_batches; }
 };

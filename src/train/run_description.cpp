@@ -9,68 +9,12 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/run_config.hpp"
+#include "train/device_fit.hpp"
 #include "train/stage_plan.hpp"
 
 namespace avtrain {
 
 namespace {
-// A micro-batch with every sample at full length: what the memory estimate runs.
-data::MicroBatch full_length_probe(const data::SetInfo& s, int B) {
-  data::MicroBatch probe;
-  probe.size = B;
-  probe.audio.assign(std::size_t(B) * s.audio_samples, 0.0f);
-  probe.audio_len.assign(B, int(s.audio_samples));
-  probe.video.assign(std::size_t(B) * s.frames * s.height * s.width * s.channels, 0);
-  probe.video_len.assign(B, s.frames);
-  probe.label.assign(B, 0);
-  probe.index.assign(B, 0);
-  return probe;
-}
-
-// Bytes each layer keeps for backward after a forward of `probe` (one micro-batch in flight).
-std::vector<std::size_t> activation_bytes(AVNet& net, const data::MicroBatch& probe) {
-  auto states = net.make_states();
-  Flow flow;
-  flow.batch = &probe;
-  flow.mode = Mode::train;
-  net.forward(flow, states);
-  std::vector<std::size_t> bytes;
-  for (const auto& st : states) bytes.push_back(st->bytes());
-  return bytes;
-}
-
-// What one micro-batch of B samples takes: the bytes each layer keeps for backward, and the
-// workspace. Every saved tensor and workspace slot is affine in the batch (per-sample tensors plus
-// per-channel statistics), so probes of 1 and 2 samples give it for any B exactly, without a
-// forward of B samples: a deck sized for a large GPU would not fit a login node's memory.
-struct MicroBatchMemory {
-  std::vector<std::size_t> layers;
-  std::size_t workspace = 0;
-};
-MicroBatchMemory micro_batch_memory(AVNet& net, const data::SetInfo& s, int B) {
-  const auto measure = [&](int b) {
-    const data::MicroBatch probe = full_length_probe(s, b);
-    MicroBatchMemory m;
-    m.layers = activation_bytes(net, probe);
-    m.workspace = net.workspace().bytes();
-    return m;
-  };
-  const MicroBatchMemory one = measure(1);
-  if (B == 1) return one;
-  const MicroBatchMemory two = measure(2);
-  const auto at_b = [&](std::size_t a1, std::size_t a2) { return a1 + std::size_t(B - 1) * (a2 - a1); };
-  MicroBatchMemory m;
-  for (std::size_t i = 0; i < one.layers.size(); ++i) m.layers.push_back(at_b(one.layers[i], two.layers[i]));
-  m.workspace = at_b(one.workspace, two.workspace);
-  return m;
-}
-
-std::size_t sum(const std::vector<std::size_t>& v) {
-  std::size_t s = 0;
-  for (std::size_t x : v) s += x;
-  return s;
-}
-
 std::string mib(double bytes) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0) << " MiB";
@@ -131,9 +75,12 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   out << std::left << std::setw(56) << "total trainable" << std::right << std::setw(12) << total << "\n\n";
 
   // Activation memory: measured by forwards of all-valid micro-batches, in this run's precision
-  // and, for comparison, in fp32.
+  // and, for comparison, in fp32; each recompute setting's, for the table and the GPU's fit.
   const int B = c.train.micro_batch;
-  const MicroBatchMemory memory = micro_batch_memory(net, s, B);
+  std::map<Recompute, NetMemory> measured;
+  const double state_per_param = params.total_size() ? optimizer.bytes() / double(params.total_size()) : 0;
+  measured[recompute] = measure_net(c, be, s, recompute, state_per_param);
+  const MicroBatchMemory memory = measured[recompute].micro_batch.at(B);
   const std::vector<std::size_t>& act = memory.layers;
   const double workspace = double(memory.workspace);
   AdamW& adamw = optimizer.adamw();
@@ -150,20 +97,18 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   out << "  working copies    " << mib(double(params.working_bytes())) << "\n"
       << "  gradients         " << mib(p4) << "\n"
       << "  optimizer (AdamW) " << mib(moments) << zero_note(c) << "\n"
-      << "  activations       " << mib(double(sum(act))) << " per micro-batch of " << B << " (train.recompute "
+      << "  activations       " << mib(double(memory.kept())) << " per micro-batch of " << B << " (train.recompute "
       << enum_name(recompute) << ")\n";
   if (policy.compute() != DType::f32) {
-    ParamStore params32;
-    AVNet net32(be, params32, c.model, s);
-    params32.allocate(c.train.seed);
-    const std::size_t act32 = sum(micro_batch_memory(net32, s, B).layers);
+    const std::size_t act32 =
+        measure_micro_batches(c.model, s, PrecisionPolicy(), Recompute::none, c.train.seed).at(B).kept();
     std::ostringstream ratio;
-    ratio << std::fixed << std::setprecision(3) << double(sum(act)) / double(act32);
+    ratio << std::fixed << std::setprecision(3) << double(memory.kept()) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";
   }
   const double parameter_bytes = optimizer.bytes();
   out << "  workspace         " << mib(workspace) << " (fp32 scratch shared by the layers)\n"
-      << "  total             " << mib(parameter_bytes + double(sum(act)) + workspace) << "\n";
+      << "  total             " << mib(parameter_bytes + double(memory.kept()) + workspace) << "\n";
 
   // What each recompute setting keeps, measured the same way, against what this process has for tensors.
   const double available = double(be.memory_for_tensors());
@@ -172,19 +117,11 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   out << "  " << std::left << std::setw(12) << "setting" << std::right << std::setw(18) << "activations" << std::setw(18)
       << "workspace" << std::setw(18) << "total" << "\n";
   for (const Recompute r : {Recompute::none, Recompute::attention, Recompute::blocks}) {
-    MicroBatchMemory m;
-    if (r == recompute) {
-      m = memory;
-    } else {
-      ParamStore other_params;
-      AVNet other(be, other_params, c.model, s, policy, {}, r);
-      other_params.allocate(c.train.seed);
-      other_params.refresh_working(be);
-      m = micro_batch_memory(other, s, B);
-    }
-    const double total_r = parameter_bytes + double(sum(m.layers)) + double(m.workspace);
+    if (!measured.count(r)) measured[r] = measure_net(c, be, s, r, state_per_param);
+    const MicroBatchMemory m = measured[r].micro_batch.at(B);
+    const double total_r = parameter_bytes + double(m.kept()) + double(m.workspace);
     out << "  " << std::left << std::setw(12) << enum_name(r) << std::right << std::setw(18)
-        << mib(double(sum(m.layers))) << std::setw(18) << mib(double(m.workspace)) << std::setw(18) << mib(total_r)
+        << mib(double(m.kept())) << std::setw(18) << mib(double(m.workspace)) << std::setw(18) << mib(total_r)
         << "  " << (total_r <= available ? "fits" : "does not fit") << (r == recompute ? "  (this run)" : "") << "\n";
   }
 
@@ -213,6 +150,8 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
         << double(bytes) / (1024.0 * 1024.0) << std::setw(11) << in_flight << std::setw(16)
         << double(bytes) * in_flight / (1024.0 * 1024.0) << "\n";
   }
+
+  describe_device_fit(c, be, shards.info(), measured, out);
 }
 
 }  // namespace avtrain

@@ -1,0 +1,105 @@
+#include "train/memory_probe.hpp"
+
+#include <map>
+#include <string>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "model/av_net.hpp"
+#include "model/param_store.hpp"
+
+namespace avtrain {
+
+namespace {
+// The CPU backend without attention's arithmetic: a probe needs the sizes of what the layers keep,
+// which no value changes, and at a long clip attention's L x L products are nearly all of a
+// forward's time (its outputs keep whatever their memory held).
+class SizesOnlyBackend final : public CpuBackend {
+ public:
+  void attention_forward(DType, Operand, const std::uint8_t*, float*, float*, float*, int, int, int, int) override {}
+};
+
+// A micro-batch with every sample at full length: what the memory estimate runs.
+data::MicroBatch full_length_probe(const data::SetInfo& s, int B) {
+  data::MicroBatch probe;
+  probe.size = B;
+  probe.audio.assign(std::size_t(B) * s.audio_samples, 0.0f);
+  probe.audio_len.assign(B, int(s.audio_samples));
+  probe.video.assign(std::size_t(B) * s.frames * s.height * s.width * s.channels, 0);
+  probe.video_len.assign(B, s.frames);
+  probe.label.assign(B, 0);
+  probe.index.assign(B, 0);
+  return probe;
+}
+
+// Bytes each layer keeps for backward after a forward of B samples (one micro-batch in flight).
+MicroBatchMemory measure(AVNet& net, const data::SetInfo& s, int B) {
+  const data::MicroBatch probe = full_length_probe(s, B);
+  auto states = net.make_states();
+  Flow flow;
+  flow.batch = &probe;
+  flow.mode = Mode::train;
+  net.forward(flow, states);
+  MicroBatchMemory m;
+  for (const auto& st : states) m.layers.push_back(st->bytes());
+  m.workspace = net.workspace().bytes();
+  return m;
+}
+
+// Whether every block computes in the same types: each block's modules (by their name within the
+// block) take the types block 0's do. Registers the whole net's parameters; allocates nothing.
+bool blocks_alike(Backend& be, const ModelConfig& model, const data::SetInfo& input, const PrecisionPolicy& policy) {
+  ParamStore params;
+  AVNet net(be, params, model, input, policy);
+  std::map<std::string, DType> block0;
+  for (const ParamInfo& p : params.params()) {
+    if (p.module.rfind("blocks.", 0) != 0) continue;
+    const std::size_t dot = p.module.find('.', 7);
+    const std::string block = p.module.substr(0, dot), within = dot == std::string::npos ? "" : p.module.substr(dot);
+    const DType type = policy.of(p.module);
+    if (block == "blocks.0") block0[within] = type;
+    else if (!block0.count(within) || block0[within] != type) return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::size_t MicroBatchMemory::kept() const {
+  std::size_t s = 0;
+  for (std::size_t x : layers) s += x;
+  return s;
+}
+
+MicroBatchMemory MicroBatchMemoryModel::at(int B) const {
+  const auto at_b = [&](std::size_t a1, std::size_t a2) { return a1 + std::size_t(B - 1) * (a2 - a1); };
+  MicroBatchMemory m;
+  for (std::size_t i = 0; i < one.layers.size(); ++i) m.layers.push_back(at_b(one.layers[i], two.layers[i]));
+  m.workspace = at_b(one.workspace, two.workspace);
+  return m;
+}
+
+MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data::SetInfo& input,
+                                            const PrecisionPolicy& policy, Recompute recompute, std::uint64_t seed) {
+  SizesOnlyBackend be;
+  const bool one_block = model.depth > 1 && blocks_alike(be, model, input, policy);
+  ModelConfig probed = model;
+  if (one_block) probed.depth = 1;
+  ParamStore params;
+  AVNet net(be, params, probed, input, policy, {}, recompute);
+  params.allocate(seed);
+  params.refresh_working(be);
+  MicroBatchMemoryModel m;
+  m.one = measure(net, input, 1);
+  m.two = measure(net, input, 2);
+  if (one_block) {
+    // input, blocks.0, head -> input, blocks.0 .. blocks.depth-1, head: each block keeps what blocks.0 does.
+    for (MicroBatchMemory* b : {&m.one, &m.two}) {
+      const std::size_t input_bytes = b->layers[0], block = b->layers[1], head = b->layers[2];
+      b->layers.assign(std::size_t(model.depth) + 2, block);
+      b->layers.front() = input_bytes;
+      b->layers.back() = head;
+    }
+  }
+  return m;
+}
+
+}  // namespace avtrain
