@@ -18,6 +18,7 @@ set -euo pipefail
 # libav*-dev: FFmpeg's libraries for `avtrain-shards pack`; ffmpeg (the command-line tool): its tests
 # make their media with it. libdeflate-dev, libzstd-dev: the data reader's decompression outside the
 # HDF5 lock, and the zstd filter (src/data/raw_chunks.cpp, zstd_filter.cpp).
+# libprotobuf-dev, protobuf-compiler: TensorBoard's event files (src/io/tensorboard_event.proto).
 # python3-pip: pip download of the cuDNN and cudnn-frontend wheels whose headers the cuda preset compiles
 # against (jobscripts/fetch-cudnn-headers.sh).
 packages=(cmake g++ make git pkg-config
@@ -28,7 +29,8 @@ packages=(cmake g++ make git pkg-config
           slurmctld slurmd slurm-client munge
           openssh-server openssh-client iproute2
           libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg
-          libdeflate-dev libzstd-dev python3-pip)
+          libdeflate-dev libzstd-dev python3-pip
+          libprotobuf-dev protobuf-compiler)
 for flag in "$@"; do
   case "$flag" in
     --reference) packages+=(python3-torch) ;;

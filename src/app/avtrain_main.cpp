@@ -97,7 +97,8 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   if (summary.skipped) std::cout << ", " << summary.skipped << " step(s) skipped for non-finite gradients";
   std::cout << std::endl;
   if (!config.train.out.empty())
-    std::cout << "[rank 0] traces: " << config.train.out << "/{run.json,trace.csv,layers.csv,ranks.csv}" << std::endl;
+    std::cout << "[rank 0] traces: " << config.train.out << "/{run.json,trace.csv,layers.csv,ranks.csv}"
+              << (config.train.tensorboard ? "; tensorboard --logdir " + config.train.out : std::string()) << std::endl;
   return 0;
 }
 

@@ -275,6 +275,9 @@ void bind(OptionTable& t, RunConfig& c) {
         kAtLeast0);
   t.add("[train] step loop", "train.log_interval", &c.train.log_interval, "steps between progress lines",
         kAtLeast0);
+  t.add("[train] step loop", "train.tensorboard", &c.train.tensorboard,
+        "rank 0 writes TensorBoard event files into --out as the run goes (trace/COLUMN: every number of "
+        "trace.csv; grad_share/MODULE: each module's share of the squared gradient norm); 0: none");
   t.add("[train] step loop", "train.init_ulps", &c.train.init_ulps,
         "move every randomly drawn initial weight this many ulps up (0: off): an FP32 twin of a run, "
         "for avtrain-reconcile's noise band", kAtLeast0);

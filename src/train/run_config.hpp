@@ -33,6 +33,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   int eval_interval = 50;     // steps between validation passes; 0: only after the last step
   int log_interval = 10;      // steps between progress lines
+  bool tensorboard = true;    // rank 0 writes TensorBoard event files beside trace.csv (with --out)
   int init_ulps = 0;          // every drawn initial weight moved this many ulps up: an FP32 run's twin for the noise band
   int threads = 2;            // BLAS / OpenMP threads per rank
   std::string out;            // trace directory; empty writes none

@@ -48,6 +48,7 @@ void RunRecord::open(nlohmann::json manifest, bool resumed, std::int64_t first_s
   manifest["starts"] = starts;
   write_file_atomically(out + "/run.json", manifest.dump(2) + "\n");
   traces_ = std::make_unique<TraceWriter>(out, resumed ? first_step : -1);
+  if (config_.train.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(out);
 }
 
 void RunRecord::write(const StepRow& row, const std::vector<LayerRow>& layers, const std::vector<RankRow>& ranks) {
@@ -55,6 +56,7 @@ void RunRecord::write(const StepRow& row, const std::vector<LayerRow>& layers, c
   traces_->write_step(row);
   traces_->write_layers(std::int64_t(row["step"]), layers);
   traces_->write_ranks(ranks);
+  if (tensorboard_) tensorboard_->write_step(row, layers);
 }
 
 void RunRecord::evaluation_took(double s) {

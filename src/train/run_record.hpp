@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/tensorboard_writer.hpp"
 #include "io/trace_writer.hpp"
 #include "parallel/topology.hpp"
 #include "train/run_config.hpp"
@@ -27,7 +28,7 @@ class RunRecord {
   // the traces, continued after first_step when the run resumes.
   void open(nlohmann::json manifest, bool resumed, std::int64_t first_step);
 
-  // A step's rows into the traces (rank 0, with --out).
+  // A step's rows into the traces and the TensorBoard events (rank 0, with --out).
   void write(const StepRow& row, const std::vector<LayerRow>& layers, const std::vector<RankRow>& ranks);
 
   // The times measured as the run goes.
@@ -52,6 +53,7 @@ class RunRecord {
   const RunConfig& config_;
   const parallel::Topology& topo_;
   std::unique_ptr<TraceWriter> traces_;  // rank 0, with --out
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, with --out and train.tensorboard
   std::vector<double> step_ms_;
   double longest_eval_s_ = 0, eval_s_ = 0;
   int evaluations_ = 0;

@@ -22,7 +22,7 @@ die() { echo "build-root: FAILED: $*" >&2; exit 1; }
 # libgmock-dev: bullseye's GTest CMake package names gmock's files, which are in it.
 packages=(g++ make git pkg-config ccache libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
           libboost-program-options-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-          libdeflate-dev libzstd-dev libxxhash-dev
+          libdeflate-dev libzstd-dev libxxhash-dev libprotobuf-dev protobuf-compiler
           python3 python3-venv patchelf xz-utils binutils ca-certificates)
 cmake_pip='cmake>=3.25,<4'
 stamp="$release ${packages[*]} $cmake_pip"
