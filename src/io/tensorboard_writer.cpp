@@ -38,6 +38,15 @@ std::uint32_t masked_crc32c(std::string_view bytes) {
   return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
+void remove_event_files(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0 && name.size() > 8 && name.substr(name.size() - 8) == ".avtrain")
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

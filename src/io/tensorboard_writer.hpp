@@ -24,6 +24,9 @@ namespace avtrain {
 // The CRC-32C of `bytes` as the record format stores it: rotated right by 15 bits plus 0xa282ead8.
 std::uint32_t masked_crc32c(std::string_view bytes);
 
+// Removes the event files a TensorBoardWriter wrote into DIR.
+void remove_event_files(const std::string& dir);
+
 class TensorBoardWriter {
  public:
   // Opens DIR/events.out.tfevents.SECONDS.HOST.PID.avtrain (DIR created) and writes the version event.

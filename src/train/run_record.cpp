@@ -48,6 +48,9 @@ void RunRecord::open(nlohmann::json manifest, bool resumed, std::int64_t first_s
   manifest["starts"] = starts;
   write_file_atomically(out + "/run.json", manifest.dump(2) + "\n");
   traces_ = std::make_unique<TraceWriter>(out, resumed ? first_step : -1);
+  // A fresh start replaces the event files of an earlier start as it replaces trace.csv; a resumed
+  // run keeps them (its lower steps make TensorBoard drop their later ones).
+  if (!resumed) remove_event_files(out);
   if (config_.train.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(out);
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """TensorBoard reads what avtrain writes: two runs (fp32, bf16) into RUNS/fp32 and RUNS/bf16 and one with
---train.tensorboard 0 into RUNS/off; TensorBoard's own reader (EventMultiplexer over RUNS, as
+--train.tensorboard 0 into RUNS/off (and fp32 again with --overwrite, which leaves one event file);
+TensorBoard's own reader (EventMultiplexer over RUNS, as
 `tensorboard --logdir RUNS` lists runs) finds exactly the runs fp32 and bf16, every number of each
 trace.csv as the scalar trace/COLUMN at its step (as a float32), and each step's grad_share/MODULE equal
 to the module's grad_norm^2 over the step's sum in layers.csv. Run it with the Python that has the
@@ -37,6 +38,12 @@ def main():
             fail(f"the {name} run failed:\n{p.stdout}{p.stderr}")
     if any(f.startswith("events.out.tfevents") for f in os.listdir(os.path.join(runs, "off"))):
         fail("--train.tensorboard 0 wrote an event file")
+    # A fresh start over the fp32 run replaces its event file as it replaces trace.csv.
+    p = subprocess.run(command + ["--out", os.path.join(runs, "fp32"), "--overwrite"], capture_output=True, text=True,
+                       timeout=300)
+    events = [f for f in os.listdir(os.path.join(runs, "fp32")) if f.startswith("events.out.tfevents")]
+    if p.returncode or len(events) != 1:
+        fail(f"the fp32 run again with --overwrite: exit {p.returncode}, event files {events} (expected one)")
 
     mux = event_multiplexer.EventMultiplexer(size_guidance={"scalars": 0})
     mux.AddRunsFromDirectory(runs)
