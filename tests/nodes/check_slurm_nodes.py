@@ -2,12 +2,14 @@
 """`sbatch -N 2 jobscripts/slurm-avtrain.sbatch` on a Slurm of two namespace nodes
 (tests/nodes/namespace_slurm.py on tests/nodes/netns_nodes.py).
 
-usage: check_slurm_nodes.py WORK ROOT run|requeue -- DECK [OPTIONS...]
+usage: check_slurm_nodes.py WORK ROOT AVTRAIN run|requeue -- DECK [OPTIONS...]
 
 Submits the job script with -N 2 --ntasks-per-node=2 --cpus-per-task=1 and DECK OPTIONS --out WORK/job
 (srun --mpi=pmix starts the 4 ranks: 2 on each node's slurmd).
-  run      the job must complete, with 2 avtrain processes seen in each node's namespace.
-  requeue  once 6 steps are traced, USR1 to the batch script (scancel --batch --signal=USR1, what
+  run      a source build named by AVTRAIN_BIN=AVTRAIN, with the user's own --threads 2: the job must
+           complete, with 2 avtrain processes seen in each node's namespace; its log must name that
+           program and 2 threads from the command line, and run.json train.threads 2 (not Slurm's 1).
+  requeue  ROOT's build/cpu (AVTRAIN_ROOT), Slurm's 1 thread a task; once 6 steps are traced, USR1 to the batch script (scancel --batch --signal=USR1, what
            --signal=B:USR1@120 sends before a time limit): the ranks must checkpoint and exit 75, the
            job requeue itself, start again on both nodes (RestartCnt 1) after Slurm's hold, resume
            from that checkpoint and complete; run.json records both starts.
@@ -31,9 +33,10 @@ SIGNAL_AFTER = 6
 
 def main():
     argv = sys.argv[1:]
-    if len(argv) < 5 or argv[3] != "--" or argv[2] not in ("run", "requeue"):
+    if len(argv) < 6 or argv[4] != "--" or argv[3] not in ("run", "requeue"):
         sys.exit(__doc__)
-    work, root, mode, deck = os.path.abspath(argv[0]), os.path.abspath(argv[1]), argv[2], argv[4:]
+    work, root, program, mode = os.path.abspath(argv[0]), os.path.abspath(argv[1]), os.path.abspath(argv[2]), argv[3]
+    deck = argv[5:] + (["--threads", "2"] if mode == "run" else [])
     skip_unless_possible()
     if not shutil.which("slurmctld") or not shutil.which("slurmd") or not shutil.which("munged"):
         print("check_slurm_nodes: skipped: slurmctld, slurmd or munge not installed (jobscripts/install-deps.sh)")
@@ -47,7 +50,8 @@ def main():
             print(slurm.logs())
             sys.exit(1)
 
-        export = ("--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_MCA_btl_vader_single_copy_mechanism=none,"
+        build = "AVTRAIN_BIN=" + program if mode == "run" else "AVTRAIN_ROOT=" + root
+        export = ("--export=ALL," + build + ",OMPI_MCA_btl_vader_single_copy_mechanism=none,"
                   "OMPI_MCA_btl_tcp_if_include=10.213.0.0/24")
         submit = slurm.run(["sbatch", "--parsable", "-N", "2", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=10",
                             f"--output={work}/job-%j.out", f"--chdir={work}", export,
@@ -96,7 +100,14 @@ def main():
                   f"{recorded[1]['step']}, checkpointed, requeued, started again on both nodes, resumed and "
                   f"completed; ok")
         else:
-            print(f"check_slurm_nodes: job {job} ran on node0 and node1, 2 ranks each, and completed; ok")
+            said = f"avtrain job: {program} (AVTRAIN_BIN), 2 thread(s) a rank (the command line's --threads)"
+            if said not in text:
+                fail(f"the job's output lacks '{said}'")
+            threads = json.load(open(os.path.join(out, "run.json")))["config"].get("train.threads")
+            if threads != 2:
+                fail(f"run.json says train.threads {threads}: the user's --threads 2 did not win over Slurm's 1")
+            print(f"check_slurm_nodes: job {job} ran {program} (AVTRAIN_BIN, a source build) on node0 and node1, "
+                  "2 ranks each with the user's 2 threads, and completed; ok")
 
 
 if __name__ == "__main__":
