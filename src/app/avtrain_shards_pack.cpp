@@ -54,6 +54,9 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
       ("tree", po::value(&o.tree), "a folder DIR/<class>/<file>: the class is the folder's name")
       ("out", po::value(&o.out), "the shard set's folder (created; an interrupted pack there continues)")
       ("classes", po::value(&o.classes_file), "class list, one name per line, in label order (default: the labels sorted)")
+      ("val-fraction", po::value(&o.val_fraction)->default_value(0.0, "0"),
+       "> 0: this share of the clips (keyed by each file's path: a file keeps its side when files are added) "
+       "into OUT/val, the rest into OUT/train, both with the same class list")
       ("duration", po::value(&o.shape.seconds)->default_value(1.0), "clip length, s: longer is cut, shorter padded")
       ("sample-rate", po::value(&o.shape.sample_rate)->default_value(8000), "audio rate, Hz (resampled; mono mix-down)")
       ("float-audio", po::bool_switch(&float_audio), "store audio as float32 instead of int16 PCM")
@@ -155,20 +158,8 @@ std::string duration_text(double s) {
   return text.str();
 }
 
-int run(int argc, char** argv) {
-  MPI_Comm world = MPI_COMM_WORLD;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
-
-  std::optional<Command> command;
-  PackPlan plan;
-  if (!every_rank(world, rank, size, [&] {
-        command = parse(argc, argv, rank);
-        if (command) plan = make_plan(command->pack);
-      }))
-    return kExitFailed;
-  if (!command) return kExitDone;
+// Packs one shard set (the whole input, or a side of a split) over the ranks.
+int pack_set(MPI_Comm world, int rank, int size, const std::optional<Command>& command, PackPlan& plan) {
   if (!every_rank(world, rank, size, [&] {
         if (rank == 0) prepare_output(plan, command->overwrite);
       }))
@@ -313,6 +304,34 @@ int run(int argc, char** argv) {
     return kExitFailed;
   MPI_Bcast(&code, 1, MPI_INT, 0, world);
   return code;
+}
+
+int run(int argc, char** argv) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+
+  std::optional<Command> command;
+  std::vector<PackPlan> plans;  // the whole input, or --val-fraction's training and validation sides
+  if (!every_rank(world, rank, size, [&] {
+        command = parse(argc, argv, rank);
+        if (!command) return;
+        const PackPlan whole = make_plan(command->pack);
+        plans = whole.options.val_fraction > 0 ? split_plans(whole) : std::vector<PackPlan>{whole};
+      }))
+    return kExitFailed;
+  if (!command) return kExitDone;
+  for (PackPlan& plan : plans) {
+    const int code = pack_set(world, rank, size, command, plan);
+    if (code != kExitDone) return code;
+  }
+  if (plans.size() == 2 && rank == 0)
+    std::cout << "avtrain-shards pack: training set " << plans[0].options.out << " (" << plans[0].list.clips.size()
+              << " clips), validation set " << plans[1].options.out << " (" << plans[1].list.clips.size()
+              << "), the same " << count_of(std::int64_t(plans[0].list.class_names.size()), "class", "classes")
+              << ": train with --data " << plans[0].options.out << " --data.val_dir " << plans[1].options.out << '\n';
+  return kExitDone;
 }
 
 }  // namespace

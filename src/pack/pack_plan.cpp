@@ -37,6 +37,8 @@ void check_options(const PackOptions& o) {
   require(o.shard_size >= 1, "--shard-size must be at least 1");
   require(o.gzip_level >= 1 && o.gzip_level <= 9, "--gzip-level must be in 1..9");
   require(o.zstd_level >= 0 && o.zstd_level <= 22, "--zstd-level must be in 1..22");
+  require(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
+          "--val-fraction must be in [0, 1) (0.1: a tenth of the clips for validation)");
   require(std::isfinite(o.max_damaged) && o.max_damaged >= 0 && o.max_damaged <= 1,
           "--max-damaged must be a fraction in 0..1 (0.05: 5 % of a stream's packets)");
 }
@@ -87,7 +89,40 @@ nlohmann::json PackPlan::description() const {
           {"on_error", options.fail_on_error ? "fail" : "skip"},
           {"max_damaged", options.max_damaged}};
   if (options.gzip && options.zstd_level > 0) d["zstd_level"] = options.zstd_level;  // only then: gzip packs keep their bytes
+  if (options.val_fraction > 0) d["val_fraction"] = options.val_fraction;  // a side of a split pack
   return d;
+}
+
+bool in_validation(const PackPlan& whole, const ClipEntry& clip) {
+  namespace fs = std::filesystem;
+  const fs::path root = whole.options.manifest.empty() ? fs::path(whole.options.tree)
+                                                       : fs::path(whole.options.manifest).parent_path();
+  std::string identity = fs::path(clip.path).lexically_relative(root.empty() ? fs::path(".") : root).generic_string();
+  if (identity.empty() || identity.rfind("..", 0) == 0) identity = clip.path;  // outside the folder: as given
+  if (clip.start > 0) identity += "#t=" + number_text(clip.start);
+  const double u = double(fnv1a("avtrain-shards pack --val-fraction\x1f" + identity) >> 11) * 0x1.0p-53;
+  return u < whole.options.val_fraction;
+}
+
+std::vector<PackPlan> split_plans(const PackPlan& whole) {
+  std::vector<PackPlan> sides(2);
+  const char* names[2] = {"train", "val"};
+  for (int side = 0; side < 2; ++side) {
+    sides[side].options = whole.options;
+    sides[side].options.out = (std::filesystem::path(whole.options.out) / names[side]).string();
+    sides[side].list.class_names = whole.list.class_names;
+  }
+  for (std::size_t i = 0; i < whole.list.clips.size(); ++i) {
+    PackPlan& side = sides[in_validation(whole, whole.list.clips[i]) ? 1 : 0];
+    side.list.clips.push_back(whole.list.clips[i]);
+    side.class_index.push_back(whole.class_index[i]);
+  }
+  for (int side = 0; side < 2; ++side)
+    require(!sides[side].list.clips.empty(),
+            "--val-fraction " + number_text(whole.options.val_fraction) + ": no clip of the " +
+                std::to_string(whole.list.clips.size()) + " falls to " + (side ? "validation" : "training") +
+                ": " + (side ? "raise it" : "lower it"));
+  return sides;
 }
 
 PackPlan make_plan(const PackOptions& options) {

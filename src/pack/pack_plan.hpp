@@ -23,6 +23,7 @@ struct PackOptions {
   bool gzip = true;
   int gzip_level = 4;
   int zstd_level = 0;  // > 0 (--compression zstd): zstd at this level in place of deflate
+  double val_fraction = 0;     // > 0: a keyed share of the clips goes to OUT/val, the rest to OUT/train
   bool fail_on_error = false;  // --on-error fail: the first bad clip stops the pack
   double max_damaged = 0.05;   // a clip with more of a stream's packets damaged is skipped (else: a warning)
   int debug_delay_ms = 0;      // a pause after each clip, for tests that interrupt a pack (not part of the set)
@@ -44,6 +45,16 @@ struct PackPlan {
 
 // Reads the input and the class list. Throws Error for a bad option or input (naming it).
 PackPlan make_plan(const PackOptions& options);
+
+// Whether a clip goes to validation under --val-fraction: FNV-1a of its identity (its file's path
+// relative to the tree or the manifest's folder, and its start where it has one), as a number in
+// [0, 1), below the fraction. A clip keeps its side whatever else is added to or taken from the input.
+bool in_validation(const PackPlan& whole, const ClipEntry& clip);
+
+// The plans of a split pack (options.val_fraction > 0): the clips for training into OUT/train and
+// those for validation into OUT/val, each with the whole input's class list (so the two sets match).
+// Throws Error when a side would get no clip.
+std::vector<PackPlan> split_plans(const PackPlan& whole);
 
 // The shard's samples' /source text: the file, "#t=START" when the clip starts later, and the audio file.
 std::string source_text(const ClipEntry& clip);

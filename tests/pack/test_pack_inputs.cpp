@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "../data/temp_dir.hpp"
 #include "core/error.hpp"
@@ -141,6 +142,64 @@ TEST(Plan, ShardsAreFixedRangesOfTheListAndLabelsIndexTheClassList) {
 
   o.shape.channels = 2;
   EXPECT_EQ(error_of([&] { make_plan(o); }), "--pixels must be gray or rgb");
+}
+
+// A tree of `per_class` files in each of three classes under `root`, packed with --val-fraction.
+PackPlan split_tree(const std::string& root, int per_class, double fraction) {
+  for (const char* c : {"a", "b", "c"})
+    for (int i = 0; i < per_class; ++i) write(root + "/" + c + "/clip-" + std::to_string(i) + ".mp4", "");
+  PackOptions o;
+  o.tree = root;
+  o.out = root + "-out";
+  o.val_fraction = fraction;
+  return make_plan(o);
+}
+
+std::map<std::string, int> sides_by_file(const std::vector<PackPlan>& sides, const std::string& root) {
+  std::map<std::string, int> by_file;
+  for (int side = 0; side < 2; ++side)
+    for (const ClipEntry& c : sides[side].list.clips)
+      by_file[std::filesystem::path(c.path).lexically_relative(root).string()] = side;
+  return by_file;
+}
+
+TEST(Split, AClipKeepsItsSideWhenFilesAreAddedAndTheFolderMoves) {
+  test::TempDir dir;
+  const std::vector<PackPlan> before = split_plans(split_tree(dir / "t", 40, 0.2));
+  const std::map<std::string, int> was = sides_by_file(before, dir / "t");
+  // The same folder with 60 more files a class, and a copy of it somewhere else.
+  const std::vector<PackPlan> after = split_plans(split_tree(dir / "t", 60, 0.2));
+  const std::map<std::string, int> now = sides_by_file(after, dir / "t");
+  std::filesystem::create_directories(dir / "elsewhere");
+  std::filesystem::copy(dir / "t", dir / "elsewhere/t", std::filesystem::copy_options::recursive);
+  const std::map<std::string, int> moved = sides_by_file(split_plans(split_tree(dir / "elsewhere/t", 60, 0.2)),
+                                                         dir / "elsewhere/t");
+  int validation = 0;
+  for (const auto& [file, side] : was) EXPECT_EQ(now.at(file), side) << file << " changed sides when files were added";
+  for (const auto& [file, side] : now) {
+    EXPECT_EQ(moved.at(file), side) << file << " changed sides when the folder moved";
+    validation += side;
+  }
+  // About the fraction asked for (180 clips: 36 expected; a binomial's 3 sigma is 16).
+  EXPECT_GT(validation, 20);
+  EXPECT_LT(validation, 52);
+  // Both sides: the same classes, the outputs OUT/train and OUT/val, labels of the whole class list.
+  for (int side = 0; side < 2; ++side) {
+    EXPECT_EQ(after[side].list.class_names, (std::vector<std::string>{"a", "b", "c"}));
+    EXPECT_EQ(after[side].options.out, (std::filesystem::path(dir / "t-out") / (side ? "val" : "train")).string());
+    ASSERT_EQ(after[side].class_index.size(), after[side].list.clips.size());
+    for (std::size_t i = 0; i < after[side].list.clips.size(); ++i)
+      EXPECT_EQ(after[side].list.class_names[std::size_t(after[side].class_index[i])], after[side].list.clips[i].label);
+  }
+  EXPECT_EQ(after[0].list.clips.size() + after[1].list.clips.size(), 180u);
+}
+
+TEST(Split, RefusesAFractionThatLeavesASideEmptyOrIsOutOfRange) {
+  test::TempDir dir;
+  EXPECT_NE(error_of([&] { split_plans(split_tree(dir / "t", 1, 1e-9)); }).find("no clip of the 3 falls to validation: raise it"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { split_tree(dir / "t", 1, 1.0); }), "--val-fraction must be in [0, 1) (0.1: a tenth of the clips for validation)");
+  EXPECT_EQ(error_of([&] { split_tree(dir / "t", 1, -0.1); }), "--val-fraction must be in [0, 1) (0.1: a tenth of the clips for validation)");
 }
 
 TEST(ShardWriter, GrowsByBlocksAndKeepsClassNamesAndSources) {
