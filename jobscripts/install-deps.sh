@@ -14,7 +14,8 @@ set -euo pipefail
 # libxxhash-dev: the shards' value digests (docs/shard-format.md). libav*-dev: FFmpeg's libraries for
 # `avtrain-shards pack`. libdeflate-dev, libzstd-dev: the data reader's decompression outside the
 # HDF5 lock, and the zstd filter (src/data/raw_chunks.cpp, zstd_filter.cpp). python3-matplotlib: the
-# run command's plot (validation/plot_traces.py); python3-h5py: checkpoints and shards from python.
+# run command's plot (validation/plot_traces.py); python3-h5py, hdf5-tools (h5dump, h5ls): a look into
+# checkpoints and shards (docs/checkpoint.md).
 # libprotobuf-dev, protobuf-compiler: TensorBoard's event files (src/io/tensorboard_event.proto).
 base=(cmake g++ make git pkg-config
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
