@@ -43,10 +43,11 @@ reference=(python3-torch)
 # the Slurm job script against a real one-node Slurm (tests/slurm/check_slurm_requeue.py starts and
 # stops its daemons); openssh-server, openssh-client, iproute2 (ip netns, tc): the tests across
 # namespace nodes (tests/nodes: an sshd per node, mpirun --hostfile over ssh; docs/nodes.md); ffmpeg
-# and ffprobe (the programs): the packer's tests make and measure their media with them (tests/pack);
-# debootstrap, debian-archive-keyring, bubblewrap: the README's commands in a fresh Debian root
-# (validation/fresh-machine-test.sh, label fresh); python3-venv: the CMake 4 the bundle's test file
-# is checked under (validation/bundle/cmake4-venv.sh, label validation).
+# and ffprobe (the programs): the packer's tests and the README recipe's make and measure their media
+# with them (tests/pack, tests/e2e/check_readme_recipes.py); debootstrap, debian-archive-keyring,
+# bubblewrap: the README's commands in a fresh Debian root (validation/fresh-machine-test.sh, label
+# fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
+# checked under (validation/bundle/cmake4-venv.sh) and TensorBoard's reader (tests/e2e/make_tensorboard_venv.sh).
 tests=("${reference[@]}" slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
        debootstrap debian-archive-keyring bubblewrap python3-venv)
 
