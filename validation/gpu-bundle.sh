@@ -8,7 +8,8 @@
 # ldd over the programs and the plugins), the decks and scripts under share/avtrain, and a launcher
 # (bin/NAME -> libexec/launch) that points OpenMPI at the bundle and finds cuBLAS and NCCL on the
 # node. cuBLAS, cuBLASLt and NCCL stay the node's (813 MB here: they cannot travel in 64 MiB);
-# cudart travels (0.7 MB, the build's own). docs/cuda.md: layout, sizes, how to use it.
+# cudart travels (0.7 MB, the build's own). The license texts of all it carries travel too, under
+# share/licenses (validation/bundle/licenses.sh). docs/cuda.md: layout, sizes, how to use it.
 #
 #   bash validation/gpu-bundle.sh --base bullseye
 #                                      -> build/bundle-bullseye/avtrain-bundle{,.tar.xz}, the same bundle
@@ -54,6 +55,11 @@ node_lib_pattern='^lib(cublas|cublasLt|nccl)\.so\.[0-9]+$'
 
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib/openmpi,lib/pmix,lib/hwloc,share/openmpi,share/pmix,share/avtrain,etc/openmpi,etc/pmix,tests}
+# Where each file or folder of the bundle came from (a path here, or avtrain: the project's own), for
+# its license text (validation/bundle/licenses.sh).
+sources=$(mktemp)
+trap 'rm -f "$sources"' EXIT
+came_from() { echo "$1 $2" >> "$sources"; }
 
 # The gpu tests, relocated; they name the build programs they start.
 ctest --test-dir "$build" -L gpu --show-only=json-v1 > "$out/tests/gpu-tests.json"
@@ -62,9 +68,11 @@ mapfile -t test_programs < <(python3 validation/bundle/ctest_file.py "$out/tests
                                "$mpiexec" "$out/tests/CTestTestfile.cmake")
 rm "$out/tests/gpu-tests.json"
 programs=(avtrain avtrain-shards avtrain-gemm-peak avtrain-bench "${test_programs[@]}")
+came_from tests/ avtrain
 for p in $(printf '%s\n' "${programs[@]}" | sort -u); do
   cp "$build/bin/$p" "$out/libexec/$p"
   strip --strip-unneeded "$out/libexec/$p"
+  came_from "libexec/$p" avtrain
 done
 
 # OpenMPI and PMIx: where this machine's builds keep their parts (asked, not assumed).
@@ -79,6 +87,11 @@ cp "$ompi_bindir/orted" "$ompi_bindir/ompi_info" "$out/libexec/"
 cp "$ompi_pkglibdir"/*.so "$out/lib/openmpi/"
 cp -r "$ompi_pkgdatadir"/. "$out/share/openmpi/"
 cp "$ompi_sysconfdir"/openmpi-mca-params.conf "$ompi_sysconfdir"/openmpi-default-hostfile "$out/etc/openmpi/"
+came_from libexec/mpirun "$ompi_bindir/orterun"
+for f in orted ompi_info; do came_from "libexec/$f" "$ompi_bindir/$f"; done
+for f in "$ompi_pkglibdir"/*.so; do came_from "lib/openmpi/${f##*/}" "$f"; done
+came_from share/openmpi/ "$ompi_pkgdatadir"
+for f in openmpi-mca-params.conf openmpi-default-hostfile; do came_from "etc/openmpi/$f" "$ompi_sysconfdir/$f"; done
 echo >> "$out/etc/openmpi/openmpi-mca-params.conf"  # Debian's file ends without a newline
 cat >> "$out/etc/openmpi/openmpi-mca-params.conf" <<'EOF'
 # avtrain bundle: GPU node images often have no ssh, and OpenMPI's launcher refuses to start even a
@@ -89,6 +102,9 @@ EOF
 cp "$pmix_prefix"/lib/pmix/*.so "$out/lib/pmix/"
 cp -r "$pmix_prefix"/share/pmix/. "$out/share/pmix/"
 cp "$pmix_prefix"/share/pmix-mca-params.conf "$out/etc/pmix/"
+for f in "$pmix_prefix"/lib/pmix/*.so; do came_from "lib/pmix/${f##*/}" "$f"; done
+came_from share/pmix/ "$pmix_prefix/share/pmix"
+came_from etc/pmix/pmix-mca-params.conf "$pmix_prefix/share/pmix-mca-params.conf"
 # Debian's PMIx parameters name its plugin folder, which is not on the node: PMIx 3 (Debian 11) then
 # fails to start (PMIx 4 goes on); without the line it takes the launcher's PMIX_PKGLIBDIR.
 sed -i 's|^\( *mca_base_component_path *=.*\)|# avtrain bundle: the launcher points PMIx at lib/pmix (PMIX_PKGLIBDIR)\n# \1|' "$out/etc/pmix/pmix-mca-params.conf"
@@ -104,7 +120,7 @@ for f in "$out"/libexec/* "$out"/lib/openmpi/*.so "$out"/lib/pmix/*.so; do
     [[ -n ${is_system[$soname]:-} ]] && continue
     if [[ $path == "not" ]]; then echo "gpu-bundle: ${f#$out/} needs $soname, which is not installed here" >&2; exit 1; fi
     if [[ $soname =~ $node_lib_pattern ]]; then node+=("$soname"); continue; fi
-    [[ -e $out/lib/$soname ]] || cp -L "$path" "$out/lib/$soname"
+    [[ -e $out/lib/$soname ]] || { cp -L "$path" "$out/lib/$soname"; came_from "lib/$soname" "$path"; }
   done < <(ldd "$f" | awk '$2 == "=>" {print $1, $3}')
   if [[ $f == "$out"/libexec/* && ${#node[@]} -gt 0 ]]; then
     echo "${f##*/}: ${node[*]}" >> "$out/etc/node-libs"
@@ -119,6 +135,7 @@ for f in "$out"/lib/openmpi/*.so "$out"/lib/pmix/*.so; do patchelf --force-rpath
 
 cp validation/bundle/launch "$out/libexec/launch"
 chmod +x "$out/libexec/launch"
+came_from libexec/launch avtrain
 for f in "$out"/libexec/*; do
   [[ ${f##*/} == launch ]] || ln -s ../libexec/launch "$out/bin/${f##*/}"
 done
@@ -130,6 +147,7 @@ for d in inputs validation jobscripts tests/gpu tests/mpi tests/e2e; do
   git ls-files -z "$d" | grep -zv '/CMakeLists.txt$' | xargs -0 -I{} cp --parents {} "$out/share/avtrain/"
 done
 cp README.md "$out/share/avtrain/"
+came_from share/avtrain/ avtrain
 
 # What was built, from what, and what it needs of the node.
 glibc_needed=$(for f in "$out"/libexec/* "$out"/lib/*.so* "$out"/lib/*/*.so; do objdump -T "$f" 2> /dev/null || true; done |
@@ -143,10 +161,15 @@ cuda_inc=${cuda_inc:-/usr/local/cuda/include}
   echo "built against cuBLAS $(header_version "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_version "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR).$(header_version "$cuda_inc/cublas_api.h" CUBLAS_VER_PATCH) and NCCL $(header_version "$cuda_inc/nccl.h" NCCL_MAJOR).$(header_version "$cuda_inc/nccl.h" NCCL_MINOR).$(header_version "$cuda_inc/nccl.h" NCCL_PATCH) (the node's are used)"
   echo "$(ompi_info --version | head -1), needs glibc >= ${glibc_needed#GLIBC_} and an NVIDIA driver for CUDA 13"
 } > "$out/etc/bundle-info"
+for f in system-libs node-libs bundle-info; do came_from "etc/$f" avtrain; done
+
+# The license texts of all the above, with share/licenses/README naming each file's.
+bash validation/bundle/licenses.sh "$out" "$sources" "$build"
 
 rm -f "$tarball.tmp"
 tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T0 -6 > "$tarball.tmp"
 mv "$tarball.tmp" "$tarball"
 echo "gpu-bundle: $tarball: $(du -m "$tarball" | cut -f1) MiB ($(du -sm "$out" | cut -f1) MiB unpacked:" \
-     "$(ls "$out/libexec" | grep -cvx launch) programs, $(ls "$out"/lib/*.so* | wc -l) libraries, $(ls "$out"/lib/openmpi | wc -l) OpenMPI plugins)"
+     "$(ls "$out/libexec" | grep -cvx launch) programs, $(ls "$out"/lib/*.so* | wc -l) libraries, $(ls "$out"/lib/openmpi | wc -l) OpenMPI plugins," \
+     "$(ls "$out/share/licenses" | grep -cvx README) license folders)"
 cat "$out/etc/bundle-info"

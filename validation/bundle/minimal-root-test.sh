@@ -58,10 +58,10 @@ if [[ ! -f $sysroot/.made || $(cat "$sysroot/.made") != "$node_packages" ]]; the
   echo "$node_packages" > "$sysroot.tmp/.made"
   mv "$sysroot.tmp" "$sysroot"
 fi
-# None of the project's packages (jobscripts/install-deps.sh) but those the node image has (and the
-# archive keyring, which every Debian root holds).
-ours=$(sed -n '/^packages=(/,/)/p' "$root/jobscripts/install-deps.sh" | tr -d '()' | sed 's/packages=//' | tr -s ' \n' '\n' |
-       grep -vxE 'python3|python3-numpy|cmake|debian-archive-keyring|' || true)
+# None of the project's packages (jobscripts/install-deps.sh, every group) but those the node image
+# has (and the archive keyring, which every Debian root holds).
+ours=$(bash "$root/jobscripts/install-deps.sh" --list --cuda --tests --demo |
+       grep -vxE 'python3|python3-numpy|cmake|debian-archive-keyring' || true)
 [[ -n $ours ]] || die "read no package list from jobscripts/install-deps.sh"
 for p in $ours; do
   if chroot "$sysroot" dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed"; then
