@@ -53,24 +53,18 @@ constexpr bool has_kernel(int head_dim) {
 
 // The shared memory a block asks for at head_dim (forward; both backward kernels ask for the same),
 // 0 where there is no kernel.
-constexpr std::size_t forward_bytes(int head_dim) {
+template <template <int> class Layout>
+constexpr std::size_t layout_bytes(int head_dim) {
   switch (head_dim) {
-    case 16: return ForwardLayout<16>::bytes;
-    case 32: return ForwardLayout<32>::bytes;
-    case 64: return ForwardLayout<64>::bytes;
-    case 128: return ForwardLayout<128>::bytes;
+    case 16: return Layout<16>::bytes;
+    case 32: return Layout<32>::bytes;
+    case 64: return Layout<64>::bytes;
+    case 128: return Layout<128>::bytes;
     default: return 0;
   }
 }
-constexpr std::size_t backward_bytes(int head_dim) {
-  switch (head_dim) {
-    case 16: return BackwardLayout<16>::bytes;
-    case 32: return BackwardLayout<32>::bytes;
-    case 64: return BackwardLayout<64>::bytes;
-    case 128: return BackwardLayout<128>::bytes;
-    default: return 0;
-  }
-}
+constexpr std::size_t forward_bytes(int head_dim) { return layout_bytes<ForwardLayout>(head_dim); }
+constexpr std::size_t backward_bytes(int head_dim) { return layout_bytes<BackwardLayout>(head_dim); }
 
 // Whether the own kernels run at head_dim on a device whose opt-in limit of shared memory a block is
 // `optin_bytes`: a kernel exists and both directions fit.
