@@ -104,6 +104,10 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
 
 void describe(const avtrain::RunConfig& config) {
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {0, 1, config.data.check_values});
+  if (!config.data.val_dir.empty()) {  // refused here as the run would refuse it
+    auto val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {0, 1, config.data.check_values});
+    avtrain::data::require_same_samples(shards->info(), config.data.dir, val_shards->info(), config.data.val_dir);
+  }
   avtrain::RunConfig on_cpu = config;  // the description is computed on the CPU backend
   on_cpu.device = {};
   auto backend = avtrain::make_backend(on_cpu, {});

@@ -24,6 +24,13 @@ std::string number_text(double value) {
   return text.str();
 }
 
+// A number as a person wrote it: 0.2, not 0.20000000000000001.
+std::string short_number(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
 void check_options(const PackOptions& o) {
   require(!o.manifest.empty() || !o.tree.empty(), "pack needs --manifest FILE.csv or --tree DIR (see --help)");
   require(o.manifest.empty() || o.tree.empty(), "pack takes one of --manifest and --tree, not both");
@@ -119,7 +126,7 @@ std::vector<PackPlan> split_plans(const PackPlan& whole) {
   }
   for (int side = 0; side < 2; ++side)
     require(!sides[side].list.clips.empty(),
-            "--val-fraction " + number_text(whole.options.val_fraction) + ": no clip of the " +
+            "--val-fraction " + short_number(whole.options.val_fraction) + ": no clip of the " +
                 std::to_string(whole.list.clips.size()) + " falls to " + (side ? "validation" : "training") +
                 ": " + (side ? "raise it" : "lower it"));
   return sides;
