@@ -1,4 +1,5 @@
-// Losses with double arithmetic where the CPU uses it: cross-entropy (one block per row) and
+// Losses with double arithmetic where the CPU uses it: cross-entropy and sigmoid binary
+// cross-entropy (one block per row) and
 // symmetric InfoNCE (double products through cublasDgemm). Sums over rows are fixed-order tree
 // reductions in one block, so the loss is the same every run; the scalars come back through the
 // pinned host_result after a stream synchronisation.
@@ -86,6 +87,32 @@ __global__ void cross_entropy_total(const double* row_loss, const int* row_hit, 
   loss = block_reduce(loss, Sum{});
   hits = block_reduce(hits, Sum{});
   if (threadIdx.x == 0) *result = {loss / rows, hits};
+}
+
+// One block per row: the row's sum of max(x, 0) - x t + log1p(exp(-|x|)) and
+// dlogits = grad_scale * (sigmoid(x) - t) / (rows classes), in double as the CPU.
+__global__ void binary_cross_entropy_rows(const float* logits, const float* targets, float* dlogits, int classes,
+                                          double inv_n, float grad_scale, double* row_loss) {
+  const std::size_t base = std::size_t(blockIdx.x) * classes;
+  double sum = 0;
+  for (int c = threadIdx.x; c < classes; c += kThreads) {
+    const double x = logits[base + c], t = targets[base + c];
+    const double e = exp(-fabs(x));
+    sum += fmax(x, 0.0) - x * t + log1p(e);
+    if (dlogits) {
+      const double sigmoid = x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+      dlogits[base + c] = float(grad_scale * (sigmoid - t) * inv_n);
+    }
+  }
+  sum = block_reduce(sum, Sum{});
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = sum;
+}
+
+__global__ void row_loss_total(const double* row_loss, int rows, double inv_n, LossResult* result) {
+  double loss = 0;
+  for (int r = threadIdx.x; r < rows; r += kThreads) loss += row_loss[r];
+  loss = block_reduce(loss, Sum{});
+  if (threadIdx.x == 0) *result = {loss * inv_n, 0};
 }
 
 // One block per row of a (blocks [0, B)) or b (blocks [B, 2B)): norm = |x| + 1e-12, xn = x / norm.
@@ -186,6 +213,24 @@ double CudaBackend::cross_entropy(const float* logits, const std::int32_t* label
   CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(LossResult), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (correct) *correct = host->hits;
+  return host->loss;
+}
+
+double CudaBackend::binary_cross_entropy(const float* logits, const float* targets, float* dlogits, int rows,
+                                         int classes, float grad_scale) {
+  if (rows <= 0 || classes <= 0) return std::numeric_limits<double>::quiet_NaN();  // the CPU's 0/0
+  char* buf = static_cast<char*>(scratch(sizeof(LossResult) + sizeof(double) * std::size_t(rows)));
+  auto* result = reinterpret_cast<LossResult*>(buf);
+  auto* row_loss = reinterpret_cast<double*>(buf + sizeof(LossResult));
+  const double inv_n = 1.0 / (double(rows) * double(classes));
+  binary_cross_entropy_rows<<<rows, kThreads, 0, stream_>>>(logits, targets, dlogits, classes, inv_n, grad_scale,
+                                                            row_loss);
+  CUDA_CHECK_LAUNCH();
+  row_loss_total<<<1, kThreads, 0, stream_>>>(row_loss, rows, inv_n, result);
+  CUDA_CHECK_LAUNCH();
+  auto* host = static_cast<LossResult*>(host_result(sizeof(LossResult)));
+  CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(LossResult), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   return host->loss;
 }
 

@@ -48,7 +48,7 @@ reference=(python3-torch)
 # bubblewrap: the README's commands in a fresh Debian root (validation/fresh-machine-test.sh, label
 # fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
 # checked under (validation/bundle/cmake4-venv.sh) and TensorBoard's reader (tests/e2e/make_tensorboard_venv.sh).
-tests=("${reference[@]}" slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
+tests=("${reference[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
        debootstrap debian-archive-keyring bubblewrap python3-venv)
 
 # The media demo (jobscripts/media-demo.sh and its test): words spoken by espeak-ng, drawn by the

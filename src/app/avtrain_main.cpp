@@ -55,6 +55,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
   const std::string collectives = avtrain::use_device_collectives(config, groups, *backend);
   if (topo.rank == 0 && !collectives.empty()) std::cout << "[rank 0] collectives: " << collectives << std::endl;
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {topo.rank, topo.world, config.data.check_values});
+  avtrain::require_task_fits(config.model, shards->info(), config.data.dir);
   std::unique_ptr<avtrain::data::ShardSet> val_shards;
   if (!config.data.val_dir.empty()) {
     val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {topo.rank, topo.world, config.data.check_values});
@@ -104,6 +105,7 @@ int train(const avtrain::ParsedOptions& options, avtrain::parallel::ProcessGroup
 
 void describe(const avtrain::RunConfig& config) {
   auto shards = avtrain::data::ShardSet::open(config.data.dir, {0, 1, config.data.check_values});
+  avtrain::require_task_fits(config.model, shards->info(), config.data.dir);
   if (!config.data.val_dir.empty()) {  // refused here as the run would refuse it
     auto val_shards = avtrain::data::ShardSet::open(config.data.val_dir, {0, 1, config.data.check_values});
     avtrain::data::require_same_samples(shards->info(), config.data.dir, val_shards->info(), config.data.val_dir);

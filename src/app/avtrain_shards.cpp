@@ -76,6 +76,8 @@ int synth(const std::vector<std::string>& args) {
       ("motions", po::value(&o.motion_classes)->default_value(o.motion_classes), "video motion classes (1..8)")
       ("noise", po::value(&o.noise)->default_value(o.noise), "noise relative to the signal")
       ("float-audio", po::bool_switch(&o.float_audio), "store audio as float32 instead of int16 PCM")
+      ("multi-label", po::bool_switch(&o.multi_label),
+       "format v2: each sample labelled with the set {tone, tones + motion} (tones + motions classes)")
       ("no-gzip", po::bool_switch(&no_gzip), "contiguous datasets without compression")
       ("gzip-level", po::value(&o.gzip_level)->default_value(o.gzip_level), "deflate level 1..9 (as pack's)")
       ("zstd-level", po::value(&o.zstd_level)->default_value(o.zstd_level),
@@ -142,7 +144,7 @@ std::optional<ShardHeader> inspect_file(const std::string& path, const std::opti
     if (h.digests) {
       std::cout << "  values_checked 1, digests (" << kDigestAlgorithm << ")";
       for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d)
-        std::cout << (d ? ", " : " ") << kDigestedDatasets[d] << " " << hex_digest((*h.digests)[d]);
+        std::cout << (d ? ", " : " ") << digested_dataset(d, h.version) << " " << hex_digest((*h.digests)[d]);
       std::cout << '\n';
     }
     print_layouts(shard);

@@ -215,8 +215,13 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[model] AVNet architecture", "model.nce_temperature", &c.model.nce_temperature, "InfoNCE temperature",
         kPositive);
   t.add("[model] AVNet architecture", "model.ce_weight", &c.model.ce_weight,
-        "weight of the cross-entropy term (the training loss is ce_weight * CE + nce_weight * InfoNCE)",
+        "weight of the classification term (the training loss is ce_weight * CE + nce_weight * InfoNCE; CE is "
+        "the binary cross-entropy under model.task multi_label)",
         kPositive);
+  t.add("[model] AVNet architecture", "model.task", &c.model.task,
+        "single_label: softmax cross-entropy, one class a clip; multi_label: sigmoid binary cross-entropy "
+        "per class (the mean over clips and classes), a set of classes a clip (shard format v2, or v1 read as one "
+        "label each)");
   t.add("[model] AVNet architecture", "model.nce_weight", &c.model.nce_weight, "InfoNCE weight; 0 turns it off",
         kNonNegative);
   t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation",

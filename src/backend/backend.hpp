@@ -294,6 +294,11 @@ class Backend : public TensorMemory {
   // (grad_scale * loss) into dlogits.
   virtual double cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
                                int rows, int classes, float grad_scale, int* correct) = 0;
+  // Sigmoid binary cross-entropy with targets[rows, classes] in [0, 1] (multi-hot, or mixed by mixup):
+  // the mean over rows and classes of max(x, 0) - x t + log(1 + exp(-|x|)) (PyTorch's
+  // BCEWithLogitsLoss), stable for any logit; dlogits = grad_scale * (sigmoid(x) - t) / (rows classes).
+  virtual double binary_cross_entropy(const float* logits, const float* targets, float* dlogits, int rows,
+                                      int classes, float grad_scale) = 0;
   // Symmetric InfoNCE between row-normalised a[B, D] and b[B, D] at temperature tau; accumulates
   // the gradient of grad_scale * loss into da, db.
   virtual double info_nce(const float* a, const float* b, float* da, float* db, int B, int D,

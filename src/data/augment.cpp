@@ -151,6 +151,13 @@ void apply_mixup(MicroBatch& b, const Mixup& m) {
   const float lam = m.lambda, rest = 1.0f - m.lambda;
   b.mix_label.resize(B);
   for (std::size_t r = 0; r < B; ++r) b.mix_label[r] = b.label[std::size_t(m.partner[r])];
+  if (!b.labels.empty()) {  // a multi-label set: the partners' sets of classes
+    const std::size_t classes = b.labels.size() / B;
+    b.mix_labels.resize(b.labels.size());
+    for (std::size_t r = 0; r < B; ++r)
+      std::copy_n(b.labels.begin() + std::ptrdiff_t(std::size_t(m.partner[r]) * classes), classes,
+                  b.mix_labels.begin() + std::ptrdiff_t(r * classes));
+  }
   b.mix_weight = lam;
   if (b.audio.empty()) return;  // labels only
   const std::size_t A = b.audio.size() / B, V = b.video.size() / B;

@@ -11,7 +11,7 @@ namespace avtrain::data {
 
 struct ShardHeader {
   std::string path;
-  int version = 0;
+  int version = 0;  // 1: one class a sample (/label); 2: a set of classes a sample (/labels)
   int sample_rate = 0;  // Hz
   double fps = 0;
   int num_classes = 0;
@@ -27,7 +27,8 @@ struct ShardHeader {
 };
 
 // A version-1 header declaring the sample shape of `shape`: any description with the header's
-// shape fields (the set's SetInfo, a pack's media::ClipShape). Path, classes and samples stay unset.
+// shape fields (the set's SetInfo, a pack's media::ClipShape); a multi-label set's writer sets
+// version 2. Path, classes and samples stay unset.
 template <class Shape>
 ShardHeader header_of_shape(const Shape& shape) {
   ShardHeader h;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "data/label_sets.hpp"
 #include "data/row_runs.hpp"
 #include "data/value_digest.hpp"
 
@@ -18,7 +19,7 @@ namespace avtrain::data {
 namespace {
 
 constexpr const char* kFormatName = "av-shard";
-constexpr long long kFormatVersion = 1;
+constexpr long long kFormatVersions[] = {1, 2};  // 2: /labels, a set of classes a sample
 constexpr std::size_t kCheckBlockBytes = std::size_t{8} << 20;  // one value-check read holds at most this much
 
 H5Id open_file(const std::string& path) {
@@ -127,9 +128,9 @@ double read_number_attribute(hid_t file, const std::string& path, const char* na
 }
 
 // values_checked = 1, digest_algorithm and one digest_* per dataset (value_digest.hpp): all or none.
-std::optional<ShardDigests> read_digests(hid_t file, const std::string& path) {
+std::optional<ShardDigests> read_digests(hid_t file, const std::string& path, int version) {
   std::vector<std::string> names{"values_checked", "digest_algorithm"};
-  for (const char* dataset : kDigestedDatasets) names.push_back(digest_attribute(dataset));
+  for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d) names.push_back(digest_attribute(digested_dataset(d, version)));
   std::size_t present = 0;
   for (const std::string& name : names) present += H5Aexists(file, name.c_str()) > 0;
   if (present == 0) return std::nullopt;
@@ -148,7 +149,7 @@ std::optional<ShardDigests> read_digests(hid_t file, const std::string& path) {
   }
   ShardDigests digests{};
   for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d) {
-    const std::string name = digest_attribute(kDigestedDatasets[d]);
+    const std::string name = digest_attribute(digested_dataset(d, version));
     const H5Id attribute = open_attribute(file, path, name.c_str());
     const H5Id type = type_of_attribute(attribute);
     if (!is_integer(type.get(), 8, H5T_SGN_NONE) ||
@@ -284,7 +285,7 @@ void digest_rows(const H5Id& dataset, hid_t mem_type, std::int64_t samples, std:
 void require_digest(const ShardHeader& h, std::size_t dataset, const ValueDigest& read) {
   const std::uint64_t recorded = (*h.digests)[dataset], found = read.value();
   if (recorded == found) return;
-  throw Error(h.path + ": " + kDigestedDatasets[dataset] + " does not match its digest (" + kDigestAlgorithm + " " +
+  throw Error(h.path + ": " + digested_dataset(dataset, h.version) + " does not match its digest (" + kDigestAlgorithm + " " +
               hex_digest(recorded) + " recorded by the writer, " + hex_digest(found) +
               " read): a value was changed after the shard was written");
 }
@@ -303,9 +304,8 @@ ShardReader::ShardReader(std::string path) {
     throw Error(p + ": attribute avtrain_format = \"" + format + "\", expected \"" + kFormatName + "\"");
   }
   const long long version = read_integer_attribute(file, p, "version");
-  if (version != kFormatVersion) {
-    throw Error(p + ": attribute version = " + std::to_string(version) + ", this reader knows version " +
-                std::to_string(kFormatVersion) + " only");
+  if (std::find(std::begin(kFormatVersions), std::end(kFormatVersions), version) == std::end(kFormatVersions)) {
+    throw Error(p + ": attribute version = " + std::to_string(version) + ", this reader knows versions 1 and 2");
   }
   header_.version = static_cast<int>(version);
   header_.sample_rate = positive_int_attribute(file, p, "sample_rate");
@@ -331,19 +331,22 @@ ShardReader::ShardReader(std::string path) {
     }
   }
   if (H5Aexists(file, "packed_with") > 0) header_.packed_with = read_string_attribute(file, p, "packed_with");
-  header_.digests = read_digests(file, p);
+  header_.digests = read_digests(file, p, header_.version);
 
   audio_ = open_dataset(file, p, "/audio");
   audio_len_ = open_dataset(file, p, "/audio_len");
   video_ = open_dataset(file, p, "/video");
   video_len_ = open_dataset(file, p, "/video_len");
-  label_ = open_dataset(file, p, "/label");
+  const bool sets = header_.version >= 2;
+  const char* label_name = sets ? "/labels" : "/label";
+  label_ = open_dataset(file, p, label_name);
 
   require_type(audio_, p, "/audio", true, 0, H5T_SGN_2, "int16 or float32");
   require_type(audio_len_, p, "/audio_len", false, 4, H5T_SGN_2, "int32");
   require_type(video_, p, "/video", false, 1, H5T_SGN_NONE, "uint8");
   require_type(video_len_, p, "/video_len", false, 4, H5T_SGN_2, "int32");
-  require_type(label_, p, "/label", false, 4, H5T_SGN_2, "int32");
+  if (sets) require_type(label_, p, "/labels", false, 1, H5T_SGN_NONE, "uint8");
+  else require_type(label_, p, "/label", false, 4, H5T_SGN_2, "int32");
   {
     const H5Id audio_type(H5Dget_type(audio_.get()), H5Tclose);
     header_.audio_int16 = H5Tget_class(audio_type.get()) == H5T_INTEGER;
@@ -356,7 +359,16 @@ ShardReader::ShardReader(std::string path) {
   require_samples(p, "/audio_len", require_rank(audio_len_, p, "/audio_len", 1, "[N]")[0], samples);
   require_samples(p, "/video", video[0], samples);
   require_samples(p, "/video_len", require_rank(video_len_, p, "/video_len", 1, "[N]")[0], samples);
-  require_samples(p, "/label", require_rank(label_, p, "/label", 1, "[N]")[0], samples);
+  if (sets) {
+    const std::vector<hsize_t> labels = require_rank(label_, p, "/labels", 2, "[N, num_classes]");
+    require_samples(p, "/labels", labels[0], samples);
+    if (labels[1] != static_cast<hsize_t>(header_.num_classes)) {
+      throw Error(p + ": /labels has " + std::to_string(labels[1]) + " columns, num_classes = " +
+                  std::to_string(header_.num_classes));
+    }
+  } else {
+    require_samples(p, "/label", require_rank(label_, p, "/label", 1, "[N]")[0], samples);
+  }
 
   header_.samples = static_cast<std::int64_t>(samples);
   header_.audio_samples = require_extent(p, "/audio", "audio samples per row (A)", audio[1]);
@@ -368,7 +380,7 @@ ShardReader::ShardReader(std::string path) {
     throw Error(p + ": /video has " + std::to_string(video[4]) + " channels (C), expected 1 or 3");
   }
   // How read_rows reads: every filter available (a missing plugin named), the big datasets' chunks raw.
-  for (const auto& [dataset, name] : {std::pair{&audio_len_, "/audio_len"}, {&video_len_, "/video_len"}, {&label_, "/label"}})
+  for (const auto& [dataset, name] : {std::pair{&audio_len_, "/audio_len"}, {&video_len_, "/video_len"}, {&label_, label_name}})
     require_filters_available(dataset->get(), p, name);
   audio_plan_ = plan_raw_rows(audio_.get(), header_.audio_int16 ? H5T_STD_I16LE : H5T_IEEE_F32LE,
                               header_.audio_int16 ? H5T_NATIVE_INT16 : H5T_NATIVE_FLOAT, p, "/audio");
@@ -378,7 +390,7 @@ ShardReader::ShardReader(std::string path) {
 std::vector<DatasetLayout> ShardReader::layouts() const {
   return {describe_dataset(audio_.get(), "/audio"), describe_dataset(audio_len_.get(), "/audio_len"),
           describe_dataset(video_.get(), "/video"), describe_dataset(video_len_.get(), "/video_len"),
-          describe_dataset(label_.get(), "/label")};
+          describe_dataset(label_.get(), header_.version >= 2 ? "/labels" : "/label")};
 }
 
 std::vector<std::int64_t> ShardReader::check_values(bool sampled) const {
@@ -393,7 +405,16 @@ std::vector<std::int64_t> ShardReader::check_values(bool sampled) const {
   check_range(audio_len_, h.path, "/audio_len", h.samples, 1, max_audio_len, nullptr, digest(digest_audio_len));
   check_range(video_len_, h.path, "/video_len", h.samples, 1, h.frames, nullptr, digest(digest_video_len));
   std::vector<std::int64_t> histogram(static_cast<std::size_t>(h.num_classes), 0);
-  check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram, digest(digest_label));
+  if (h.version >= 2) {
+    stream_rows<std::uint8_t>(label_, H5T_NATIVE_UINT8, h.samples, std::size_t(h.num_classes), h.path, "/labels",
+                              [&](std::int64_t first, const std::uint8_t* values, std::int64_t rows) {
+                                if (digest(digest_label) != nullptr)
+                                  digest(digest_label)->add_values(values, std::size_t(rows) * std::size_t(h.num_classes));
+                                check_label_sets(h.path, first, values, rows, h.num_classes, "", &histogram);
+                              });
+  } else {
+    check_range(label_, h.path, "/label", h.samples, 0, h.num_classes - 1, &histogram, digest(digest_label));
+  }
   if (read) {
     for (const std::size_t d : {digest_audio_len, digest_video_len, digest_label}) require_digest(h, d, (*read)[d]);
   }
@@ -450,8 +471,14 @@ ShardRows ShardReader::read_rows(const std::vector<std::int64_t>& rows, Fields f
 
   ShardRows out;
   out.count = static_cast<std::int64_t>(count);
-  out.label.resize(count);
-  read(label_, H5T_NATIVE_INT32, out.label.data(), "/label");
+  if (h.version >= 2) {
+    out.labels.resize(count * std::size_t(h.num_classes));
+    read(label_, H5T_NATIVE_UINT8, out.labels.data(), "/labels");
+    out.label = first_classes(out.labels.data(), out.count, h.num_classes);
+  } else {
+    out.label.resize(count);
+    read(label_, H5T_NATIVE_INT32, out.label.data(), "/label");
+  }
   if (fields == Fields::labels) return out;
   out.audio.resize(count * audio_row);
   if (h.audio_int16) {

@@ -1,5 +1,5 @@
 #pragma once
-// One shard file of format v1 (docs/shard-format.md): opened read-only and kept open,
+// One shard file of format v1 or v2 (docs/shard-format.md): opened read-only and kept open,
 // checked on construction, read by rows with one hyperslab read per dataset.
 #include <cstdint>
 #include <string>
@@ -20,7 +20,8 @@ struct ShardRows {
   std::vector<std::int32_t> audio_len;  // [count]
   std::vector<std::uint8_t> video;      // [count, F, H, W, C]
   std::vector<std::int32_t> video_len;  // [count]
-  std::vector<std::int32_t> label;      // [count]
+  std::vector<std::int32_t> label;      // [count] the class (v2: the first of the sample's set)
+  std::vector<std::uint8_t> labels;     // [count, classes] v2: 1 for each class of the sample's set
 };
 
 class ShardReader {
@@ -35,7 +36,7 @@ class ShardReader {
   // Streams through the file in blocks of samples: lengths and labels in range, float audio finite and
   // in [-1, 1]; where the shard records digests (values_checked), every dataset read whole and hashed
   // to its digest, so a value changed even within its range is named (file and dataset). Returns the
-  // number of samples of each class. sampled: the lengths and labels whole (a few bytes a sample; their
+  // number of samples of each class (v2: the samples whose set holds it). sampled: the lengths and labels whole (a few bytes a sample; their
   // digests checked), float audio only in the rows of sampled_rows(), so a start reads a small share of
   // the file; read_rows checks the float audio of every row it reads, so no value out of range is ever
   // trained on.
@@ -46,7 +47,7 @@ class ShardReader {
   std::vector<std::int64_t> sampled_rows() const;
 
   // rows: row indices within this shard, sorted ascending, unique, in range. Fields::labels reads
-  // /label alone. Float audio is checked as read (finite, in [-1, 1]): an error names the file, the
+  // /label (v2: /labels) alone. Float audio is checked as read (finite, in [-1, 1]): an error names the file, the
   // row and the element. Safe from several threads at once: every HDF5 call holds hdf5_mutex(); the
   // chunks of /audio and /video are read raw under it and decompressed outside it (raw_chunks.hpp).
   ShardRows read_rows(const std::vector<std::int64_t>& rows, Fields fields = Fields::all) const;
@@ -54,7 +55,7 @@ class ShardReader {
  private:
   ShardHeader header_;
   H5Id file_;
-  H5Id audio_, audio_len_, video_, video_len_, label_;
+  H5Id audio_, audio_len_, video_, video_len_, label_;  // label_: /label (v1) or /labels (v2)
   RawRowPlan audio_plan_, video_plan_;  // how read_rows reads /audio and /video (raw chunks or H5Dread)
 };
 

@@ -36,6 +36,7 @@ class Hdf5ShardSet final : public ShardSet {
     info_.width = h.width;
     info_.channels = h.channels;
     info_.audio_int16 = h.audio_int16;
+    info_.multi_label = h.version >= 2;
     info_.class_names = h.class_names;
   }
 
@@ -62,6 +63,8 @@ class Hdf5ShardSet final : public ShardSet {
       out.video_len.resize(batch);
     }
     out.label.resize(batch);
+    const auto classes = static_cast<std::size_t>(info_.num_classes);
+    if (info_.multi_label) out.labels.resize(batch * classes);
 
     // Batch positions ordered by global index, so each shard's rows form one contiguous, sorted stretch.
     std::vector<std::size_t> by_index(batch);
@@ -86,6 +89,8 @@ class Hdf5ShardSet final : public ShardSet {
         const std::size_t to = by_index[k];
         const std::size_t from = row_of[to];
         out.label[to] = read.label[from];
+        if (info_.multi_label)
+          std::copy_n(read.labels.begin() + from * classes, classes, out.labels.begin() + to * classes);
         if (!all) continue;
         std::copy_n(read.audio.begin() + from * audio_row, audio_row, out.audio.begin() + to * audio_row);
         std::copy_n(read.video.begin() + from * video_row, video_row, out.video.begin() + to * video_row);
@@ -116,6 +121,7 @@ namespace {
 // What every shard of a set declares, as one shard's header named `path`.
 ShardHeader set_header(const SetInfo& s, const std::string& path) {
   ShardHeader h = header_of_shape(s);
+  h.version = s.multi_label ? 2 : 1;
   h.path = path;
   h.num_classes = s.num_classes;
   h.class_names = s.class_names;

@@ -1,6 +1,7 @@
 #pragma once
-// Shard format v1 (docs/shard-format.md): a directory of HDF5 files, each holding
-// /audio [N,A] (int16 or float32), /audio_len, /video [N,F,H,W,C] uint8, /video_len, /label.
+// Shard formats v1 and v2 (docs/shard-format.md): a directory of HDF5 files, each holding
+// /audio [N,A] (int16 or float32), /audio_len, /video [N,F,H,W,C] uint8, /video_len, and /label [N]
+// (v1: one class a sample) or /labels [N, classes] (v2: a sample's set of classes, 0/1).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@ struct SetInfo {
   std::int64_t audio_samples = 0;  // A
   int frames = 0, height = 0, width = 0, channels = 0;  // F, H, W, C
   bool audio_int16 = false;  // else float32 in [-1, 1]
+  bool multi_label = false;  // format v2: each sample holds a set of classes (/labels)
   std::vector<std::string> class_names;  // from the optional attribute; empty when the set has none
   std::int64_t total_samples = 0;
   std::vector<ShardFile> shards;  // sorted by file name; global sample index runs through them in this order
@@ -37,9 +39,11 @@ struct MicroBatch {
   std::vector<std::int32_t> audio_len; // [B]
   std::vector<std::uint8_t> video;     // [B, F, H, W, C]
   std::vector<std::int32_t> video_len; // [B]
-  std::vector<std::int32_t> label;     // [B]
+  std::vector<std::int32_t> label;     // [B] the class (v2: the first class of the sample's set)
+  std::vector<std::uint8_t> labels;    // [B, classes] v2 sets only: 1 for each class of the sample's set
   // Set by training augmentation (data/augment.hpp), empty otherwise:
   std::vector<std::int32_t> mix_label; // [B] mixup: the label of the sample each row was mixed with
+  std::vector<std::uint8_t> mix_labels;  // [B, classes] v2 sets under mixup: that sample's set
   float mix_weight = 1;                // mixup: lambda, the weight of `label` (1 - lambda: of mix_label)
   std::vector<std::uint8_t> spec_keep; // [B, Tf, mel_bins] SpecAugment: 0 where the log-mel is masked
 };
@@ -80,7 +84,7 @@ class ShardSet {
   static std::unique_ptr<ShardSet> open(const std::string& directory, CheckShare share = {});
   virtual ~ShardSet() = default;
   virtual const SetInfo& info() const = 0;
-  // With Fields::labels only size, index and label are filled.
+  // With Fields::labels only size, index, label and (v2) labels are filled.
   virtual MicroBatch read(const std::vector<std::int64_t>& global_indices, Fields fields = Fields::all) = 0;
 };
 

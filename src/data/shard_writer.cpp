@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "data/label_sets.hpp"
 #include "data/zstd_filter.hpp"
 
 namespace avtrain::data {
@@ -119,11 +120,16 @@ void check_block(const ShardHeader& h, std::int64_t first_row, const SampleBlock
   require_block_size(h.path, "/audio_len", block.audio_len.size(), count);
   require_block_size(h.path, "/video", block.video.size(), count * video_row);
   require_block_size(h.path, "/video_len", block.video_len.size(), count);
-  require_block_size(h.path, "/label", block.label.size(), count);
+  if (h.version >= 2) {
+    require_block_size(h.path, "/labels", block.labels.size(), count * std::size_t(h.num_classes));
+    check_label_sets(h.path, first_row, block.labels.data(), block.count, h.num_classes, " (refused by the writer)");
+  } else {
+    require_block_size(h.path, "/label", block.label.size(), count);
+    require_in_range(h.path, "/label", first_row, block.label, 0, h.num_classes - 1);
+  }
   require_in_range(h.path, "/audio_len", first_row, block.audio_len, 1,
                    static_cast<std::int32_t>(std::min<std::int64_t>(h.audio_samples, INT32_MAX)));
   require_in_range(h.path, "/video_len", first_row, block.video_len, 1, h.frames);
-  require_in_range(h.path, "/label", first_row, block.label, 0, h.num_classes - 1);
   if (h.audio_int16) return;
   for (std::size_t i = 0; i < block.audio_float.size(); ++i) {
     const float v = block.audio_float[i];
@@ -165,7 +171,11 @@ ShardWriter::ShardWriter(const ShardHeader& header, const ShardLayout& layout)
                            static_cast<hsize_t>(header_.width), static_cast<hsize_t>(header_.channels)},
                           g);
   video_len_ = create_dataset(file, p, "/video_len", H5T_STD_I32LE, {n}, g);
-  label_ = create_dataset(file, p, "/label", H5T_STD_I32LE, {n}, g);
+  if (header_.version >= 2) {
+    label_ = create_dataset(file, p, "/labels", H5T_STD_U8LE, {n, static_cast<hsize_t>(header_.num_classes)}, g);
+  } else {
+    label_ = create_dataset(file, p, "/label", H5T_STD_I32LE, {n}, g);
+  }
   if (layout_.sources) source_ = create_dataset(file, p, "/source", variable_string_type().get(), {n}, g);
 }
 
@@ -192,7 +202,8 @@ void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
   write_rows(audio_len_, p, "/audio_len", H5T_NATIVE_INT32, first_row, rows, block.audio_len.data());
   write_rows(video_, p, "/video", H5T_NATIVE_UINT8, first_row, rows, block.video.data());
   write_rows(video_len_, p, "/video_len", H5T_NATIVE_INT32, first_row, rows, block.video_len.data());
-  write_rows(label_, p, "/label", H5T_NATIVE_INT32, first_row, rows, block.label.data());
+  if (header_.version >= 2) write_rows(label_, p, "/labels", H5T_NATIVE_UINT8, first_row, rows, block.labels.data());
+  else write_rows(label_, p, "/label", H5T_NATIVE_INT32, first_row, rows, block.label.data());
   if (source_.valid()) {
     std::vector<const char*> texts;
     for (const std::string& text : block.source) texts.push_back(text.c_str());
@@ -204,7 +215,8 @@ void ShardWriter::write(std::int64_t first_row, const SampleBlock& block) {
   digests_[digest_audio_len].add_values(block.audio_len.data(), block.audio_len.size());
   digests_[digest_video].add_values(block.video.data(), block.video.size());
   digests_[digest_video_len].add_values(block.video_len.data(), block.video_len.size());
-  digests_[digest_label].add_values(block.label.data(), block.label.size());
+  if (header_.version >= 2) digests_[digest_label].add_values(block.labels.data(), block.labels.size());
+  else digests_[digest_label].add_values(block.label.data(), block.label.size());
   written_rows_ += rows;
 }
 
@@ -240,7 +252,7 @@ void ShardWriter::commit() {
   write_string_attribute(file_.get(), p, "digest_algorithm", kDigestAlgorithm);
   for (std::size_t d = 0; d < kDigestedDatasets.size(); ++d) {
     const std::uint64_t digest = digests_[d].value();
-    write_attribute(file_.get(), p, digest_attribute(kDigestedDatasets[d]).c_str(), H5T_STD_U64LE, H5T_NATIVE_UINT64,
+    write_attribute(file_.get(), p, digest_attribute(digested_dataset(d, header_.version)).c_str(), H5T_STD_U64LE, H5T_NATIVE_UINT64,
                     &digest);
   }
   const bool flushed = H5Fflush(file_.get(), H5F_SCOPE_LOCAL) >= 0;

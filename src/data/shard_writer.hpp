@@ -1,5 +1,5 @@
 #pragma once
-// Writes one shard file of format v1 atomically: everything goes to PATH.tmp, commit() renames it to PATH.
+// Writes one shard file of format v1 or v2 (header.version) atomically: everything goes to PATH.tmp, commit() renames it to PATH.
 // Every value is checked as it is written (a bad one refused with one line naming the file, dataset and
 // row) and digested, and commit() records values_checked = 1 and the digests (docs/shard-format.md).
 #include <array>
@@ -21,7 +21,8 @@ struct SampleBlock {
   std::vector<std::int32_t> audio_len;   // [count]
   std::vector<std::uint8_t> video;       // [count, F, H, W, C]
   std::vector<std::int32_t> video_len;   // [count]
-  std::vector<std::int32_t> label;       // [count]
+  std::vector<std::int32_t> label;       // [count] version 1
+  std::vector<std::uint8_t> labels;      // [count, num_classes] version 2: 1 for each class of the sample's set
   std::vector<std::string> source;       // [count], written when the layout has sources
 };
 

@@ -59,7 +59,13 @@ void generate_sample(const SynthOptions& o, const std::vector<double>& tones, st
   KeyedRandom random(o.seed, static_cast<std::uint64_t>(global_index));
   const auto tone = static_cast<int>(random.integer(0, o.tone_classes - 1));
   const auto motion = static_cast<int>(random.integer(0, o.motion_classes - 1));
-  block.label[row] = tone * o.motion_classes + motion;
+  if (o.multi_label) {
+    const std::size_t classes = static_cast<std::size_t>(o.tone_classes + o.motion_classes);
+    block.labels[row * classes + static_cast<std::size_t>(tone)] = 1;
+    block.labels[row * classes + static_cast<std::size_t>(o.tone_classes + motion)] = 1;
+  } else {
+    block.label[row] = tone * o.motion_classes + motion;
+  }
 
   // Audio: amplitude * sin(2 pi f t / rate + phase) + noise * amplitude * N(0, 1), clipped to [-1, 1].
   const double phase = random.uniform(0.0, 2.0 * std::numbers::pi);
@@ -122,7 +128,8 @@ SampleBlock empty_block(const SynthOptions& o, std::int64_t count) {
   block.audio_len.resize(n);
   block.video.assign(n * static_cast<std::size_t>(o.frames) * o.height * o.width * o.channels, 0);
   block.video_len.resize(n);
-  block.label.resize(n);
+  if (o.multi_label) block.labels.assign(n * static_cast<std::size_t>(o.tone_classes + o.motion_classes), 0);
+  else block.label.resize(n);
   return block;
 }
 
@@ -161,10 +168,10 @@ void write_synthetic(const SynthOptions& o) {
   const std::vector<double> tones = tone_frequencies(o.tone_classes, o.sample_rate);
 
   ShardHeader header;
-  header.version = 1;
+  header.version = o.multi_label ? 2 : 1;
   header.sample_rate = o.sample_rate;
   header.fps = o.fps;
-  header.num_classes = o.tone_classes * o.motion_classes;
+  header.num_classes = o.multi_label ? o.tone_classes + o.motion_classes : o.tone_classes * o.motion_classes;
   header.samples = o.samples_per_shard;
   header.audio_samples = o.audio_samples;
   header.frames = o.frames;

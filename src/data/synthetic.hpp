@@ -1,6 +1,7 @@
 #pragma once
 // Writes a synthetic shard set that only a model using both modalities can solve:
-// label = audio_tone_class * motion_classes + video_motion_class.
+// label = audio_tone_class * motion_classes + video_motion_class. Multi-label (format v2): each sample's
+// set is {audio_tone_class, tone_classes + video_motion_class}, tone_classes + motion_classes classes.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct SynthOptions {
   bool gzip = true;
   int gzip_level = 4;  // deflate level 1..9
   int zstd_level = 0;  // > 0: zstd at this level (1..22) in place of deflate
+  bool multi_label = false;  // format v2: the tone class and the motion class, each a label
 };
 
 // Writes out_dir/shard-00000.h5 ... (out_dir is created if missing); the same options give the same bytes.

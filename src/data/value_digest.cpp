@@ -14,6 +14,10 @@ static_assert(std::endian::native == std::endian::little, "value digests hash th
 
 std::string digest_attribute(const char* dataset) { return std::string("digest_") + (dataset[0] == '/' ? dataset + 1 : dataset); }
 
+const char* digested_dataset(std::size_t d, int version) {
+  return d == digest_label && version >= 2 ? "/labels" : kDigestedDatasets[d];
+}
+
 std::string hex_digest(std::uint64_t digest) {
   char text[19];
   std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(digest));

@@ -19,6 +19,10 @@ inline constexpr const char* kDigestAlgorithm = "XXH3_64bits";
 inline constexpr std::array<const char*, 5> kDigestedDatasets{"/audio", "/audio_len", "/video", "/video_len", "/label"};
 enum DigestedDataset : std::size_t { digest_audio, digest_audio_len, digest_video, digest_video_len, digest_label };
 
+// The dataset of digest d in a shard of `version`: format v2 holds each sample's classes in /labels
+// (uint8 [N, num_classes]) where v1 holds one class in /label (int32 [N]).
+const char* digested_dataset(std::size_t d, int version);
+
 // The root attribute holding a dataset's digest: "digest_" and the name ("/audio" -> "digest_audio").
 std::string digest_attribute(const char* dataset);
 

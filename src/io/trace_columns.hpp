@@ -62,9 +62,21 @@ inline constexpr TraceColumn kStepColumns[] = {
      "largest over the ranks (0 at pp = 1)"},
     {"bubble_theory", "%.6f", false, 0, "(pp − 1)/(m + pp − 1), m = micro-batches per replica"},
     {"val_loss", "%.17g", true, 0,
-     "classification cross-entropy on the validation split; empty on steps without evaluation (every "
+     "classification cross-entropy (multi-label: binary cross-entropy) on the validation split; empty on steps without evaluation (every "
      "`train.eval_interval` steps and the last)"},
-    {"val_acc", "%.17g", true, 0, "accuracy on the validation split; empty on steps without evaluation"},
+    {"val_acc", "%.17g", true, 0,
+     "top-1 accuracy on the validation split: the share of samples whose first arg-max class is theirs (multi-label: "
+     "one of theirs); empty on steps without evaluation"},
+    {"val_top5", "%.17g", true, 0,
+     "top-5 accuracy: the share of samples with one of their classes among the 5 highest logits; empty on steps "
+     "without evaluation"},
+    {"val_map", "%.17g", true, 0,
+     "mAP: the mean over classes with a positive sample of the average precision of the logits over the whole "
+     "validation split (sklearn's average_precision_score; docs/metrics.md); empty on steps without evaluation"},
+    {"val_auc", "%.17g", true, 0,
+     "the mean over classes with positive and negative samples of the ROC AUC (sklearn's roc_auc_score); empty on "
+     "steps without evaluation"},
+    {"val_dprime", "%.17g", true, 0, "d′ = √2 Φ⁻¹(val_auc); empty on steps without evaluation"},
 };
 
 // ranks.csv: one row per step and rank, as that rank measured it.

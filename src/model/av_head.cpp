@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/label_targets.hpp"
 #include "model/mixup_loss.hpp"
 #include "model/saved_tensor.hpp"
 
@@ -23,7 +24,7 @@ enum Slot { kY, kPa, kPv, kZ, kLogits };
 AVHead::AVHead(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
                int num_classes)
     : Layer("head"), be_(be), ws_(ws), D_(m.width), classes_(num_classes), tau_(m.nce_temperature),
-      nce_weight_(m.nce_weight), ce_weight_(m.ce_weight), ln_(params, "head.ln", m.width, policy.of("head.ln")),
+      nce_weight_(m.nce_weight), ce_weight_(m.ce_weight), multi_label_(m.task == Task::multi_label), ln_(params, "head.ln", m.width, policy.of("head.ln")),
       cls_(params, "head.cls", 2 * m.width, num_classes, m.init_std, policy.of("head.cls")) {
   require(m.nce_temperature > 0, "model.nce_temperature must be > 0");
 }
@@ -63,18 +64,22 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
 
   const bool training = flow.mode == Mode::train;
   st.dlogits.resize(logits.size());
-  labels_.upload(flow.batch->label.data(), flow.batch->label.size());
-  if (training && !flow.batch->mix_label.empty()) {
-    mix_labels_.upload(flow.batch->mix_label.data(), flow.batch->mix_label.size());
-    st.dlogits_mix.resize(logits.size());
-    flow.ce_loss = mixup_cross_entropy(be_, logits.data(), labels_.data(), mix_labels_.data(), flow.batch->mix_weight,
-                                       st.dlogits.data(), st.dlogits_mix.data(), B, classes_, flow.grad_scale * ce_weight_,
-                                       &flow.correct);
+  if (multi_label_) {
+    multi_label_loss(logits, flow, training ? &st.dlogits : nullptr);
   } else {
-    flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
-                                     classes_, flow.grad_scale * ce_weight_, &flow.correct);
+    labels_.upload(flow.batch->label.data(), flow.batch->label.size());
+    if (training && !flow.batch->mix_label.empty()) {
+      mix_labels_.upload(flow.batch->mix_label.data(), flow.batch->mix_label.size());
+      st.dlogits_mix.resize(logits.size());
+      flow.ce_loss = mixup_cross_entropy(be_, logits.data(), labels_.data(), mix_labels_.data(),
+                                         flow.batch->mix_weight, st.dlogits.data(), st.dlogits_mix.data(), B, classes_,
+                                         flow.grad_scale * ce_weight_, &flow.correct);
+    } else {
+      flow.ce_loss = be_.cross_entropy(logits.data(), labels_.data(), training ? st.dlogits.data() : nullptr, B,
+                                       classes_, flow.grad_scale * ce_weight_, &flow.correct);
+    }
   }
-  if (!training && flow.class_hits) count_class_hits(logits, flow);
+  if (!training && flow.scores) append_scores(logits, flow);
   flow.nce_loss = 0;
   st.dpa.resize(std::size_t(B) * D);
   st.dpv.resize(std::size_t(B) * D);
@@ -86,20 +91,32 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   flow.loss = double(ce_weight_) * flow.ce_loss + double(nce_weight_) * flow.nce_loss;
 }
 
-// The arg-max of each row (the first of equal maxima, as the cross entropy counts `correct`), tallied
-// by label. Evaluation only: the logits are copied to the host.
-void AVHead::count_class_hits(const Buffer& logits, Flow& flow) const {
+void AVHead::multi_label_loss(const Buffer& logits, Flow& flow, Buffer* dlogits) {
+  const data::MicroBatch& batch = *flow.batch;
+  const bool mixed = dlogits != nullptr && !batch.mix_label.empty();
+  const std::vector<float> targets = mixed_targets(batch, classes_, mixed);
+  targets_.upload(targets.data(), targets.size());
+  flow.ce_loss = be_.binary_cross_entropy(logits.data(), targets_.data(), dlogits ? dlogits->data() : nullptr, flow.B,
+                                          classes_, flow.grad_scale * ce_weight_);
+  // correct: the row's first arg-max is one of its own classes (the set of weight lambda >= 1/2).
   std::vector<float> host(logits.size());
   logits.download(host.data());
-  std::vector<std::int64_t>& hits = *flow.class_hits;
-  hits.resize(std::size_t(2 * classes_), 0);
+  const std::vector<std::uint8_t> sets = label_sets(batch, classes_);
+  flow.correct = 0;
   for (int r = 0; r < flow.B; ++r) {
     const float* row = host.data() + std::size_t(r) * classes_;
-    const int best = int(std::max_element(row, row + classes_) - row);
-    const int label = flow.batch->label[std::size_t(r)];
-    hits[std::size_t(2 * label)] += 1;
-    hits[std::size_t(2 * label + 1)] += best == label;
+    const auto best = std::size_t(std::max_element(row, row + classes_) - row);
+    flow.correct += sets[std::size_t(r) * classes_ + best] != 0;
   }
+}
+
+// Evaluation only: the logits are copied to the host with the rows' sets of classes.
+void AVHead::append_scores(const Buffer& logits, Flow& flow) const {
+  const std::size_t first = flow.scores->logits.size();
+  flow.scores->logits.resize(first + logits.size());
+  logits.download(flow.scores->logits.data() + first);
+  const std::vector<std::uint8_t> sets = label_sets(*flow.batch, classes_);
+  flow.scores->targets.insert(flow.scores->targets.end(), sets.begin(), sets.end());
 }
 
 void AVHead::backward(Flow& flow, LayerState& state_base) {

@@ -2,7 +2,8 @@
 // The last layer of AVNet: tokens in, loss out.
 //   head.ln -> masked mean pool of audio tokens (pa) and of video tokens (pv)
 //   head.cls([pa | pv]) -> ce_weight * cross-entropy with the labels (under mixup, the two labels
-//   weighted: model/mixup_loss.hpp)
+//   weighted: model/mixup_loss.hpp); under model.task multi_label the sigmoid binary cross-entropy
+//   with the sets of classes (mixed under mixup: model/label_targets.hpp)
 //   + nce_weight * symmetric InfoNCE(pa, pv) over the micro-batch at nce_temperature.
 // Pooling and both losses run in fp32; the logits are rounded to head.cls's type first.
 #include "backend/backend.hpp"
@@ -25,15 +26,19 @@ class AVHead final : public Layer {
   void backward(Flow& flow, LayerState& state) override;
 
  private:
-  void count_class_hits(const Buffer& logits, Flow& flow) const;
+  // Multi-label: the loss, its gradient (training) and `correct` (rows whose first arg-max is in their set).
+  void multi_label_loss(const Buffer& logits, Flow& flow, Buffer* dlogits);
+  void append_scores(const Buffer& logits, Flow& flow) const;
   Backend& be_;
   Workspace& ws_;
   int D_, classes_;
   float tau_, nce_weight_, ce_weight_;
+  bool multi_label_;
   LayerNorm ln_;
   Linear cls_;
   Labels labels_;  // the micro-batch's labels in tensor memory
   Labels mix_labels_;  // mixup: the labels each row was mixed with
+  Buffer targets_;     // multi-label: the binary cross-entropy's targets [B, classes]
 };
 
 }  // namespace avtrain

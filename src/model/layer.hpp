@@ -21,6 +21,13 @@ namespace avtrain {
 enum class Mode { train, eval };
 
 
+// What validation keeps of each sample (the last stage's head appends a micro-batch's rows): its
+// logits and its set of classes (1 for each of the sample's classes: its one label, or a v2 set).
+struct ScoreRows {
+  std::vector<float> logits;           // [rows, classes]
+  std::vector<std::uint8_t> targets;   // [rows, classes]
+};
+
 struct Flow {
   const data::MicroBatch* batch = nullptr;  // the input layer reads samples, the head labels
   Mode mode = Mode::train;
@@ -34,8 +41,8 @@ struct Flow {
   float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
   double loss = 0, ce_loss = 0, nce_loss = 0;
   int correct = 0;
-  // Evaluation only, when set: per class, [2c] += samples with label c, [2c+1] += those predicted right.
-  std::vector<std::int64_t>* class_hits = nullptr;
+  // Evaluation only, when set: the head appends each row's logits and set of classes.
+  ScoreRows* scores = nullptr;
   ActivationStats* act_stats = nullptr;
 };
 

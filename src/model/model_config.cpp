@@ -6,6 +6,12 @@
 
 namespace avtrain {
 
+void require_task_fits(const ModelConfig& m, const data::SetInfo& s, const std::string& dir) {
+  if (m.task == Task::single_label && s.multi_label)
+    throw Error(dir + ": a multi-label shard set (format v2, a set of classes a clip) cannot train model.task "
+                "single_label; set model.task multi_label");
+}
+
 TokenGeometry TokenGeometry::of(const ModelConfig& m, const data::SetInfo& s) {
   auto fail = [](const std::string& what) { throw Error("model: " + what); };
   if (m.width <= 0 || m.depth < 0 || m.heads <= 0 || m.width % m.heads != 0)

@@ -1,10 +1,20 @@
 #pragma once
 // The architecture a deck sets, and the token geometry it implies for a shard set's shapes.
 #include <cstdint>
+#include <string>
 
+#include "core/enum_names.hpp"
 #include "data/shard_set.hpp"
 
 namespace avtrain {
+
+// What the classifier learns: one class a clip (softmax cross-entropy) or a set of classes a clip
+// (sigmoid binary cross-entropy per class, PyTorch's BCEWithLogitsLoss; format v2 shards, or v1
+// shards read as one label each).
+enum class Task { single_label, multi_label };
+constexpr EnumNames<Task, 2> enum_names(Task) {
+  return {{{Task::single_label, "single_label"}, {Task::multi_label, "multi_label"}}};
+}
 
 struct ModelConfig {
   int width = 128;        // D
@@ -19,8 +29,13 @@ struct ModelConfig {
   double nce_temperature = 0.1;
   double nce_weight = 0.1;  // lambda; 0 turns InfoNCE off
   double ce_weight = 1.0;   // weight of the classification term
+  Task task = Task::single_label;
   double init_std = 0.02;
 };
+
+// Throws Error naming `dir` when its set cannot train model.task: single_label on a multi-label set
+// (format v2).
+void require_task_fits(const ModelConfig& m, const data::SetInfo& s, const std::string& dir);
 
 // Shapes that follow from a ModelConfig and a shard set.
 struct TokenGeometry {

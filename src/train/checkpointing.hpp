@@ -48,7 +48,7 @@ class Checkpointing {
   // for a fresh start (--resume none, --overwrite). --resume PATH: that checkpoint or an error; auto: the newest committed one,
   // a damaged one reported on `log` and the previous one tried. A checkpoint of another run (its
   // fingerprint differs from `fingerprint`) is an error naming the field.
-  // moments false: the weights alone (evaluation).
+  // moments false: the weights alone (evaluation), at any global batch.
   std::optional<checkpoint::Counters> resume(Backend& be, DistributedOptimizer& state, bool moments,
                                              const nlohmann::json& fingerprint, std::ostream& log);
 

@@ -1,6 +1,7 @@
 #include "train/evaluator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <future>
 #include <iomanip>
@@ -32,9 +33,12 @@ Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& rea
   if (val.empty()) return e;
   const std::size_t mb = std::size_t(config_.train.micro_batch);
   std::vector<std::vector<std::int64_t>> mine;
+  std::vector<std::size_t> first_position;  // where each of mine begins in `val`
   for (std::size_t j = 0, begin = 0; begin < val.size(); ++j, begin += mb)
-    if (int(j % std::size_t(topo_.dp)) == topo_.dp_rank)
+    if (int(j % std::size_t(topo_.dp)) == topo_.dp_rank) {
       mine.emplace_back(val.begin() + std::ptrdiff_t(begin), val.begin() + std::ptrdiff_t(std::min(val.size(), begin + mb)));
+      first_position.push_back(begin);
+    }
   // A few micro-batches are read ahead, never the whole split: memory stays bounded.
   const std::size_t ahead = std::size_t(std::max(1, config_.data.prefetch_steps) * config_.train.micro_batches);
   std::deque<std::future<data::MicroBatch>> pending;
@@ -48,29 +52,52 @@ Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& rea
     }
   };
   double sums[2] = {0, 0};  // loss x samples, correct
-  std::vector<std::int64_t> hits(std::size_t(2 * shards_.info().num_classes), 0);
+  const auto classes = std::size_t(shards_.info().num_classes);
+  // Every sample's logits, then its set of classes, at its position in `val`: this rank's rows where it
+  // is a last stage, zero elsewhere, summed over the world (exact: one rank holds each value).
+  std::vector<double> rows(val.size() * 2 * classes, 0.0);
   for (std::size_t j = 0; j < mine.size(); ++j) {
     refill();
-    runner.forward_only(runner.reads() ? &pending.front() : nullptr, hits, sums);
+    ScoreRows scores;
+    runner.forward_only(runner.reads() ? &pending.front() : nullptr, scores, sums);
     if (runner.reads()) pending.pop_front();
+    for (std::size_t i = 0; i < scores.logits.size(); ++i) {
+      const std::size_t row = first_position[j] + i / classes, c = i % classes;
+      rows[row * 2 * classes + c] = scores.logits[i];
+      rows[row * 2 * classes + classes + c] = scores.targets[i];
+    }
   }
   runner.finish_sends();
   world_.all_reduce(sums, 2, parallel::ReduceOp::sum);
-  std::vector<double> counts(hits.begin(), hits.end());  // exact below 2^53
-  world_.all_reduce(counts.data(), counts.size(), parallel::ReduceOp::sum);
-  e.per_class = per_class(std::vector<std::int64_t>(counts.begin(), counts.end()));
+  world_.all_reduce(rows.data(), rows.size(), parallel::ReduceOp::sum);
+  std::vector<float>& logits = e.logits;
+  std::vector<std::uint8_t>& targets = e.targets;
+  logits.resize(val.size() * classes);
+  targets.resize(val.size() * classes);
+  for (std::size_t row = 0; row < val.size(); ++row)
+    for (std::size_t c = 0; c < classes; ++c) {
+      logits[row * classes + c] = float(rows[row * 2 * classes + c]);
+      targets[row * classes + c] = rows[row * 2 * classes + classes + c] != 0;
+    }
+  e.metrics = val_metrics(logits, targets, int(classes));
+  e.per_class = per_class(e.metrics);
   e.loss = sums[0] / double(val.size());
   e.acc = sums[1] / double(val.size());
   return e;
 }
 
-nlohmann::json Evaluator::per_class(const std::vector<std::int64_t>& class_hits) const {
+nlohmann::json Evaluator::per_class(const ValMetrics& metrics) const {
   const std::vector<std::string>& names = shards_.info().class_names;
+  const bool multi_label = config_.model.task == Task::multi_label;
+  const auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
   nlohmann::json rows = nlohmann::json::array();
-  for (std::size_t c = 0; 2 * c + 1 < class_hits.size(); ++c) {
-    const std::int64_t n = class_hits[2 * c], right = class_hits[2 * c + 1];
-    rows.push_back({{"class", c < names.size() ? names[c] : std::to_string(c)}, {"samples", n},
-                    {"acc", n > 0 ? double(right) / double(n) : 0.0}});
+  for (std::size_t c = 0; c < metrics.per_class.size(); ++c) {
+    const ClassMetrics& m = metrics.per_class[c];
+    nlohmann::json row = {{"class", c < names.size() ? names[c] : std::to_string(c)}, {"samples", m.samples}};
+    if (!multi_label) row["acc"] = m.samples > 0 ? double(m.top1) / double(m.samples) : 0.0;
+    row["ap"] = number(m.ap);
+    row["auc"] = number(m.auc);
+    rows.push_back(row);
   }
   return rows;
 }
@@ -78,9 +105,13 @@ nlohmann::json Evaluator::per_class(const std::vector<std::int64_t>& class_hits)
 std::string Evaluator::per_class_text(const nlohmann::json& rows) {
   std::ostringstream text;
   text << std::fixed << std::setprecision(3);
-  for (const auto& r : rows)
-    text << (text.tellp() > 0 ? ", " : "") << r["class"].get<std::string>() << " " << r["acc"].get<double>() << " ("
-         << r["samples"].get<std::int64_t>() << ")";
+  for (const auto& r : rows) {
+    const nlohmann::json& value = r.contains("acc") ? r["acc"] : r["ap"];
+    text << (text.tellp() > 0 ? ", " : "") << r["class"].get<std::string>() << " ";
+    if (value.is_null()) text << "-";
+    else text << value.get<double>();
+    text << " (" << r["samples"].get<std::int64_t>() << ")";
+  }
   return text.str();
 }
 

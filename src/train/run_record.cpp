@@ -106,7 +106,8 @@ void RunRecord::log_step(std::ostream& log, const StepRow& row, int skipped, dou
   if (topo_.dp > 1) log << "  comm " << std::setprecision(1) << row["comm_ms"] << " ms";
   if (skipped >= 0) log << "  scale " << std::setprecision(0) << row["loss_scale"] << "  skipped " << skipped;
   if (row.has("val_acc"))
-    log << "  val_loss " << std::setprecision(4) << row["val_loss"] << "  val_acc " << row["val_acc"];
+    log << "  val_loss " << std::setprecision(4) << row["val_loss"] << "  val_acc " << row["val_acc"] << "  val_mAP "
+        << row["val_map"];
   log << "  " << std::setprecision(0) << row["samples_per_s"] << " samples/s  elapsed " << clock_time(elapsed_s)
       << "  eta " << clock_time(eta_s(step));
   log << std::endl;

@@ -148,8 +148,7 @@ void StageRunner::backward(StepWork& w, int m, bool last_of_step) {
   slot.busy = false;
 }
 
-void StageRunner::forward_only(std::future<data::MicroBatch>* batch, std::vector<std::int64_t>& class_hits,
-                               double sums[2]) {
+void StageRunner::forward_only(std::future<data::MicroBatch>* batch, ScoreRows& scores, double sums[2]) {
   Slot& slot = acquire();
   Flow& flow = slot.flow;
   if (!topo_.first_stage()) link_.recv_activation(flow);
@@ -159,9 +158,9 @@ void StageRunner::forward_only(std::future<data::MicroBatch>* batch, std::vector
   }
   flow.mode = Mode::eval;
   flow.act_stats = nullptr;
-  flow.class_hits = &class_hits;
+  flow.scores = &scores;
   net_.forward(flow, slot.states);
-  flow.class_hits = nullptr;
+  flow.scores = nullptr;
   if (topo_.last_stage()) {
     sums[0] += flow.ce_loss * flow.B;
     sums[1] += flow.correct;

@@ -46,9 +46,9 @@ class StageRunner {
   void finish_sends() { link_.finish_sends(); }
 
   // Evaluation: one micro-batch forward only, through the pipeline. `batch`: its samples where the
-  // stage reads (null elsewhere); its hits per class added to `class_hits` and, on the last stage,
-  // its loss x samples and correct count to `sums`.
-  void forward_only(std::future<data::MicroBatch>* batch, std::vector<std::int64_t>& class_hits, double sums[2]);
+  // stage reads (null elsewhere); on the last stage its rows' logits and sets of classes appended to
+  // `scores`, its loss x samples and correct count added to `sums`.
+  void forward_only(std::future<data::MicroBatch>* batch, ScoreRows& scores, double sums[2]);
 
   // Once per step, every replica alike: the statistics the step's micro-batches gathered
   // (BatchNorm's) are added over the data-parallel group and folded into the running ones, so that

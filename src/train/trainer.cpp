@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "train/batch_feed.hpp"
 #include "train/checkpointing.hpp"
 #include "train/debug_faults.hpp"
+#include "train/eval_scores_file.hpp"
 #include "train/evaluator.hpp"
 #include "train/job_watchdog.hpp"
 #include "train/layer_statistics.hpp"
@@ -348,6 +350,10 @@ struct Trainer::Impl {
     if (run.evaluator.samples().empty()) return;
     r.row.set("val_loss", run.summary.val_loss = e.loss);
     r.row.set("val_acc", run.summary.val_acc = e.acc);
+    r.row.set("val_top5", e.metrics.top5);
+    r.row.set("val_map", e.metrics.map);
+    r.row.set("val_auc", e.metrics.auc);
+    r.row.set("val_dprime", e.metrics.dprime);
     run.per_class = e.per_class;
   }
 
@@ -398,7 +404,8 @@ struct Trainer::Impl {
       log << "[rank 0] timeline: " << config.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
     }
     if (topo.rank == 0 && !run.per_class.empty())
-      log << "[rank 0] val_acc by class: " << Evaluator::per_class_text(run.per_class) << std::endl;
+      log << "[rank 0] " << (config.model.task == Task::multi_label ? "AP" : "val_acc")
+          << " by class: " << Evaluator::per_class_text(run.per_class) << std::endl;
     TrainSummary summary = run.summary;
     summary.step_ms = run.record.step_ms();
     summary.skipped = run.scaler.skipped();
@@ -449,17 +456,30 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   const Evaluator::Result e = evaluator.evaluate(d.runner, reader, &d.augmenter);
   const std::string& which = checkpoints.loaded();
   const nlohmann::json& per_class = e.per_class;
-  nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"val_loss", e.loss},
-                           {"val_acc", e.acc}, {"val_samples", validation.size()},
+  const auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  nlohmann::json result = {{"checkpoint", which}, {"step", loaded->next_step}, {"task", enum_name(c.model.task)},
+                           {"val_loss", e.loss}, {"val_acc", e.acc}, {"val_top5", e.metrics.top5},
+                           {"val_map", number(e.metrics.map)}, {"val_auc", number(e.metrics.auc)},
+                           {"val_dprime", number(e.metrics.dprime)}, {"val_samples", validation.size()},
                            {"val_set", c.data.val_dir.empty() ? c.data.dir : c.data.val_dir},
                            {"val_indices", validation},  // sample indices in val_set, for other tools
                            {"per_class", per_class}};
   if (d.topo.rank == 0) {
     log << "[rank 0] eval-only: " << which << " (after step " << loaded->next_step << "): val_loss "
-        << std::setprecision(6) << e.loss << "  val_acc " << e.acc << " over " << validation.size()
+        << std::setprecision(6) << e.loss << "  val_acc " << e.acc << "  top-5 " << e.metrics.top5 << "  mAP "
+        << e.metrics.map << "  AUC " << e.metrics.auc << "  d' " << e.metrics.dprime << " over " << validation.size()
         << " samples" << std::endl;
-    log << "[rank 0] val_acc by class: " << Evaluator::per_class_text(per_class) << std::endl;
-    if (!c.train.out.empty()) write_file_atomically(c.train.out + "/eval.json", result.dump(2) + "\n");
+    log << "[rank 0] " << (c.model.task == Task::multi_label ? "AP" : "val_acc")
+        << " by class: " << Evaluator::per_class_text(per_class) << std::endl;
+    if (!c.train.out.empty()) {
+      std::error_code made;  // an --out that does not exist yet is made, as a training run makes it
+      std::filesystem::create_directories(c.train.out, made);
+      require(!made, c.train.out + ": cannot make the folder for eval.json: " + made.message());
+      write_eval_scores(c.train.out + "/eval_scores.h5", validation, e.logits, e.targets,
+                        (d.val_shards ? *d.val_shards : d.shards).info().num_classes,
+                        (d.val_shards ? *d.val_shards : d.shards).info().class_names);
+      write_file_atomically(c.train.out + "/eval.json", result.dump(2) + "\n");
+    }
   }
   return result;
 }

@@ -102,6 +102,8 @@ class CpuBackend : public Backend {
 
   double cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, int rows,
                        int classes, float grad_scale, int* correct) override;
+  double binary_cross_entropy(const float* logits, const float* targets, float* dlogits, int rows, int classes,
+                              float grad_scale) override;
   double info_nce(const float* a, const float* b, float* da, float* db, int B, int D, float tau,
                   float grad_scale) override;
 

@@ -1,4 +1,4 @@
-// Losses in fp32 with double accumulation: cross-entropy and symmetric InfoNCE.
+// Losses in fp32 with double accumulation: cross-entropy, sigmoid binary cross-entropy and symmetric InfoNCE.
 #include <cmath>
 #include <vector>
 
@@ -43,6 +43,22 @@ double CpuBackend::cross_entropy(const float* logits, const std::int32_t* labels
   }
   if (correct) *correct = hits;
   return loss;
+}
+
+double CpuBackend::binary_cross_entropy(const float* logits, const float* targets, float* dlogits, int rows,
+                                        int classes, float grad_scale) {
+  const std::size_t n = std::size_t(rows) * std::size_t(classes);
+  double loss = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = logits[i], t = targets[i];
+    const double e = std::exp(-std::abs(x));  // in (0, 1]: no overflow for any x
+    loss += std::max(x, 0.0) - x * t + std::log1p(e);
+    if (dlogits) {
+      const double sigmoid = x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+      dlogits[i] = float(grad_scale * (sigmoid - t) / double(n));
+    }
+  }
+  return loss / double(n);
 }
 
 double CpuBackend::info_nce(const float* a, const float* b, float* da, float* db, int B, int D,
