@@ -987,6 +987,45 @@ TEST_F(CpuKernels, CrossEntropyLossGradientAndCorrectCountMatchReference) {
   EXPECT_EQ(correct, 2);
 }
 
+// Sigmoid binary cross-entropy: the mean over rows and classes, against finite differences of the
+// loss itself and against the naive formula where it is exact; at logits of +-1e4 and +-100 the
+// naive log(sigmoid) overflows, the stable form gives the limits (|x| for a wrong sign, 0 for right).
+TEST_F(CpuKernels, BinaryCrossEntropyMatchesFiniteDifferencesAndIsStableForLargeLogits) {
+  const int rows = 4, classes = 6;
+  const float grad_scale = 1.5f;
+  auto logits = random_floats(std::size_t(rows) * classes, "bce.logits", -4.0, 4.0);
+  const auto mix = random_floats(logits.size(), "bce.targets", 0.0, 1.0);  // mixup's targets lie in [0, 1]
+  std::vector<float> targets(mix.begin(), mix.end());
+  auto dlogits = poisoned(logits.size());
+  const double loss = be->binary_cross_entropy(logits.data(), targets.data(), dlogits.data(), rows, classes, grad_scale);
+  double naive = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const double p = 1.0 / (1.0 + std::exp(-double(logits[i]))), t = targets[i];
+    naive += -(t * std::log(p) + (1 - t) * std::log(1 - p));
+  }
+  naive /= double(logits.size());
+  EXPECT_NEAR(loss, naive, 1e-12);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i], h = 1e-2f;
+    logits[i] = x + h;
+    const double up = be->binary_cross_entropy(logits.data(), targets.data(), nullptr, rows, classes, 1.0f);
+    logits[i] = x - h;
+    const double down = be->binary_cross_entropy(logits.data(), targets.data(), nullptr, rows, classes, 1.0f);
+    logits[i] = x;
+    const double fd = grad_scale * (up - down) / (double(logits[i] + h) - double(logits[i] - h));
+    EXPECT_NEAR(dlogits[i], fd, 1e-5 * std::abs(fd) + 1e-7) << "element " << i;
+  }
+  const std::vector<float> large{1e4f, -1e4f, 100.0f, -100.0f};
+  const std::vector<float> truth{0.0f, 1.0f, 1.0f, 0.0f};
+  std::vector<float> d(4);
+  const double big = be->binary_cross_entropy(large.data(), truth.data(), d.data(), 1, 4, 1.0f);
+  EXPECT_NEAR(big, (1e4 + 1e4 + std::log1p(std::exp(-100.0)) * 2) / 4, 1e-9);
+  EXPECT_NEAR(d[0], 0.25, 1e-7);
+  EXPECT_NEAR(d[1], -0.25, 1e-7);
+  EXPECT_NEAR(d[2], 0.0, 1e-7);
+  EXPECT_NEAR(d[3], 0.0, 1e-7);
+}
+
 TEST_F(CpuKernels, InfoNceLossMatchesSymmetricDoubleReference) {
   const int B = 4, D = 6;
   const float tau = 0.3f;
