@@ -193,6 +193,10 @@ void bind(OptionTable& t, RunConfig& c) {
         "reader threads per rank, each reading whole micro-batches (HDF5 calls one at a time, the decompression "
         "at once); not given (shown as 0): the cores a rank may use minus train.threads on a CPU run, at least 1",
         Range<int>{1, 1024, "in [1, 1024]"});
+  t.add("[data] shard set", "data.sampling", &c.data.sampling,
+        "uniform: each epoch a shuffle of the training split; balanced: each epoch's samples drawn with replacement, "
+        "a sample's weight the sum over its classes of 1000 / (the class's training samples + 0.01) (AST's "
+        "sampler), keyed by seed and epoch");
 
   t.add("[model] AVNet architecture", "model.width", &c.model.width, "token width D",
         kAtLeast1);

@@ -33,12 +33,34 @@ Sampler::Sampler(std::int64_t total, double val_fraction, std::uint64_t seed, st
                                      " (train.micro_batch x train.micro_batches); lower them or data.val_fraction");
 }
 
+void Sampler::draw_by_weight(const std::vector<double>& weights) {
+  require(weights.size() == train_.size(), "draw_by_weight: one weight per training sample");
+  cumulative_.resize(weights.size());
+  double total = 0;
+  for (std::size_t k = 0; k < weights.size(); ++k) {
+    require(weights[k] >= 0 && std::isfinite(weights[k]), "draw_by_weight: a weight is negative or not finite");
+    cumulative_[k] = total += weights[k];
+  }
+  require(total > 0, "data.sampling balanced: every training sample has weight 0");
+  order_epoch_ = -1;
+}
+
 std::vector<std::int64_t> Sampler::batch(std::int64_t step) {
   const int epoch = epoch_of(step);
   if (epoch != order_epoch_) {
-    order_ = train_;
-    KeyedRandom rng(seed_, std::uint64_t(epoch), 0x5eed);
-    shuffle(order_, rng);
+    if (cumulative_.empty()) {
+      order_ = train_;
+      KeyedRandom rng(seed_, std::uint64_t(epoch), 0x5eed);
+      shuffle(order_, rng);
+    } else {  // with replacement: the first running sum above u x total
+      KeyedRandom rng(seed_, std::uint64_t(epoch), 0xba1a);
+      order_.resize(std::size_t(steps_per_epoch_ * global_batch_));
+      for (std::int64_t& sample : order_) {
+        const double u = rng.uniform(0.0, cumulative_.back());
+        const auto at = std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin();
+        sample = train_[std::min(std::size_t(at), train_.size() - 1)];
+      }
+    }
     order_epoch_ = epoch;
   }
   const std::int64_t begin = (step % steps_per_epoch_) * global_batch_;

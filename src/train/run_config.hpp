@@ -5,6 +5,7 @@
 
 #include "core/enum_names.hpp"
 #include "data/augment.hpp"
+#include "data/sampler.hpp"
 #include "data/shard_set.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
@@ -23,6 +24,7 @@ struct DataConfig {
   data::CheckValues check_values = data::CheckValues::sample;  // what a start reads of the values
   double clip_seconds = 0;    // clips cut to this length (training: a random window; validation: centred); 0: as stored
   int reader_threads = 0;     // reader threads per rank; 0 until options derive it (app/reader_threads.hpp)
+  data::Sampling sampling = data::Sampling::uniform;  // each epoch: a shuffle, or draws by class-balanced weight
 };
 
 struct TrainConfig {

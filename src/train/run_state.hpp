@@ -32,10 +32,11 @@ struct RunState {
   // val_shards: data.val_dir's set, or null (a validation split of `shards`). fingerprint: what a
   // resumed run must match (RunManifest).
   RunState(const RunConfig& config, const parallel::Topology& topo, parallel::Communicator& world, DType compute,
-           const data::ShardSet& shards, const data::ShardSet* val_shards, nlohmann::json fingerprint);
+           data::ShardSet& shards, const data::ShardSet* val_shards, nlohmann::json fingerprint);
 
   // The run's order of samples: the validation split held out of `shards` (none with a val_dir),
-  // each epoch's shuffle of the rest, cut into global batches.
+  // each epoch's shuffle of the rest, cut into global batches. (data.sampling balanced: the constructor
+  // then reads the training labels and has the sampler draw by their weights.)
   static data::Sampler make_sampler(const RunConfig& config, const parallel::Topology& topo,
                                     const data::ShardSet& shards, bool has_val_dir);
 
