@@ -36,8 +36,11 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
                       {"seed", config_.train.seed},
                       {"precision", dtype_name(policy_.compute())}};
   f["model"] = nlohmann::json::object();
+  // model.task only where it is multi_label: a single-label run's fingerprint is what it was before
+  // the option existed, so its checkpoints resume across that change.
   for (auto it = options.begin(); it != options.end(); ++it)
-    if (it.key().rfind("model.", 0) == 0) f["model"][it.key().substr(6)] = *it;
+    if (it.key().rfind("model.", 0) == 0 && !(it.key() == "model.task" && *it == "single_label"))
+      f["model"][it.key().substr(6)] = *it;
   f["data"] = data_fingerprint(shards_.info());
   if (val_shards_) f["val_data"] = data_fingerprint(val_shards_->info());
   // Augmentation changes what trains: a resume must keep it. Absent when off, as before it existed.
@@ -46,6 +49,8 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
     for (auto it = options.begin(); it != options.end(); ++it)
       if (it.key().rfind("augment.", 0) == 0 || it.key() == "data.clip_seconds") f["augment"][it.key()] = *it;
   }
+  // Balanced sampling changes what trains (absent when uniform, as before it existed).
+  if (config_.data.sampling != data::Sampling::uniform) f["sampling"] = enum_name(config_.data.sampling);
   return f;
 }
 
