@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "checkpoint/torch_names.hpp"
 #include "core/error.hpp"
 
 namespace avtrain::checkpoint {
@@ -20,7 +21,7 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 
 std::vector<std::uint64_t> shape_of(const ParamInfo& p) { return {p.shape.begin(), p.shape.end()}; }
 
-// The file's embed.pos fitted to this model's layout; `file_layout` is what the file's metadata says.
+// The file's embed.pos fitted to this model's layout, by the layout the file's metadata states.
 std::vector<float> fitted_positions(const io::SafetensorsReader& file, const io::SafetensorsEntry& t,
                                     const ParamInfo& p, const PositionLayout& layout, std::string& resized) {
   const std::string where = file.path() + ": tensor " + t.name;
@@ -73,13 +74,15 @@ PretrainedLoad load_pretrained(const io::SafetensorsReader& file, NameGlobs& ski
   const std::vector<io::SafetensorsEntry>& tensors = file.tensors();
   out.used.assign(tensors.size(), 0);
   for (const ParamInfo& p : params.params()) {
-    const io::SafetensorsEntry* t = file.find(p.name);
+    const std::optional<std::string> name = torch_name(p.name);
+    if (!name) continue;  // step state: zero at a start
+    const io::SafetensorsEntry* t = file.find(*name);
     if (t) out.used[t - tensors.data()] = 1;
     if (skip.match(p.name)) {
       ++out.skipped;
       continue;
     }
-    require(t != nullptr, file.path() + ": no tensor " + p.name + " (this model's " + shape_text(shape_of(p)) +
+    require(t != nullptr, file.path() + ": no tensor " + *name + " (this model's " + shape_text(shape_of(p)) +
                               "); model.init_skip leaves a tensor at its fresh initial values");
     std::vector<float> values;
     if (p.name == kPositionalEmbedding) {

@@ -26,8 +26,8 @@ struct PretrainedLoad {
 };
 
 // Into `flat` (the stage's values at the ParamStore's flat offsets, holding their fresh initial
-// values): every parameter of `params` from the file's tensor of its name, converted to fp32, except
-// those a glob of `skip` matches (left fresh). A parameter the file lacks, or holds in another shape,
+// values): every parameter of `params` from the file's tensor of its name (checkpoint/torch_names.hpp),
+// converted to fp32, except those a glob of `skip` matches and the step state (left fresh). A parameter the file lacks, or holds in another shape,
 // is an Error naming the tensor and the file; embed.pos for another number of tokens is interpolated
 // per modality (model/position_resize.hpp) when the file's metadata states its layout.
 PretrainedLoad load_pretrained(const io::SafetensorsReader& file, NameGlobs& skip, const PositionLayout& layout,

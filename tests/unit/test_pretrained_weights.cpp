@@ -1,7 +1,8 @@
 // A stage's parameters from a safetensors file (checkpoint/pretrained_weights, model.init_from): by
-// name, init_skip's globs left fresh, a missing or mis-shaped tensor refused naming it, and the
-// positional embedding of another clip length interpolated per modality as
-// torch.nn.functional.interpolate(mode="linear", align_corners=False) does (model/position_resize).
+// name (checkpoint/torch_names: the step state has none), init_skip's globs left fresh, a missing or
+// mis-shaped tensor refused naming it, and the positional embedding of another clip length
+// interpolated per modality as torch.nn.functional.interpolate(mode="linear", align_corners=False)
+// does (model/position_resize).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "checkpoint/pretrained_weights.hpp"
+#include "checkpoint/torch_names.hpp"
 #include "core/error.hpp"
 #include "core/name_globs.hpp"
 #include "io/safetensors_file.hpp"
@@ -40,6 +42,7 @@ struct Model {
     params.add("embed", "pos", {l.tokens(), kWidth}, Init::normal, 0.02f, true);
     params.add("blocks.0.mlp.fc1", "weight", {3, kWidth}, Init::normal, 0.02f, true);
     params.add("audio.bn", "running_var", {kWidth}, Init::ones, 0, false, false);
+    params.add("audio.bn", "batch_stat_sums", {2, kWidth}, Init::zeros, 0, false, false);
     params.add("head.cls", "weight", {classes, 2 * kWidth}, Init::normal, 0.02f, true);
   }
   std::vector<float> fresh() const {
@@ -63,6 +66,7 @@ std::string file_of(const Model& m, const std::string& name, float base, bool wi
                     const std::string& extra = "") {
   avtrain::io::SafetensorsWriter w(avtrain::DType::f32);
   for (const auto& p : m.params.params()) {
+    if (!avtrain::checkpoint::torch_name(p.name)) continue;  // as avtrain-export leaves it out
     std::vector<float> v(p.size);
     for (std::size_t k = 0; k < p.size; ++k) v[k] = base + float(k);
     w.tensor(p.name, {p.shape.begin(), p.shape.end()}, v.data());
@@ -114,6 +118,14 @@ TEST(PositionResize, TheSameLayoutIsTheIdentityAndAnotherGridIsRefused) {
   EXPECT_THROW(avtrain::resize_positions(pos, kLayout, {4, 4, 4}, 2), avtrain::Error);
 }
 
+TEST(TorchNames, ATensorKeepsItsNameAndStepStateHasNone) {
+  using avtrain::checkpoint::torch_name;
+  EXPECT_EQ(torch_name("blocks.3.attn.qkv.weight"), "blocks.3.attn.qkv.weight");
+  EXPECT_EQ(torch_name("audio.bn.running_mean"), "audio.bn.running_mean");
+  EXPECT_EQ(torch_name("embed.pos"), "embed.pos");
+  EXPECT_EQ(torch_name("audio.bn.batch_stat_sums"), std::nullopt);
+}
+
 TEST(PretrainedWeights, EveryParameterLoadsByName) {
   Model m(kLayout, 3);
   const std::string path = file_of(m, "same.safetensors", 100, true, "decoder.extra");
@@ -126,6 +138,7 @@ TEST(PretrainedWeights, EveryParameterLoadsByName) {
   EXPECT_EQ(got.resized, "");
   EXPECT_EQ(m.value(flat, "head.cls.weight")[5], 105.0f);
   EXPECT_EQ(m.value(flat, "audio.bn.running_var"), (std::vector<float>{100, 101}));
+  EXPECT_EQ(m.value(flat, "audio.bn.batch_stat_sums"), std::vector<float>(2 * kWidth, 0.0f));  // step state
   // The file's extra tensor is the one no parameter used.
   for (std::size_t i = 0; i < file.tensors().size(); ++i)
     EXPECT_EQ(got.used[i] != 0, file.tensors()[i].name != "decoder.extra") << file.tensors()[i].name;
