@@ -1,6 +1,7 @@
 #pragma once
 // The architecture a deck sets, and the token geometry it implies for a shard set's shapes.
 #include <cstdint>
+#include <string>
 
 #include "data/shard_set.hpp"
 
@@ -20,6 +21,9 @@ struct ModelConfig {
   double nce_weight = 0.1;  // lambda; 0 turns InfoNCE off
   double ce_weight = 1.0;   // weight of the classification term
   double init_std = 0.02;
+  // Not the architecture: where a fresh run's weights come from (docs/safetensors.md).
+  std::string init_from;  // a safetensors file whose tensors a fresh start loads by name; "": drawn afresh
+  std::string init_skip;  // comma-separated globs over parameter names that init_from leaves fresh
 };
 
 // Shapes that follow from a ModelConfig and a shard set.

@@ -29,6 +29,7 @@
 #include "train/checkpointing.hpp"
 #include "train/debug_faults.hpp"
 #include "train/evaluator.hpp"
+#include "train/init_from.hpp"
 #include "train/job_watchdog.hpp"
 #include "train/layer_statistics.hpp"
 #include "train/out_dir.hpp"
@@ -146,6 +147,10 @@ struct Trainer::Impl {
       run.applied_steps = int(resumed->applied_steps);
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
+      if (!config.model.init_from.empty() && topo.rank == 0)
+        log << "[rank 0] model.init_from " << config.model.init_from << ": not read (the run resumes from its checkpoint)\n";
+    } else if (!config.model.init_from.empty()) {
+      init_from_file(config, topo, *groups.world, be, optimizer, runner.net().geometry(), log);
     }
     run.checkpoints.reserve_memory(optimizer);
     claim_out_dir(config, topo, *groups.world, run.checkpoints, run.fingerprint, resumed.has_value(), log);
