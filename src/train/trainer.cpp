@@ -147,13 +147,13 @@ struct Trainer::Impl {
       run.applied_steps = int(resumed->applied_steps);
       run.scaler.restore(resumed->scaler);
       run.elapsed_before_s = resumed->elapsed_s;
-      if (!config.model.init_from.empty() && topo.rank == 0)
-        log << "[rank 0] model.init_from " << config.model.init_from << ": not read (the run resumes from its checkpoint)\n";
-    } else if (!config.model.init_from.empty()) {
-      init_from_file(config, topo, *groups.world, be, optimizer, runner.net().geometry(), log);
     }
     run.checkpoints.reserve_memory(optimizer);
     claim_out_dir(config, topo, *groups.world, run.checkpoints, run.fingerprint, resumed.has_value(), log);
+    if (!config.model.init_from.empty() && resumed && topo.rank == 0)
+      log << "[rank 0] model.init_from " << config.model.init_from << ": not read (the run resumes from its checkpoint)\n";
+    if (!config.model.init_from.empty() && !resumed)
+      init_from_file(config, topo, *groups.world, be, optimizer, runner.net().geometry(), log);
     if (!config.train.out.empty() && topo.rank == 0) {
       const RunManifest::Measures measures{runner.net().geometry(), run.sampler, run.evaluator.samples().size(),
                                            optimizer.buckets(), run.scaler.describe()};
