@@ -47,7 +47,8 @@ reference=(python3-torch)
 # with them (tests/pack, tests/e2e/check_readme_recipes.py); debootstrap, debian-archive-keyring,
 # bubblewrap: the README's commands in a fresh Debian root (validation/fresh-machine-test.sh, label
 # fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
-# checked under (validation/bundle/cmake4-venv.sh) and TensorBoard's reader (tests/e2e/make_tensorboard_venv.sh).
+# checked under (validation/bundle/cmake4-venv.sh), TensorBoard's reader and the safetensors package
+# (tests/e2e/make_pip_venv.sh).
 tests=("${reference[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
        debootstrap debian-archive-keyring bubblewrap python3-venv)
 

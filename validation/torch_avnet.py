@@ -2,18 +2,21 @@
 """AVNet in PyTorch, written from docs/model.md: a timing baseline and an independent reference.
 
 Parameter names and shapes are those of avtrain (`audio.conv.weight` [D, mel_bins*3],
-`blocks.0.attn.qkv.weight` [3D, D], ...), so parameters and gradients can be exchanged by name.
+`blocks.0.attn.qkv.weight` [3D, D], ...), so parameters and gradients can be exchanged by name: the
+module names of this file are the name map of avtrain's safetensors files (docs/safetensors.md), and
+the tests load them with load_state_dict(strict=True) both ways.
 
 Modes:
   bench      time full training steps (zero_grad, forward, backward, clip, AdamW step) on random
              full-length inputs; prints one JSON line.
   reference  load parameters and one micro-batch from HDF5, run one train-mode forward and the
              backward of the total loss in float64, write loss terms, logits and gradients to HDF5.
-  evaluate   load an avtrain checkpoint (OUT/checkpoints/step-NNNNNNN) by name, with the model and
-             data shapes its fingerprint records, and compute in float64 the validation loss and
-             accuracy over the samples avtrain --eval-only evaluated (eval.json's val_indices), read
-             from the shards with h5py; compare with eval.json (exit 1 beyond 1e-5 relative, or when more samples are classed
-             otherwise than near ties, top two logits within 1e-4, can explain).
+  evaluate   load an avtrain checkpoint (OUT/checkpoints/step-NNNNNNN), or the safetensors file
+             avtrain-export wrote of it (--safetensors), by name, with the model and data shapes its
+             fingerprint records, and compute in float64 the validation loss and accuracy over the
+             samples avtrain --eval-only evaluated (eval.json's val_indices), read from the shards
+             with h5py; compare with eval.json (exit 1 beyond 1e-5 relative, or when more samples are
+             classed otherwise than near ties, top two logits within 1e-4, can explain).
 
 Run with Debian's interpreter (/usr/bin/python3), which has torch, numpy and h5py (bench needs no h5py:
 `bench --device cuda` is gpu-check's PyTorch peer on GPU nodes, which have torch but often no h5py).
@@ -566,12 +569,31 @@ def read_samples(shard_dir, shards, indices):
             "label": torch.from_numpy(np.array(parts["label"], dtype=np.int64))}
 
 
+def load_safetensors(path):
+    """A model from a safetensors file avtrain-export wrote (docs/safetensors.md): its shapes from the
+    fingerprint in the file's metadata, every tensor by name through safetensors.torch.load_file
+    (load_state_dict strict: the file's names are exactly the module's). Needs the safetensors package."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    with safe_open(path, framework="pt") as f:
+        metadata = f.metadata() or {}
+    if "avtrain.fingerprint" not in metadata:
+        raise SystemExit(f"{path}: no avtrain.fingerprint in its metadata (not written by avtrain-export)")
+    fp = json.loads(metadata["avtrain.fingerprint"])
+    model = model_from_fingerprint(fp)
+    model.load_state_dict({k: v.float() for k, v in load_file(path).items()}, strict=True)
+    return model, fp
+
+
 @torch.no_grad()
 def run_evaluate(args):
     torch.set_num_threads(args.threads)
-    fp = avtrain_checkpoint.fingerprint(args.checkpoint)
-    model = model_from_fingerprint(fp)
-    load_checkpoint(model, args.checkpoint)
+    if args.safetensors:
+        model, fp = load_safetensors(args.safetensors)
+    else:
+        fp = avtrain_checkpoint.fingerprint(args.checkpoint)
+        model = model_from_fingerprint(fp)
+        load_checkpoint(model, args.checkpoint)
     model.double().eval()
     with open(args.eval_json) as f:
         ours = json.load(f)
@@ -589,7 +611,7 @@ def run_evaluate(args):
         near_ties += int(((top2[:, 0] - top2[:, 1]).abs() <= 1e-4 * top2[:, 0].abs().clamp(min=1.0)).sum())
     loss, acc = ce_sum / len(indices), correct / len(indices)
     rel = abs(loss - ours["val_loss"]) / abs(loss)
-    print(json.dumps({"checkpoint": args.checkpoint, "samples": len(indices), "torch_val_loss": loss,
+    print(json.dumps({"checkpoint": args.safetensors or args.checkpoint, "samples": len(indices), "torch_val_loss": loss,
                       "avtrain_val_loss": ours["val_loss"], "relative_difference": rel, "torch_val_acc": acc,
                       "avtrain_val_acc": ours["val_acc"], "near_ties": near_ties}))
     if not rel <= 1e-5:
@@ -697,7 +719,9 @@ def parse_args(argv=None):
     reference.add_argument("--batch", dest="batch_file", required=True, help="HDF5 micro-batch file")
     reference.add_argument("--out", required=True, help="HDF5 file to write")
     evaluate = modes.add_parser("evaluate", help="validation loss of an avtrain checkpoint, against avtrain's")
-    evaluate.add_argument("--checkpoint", required=True, help="OUT/checkpoints/step-NNNNNNN")
+    weights = evaluate.add_mutually_exclusive_group(required=True)
+    weights.add_argument("--checkpoint", help="OUT/checkpoints/step-NNNNNNN")
+    weights.add_argument("--safetensors", help="a file avtrain-export wrote (needs the safetensors package)")
     evaluate.add_argument("--data", required=True, help="the shard directory the run trained on")
     evaluate.add_argument("--eval-json", required=True, help="OUT/eval.json of avtrain --eval-only on it")
     evaluate.add_argument("--batch", type=int, default=64)

@@ -230,6 +230,13 @@ void bind(OptionTable& t, RunConfig& c) {
         kNonNegative);
   t.add("[model] AVNet architecture", "model.init_std", &c.model.init_std, "std of normal weight initialisation",
         kNonNegative);
+  t.add("[model] AVNet architecture", "model.init_from", &c.model.init_from,
+        "a safetensors file (avtrain-export's, or PyTorch's under torch_avnet.py's names) that a fresh start takes "
+        "its weights from, by name; embed.pos of another clip length interpolated per modality; a resume takes "
+        "its checkpoint instead");
+  t.add("[model] AVNet architecture", "model.init_skip", &c.model.init_skip,
+        "comma-separated globs over parameter names that model.init_from leaves at their fresh initial values, "
+        "e.g. 'head.cls.*' for a head of other classes");
 
   t.add("[optim] AdamW and schedule", "optim.lr", &c.optim.lr, "peak learning rate",
         kNonNegative);

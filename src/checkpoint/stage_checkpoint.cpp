@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "core/error.hpp"
@@ -151,8 +152,9 @@ Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {
             "checkpoint " + f.path() + ": written at another step than " + first.path());
 }
 
-void Checkpoint::read(const std::string& name, const ParamInfo& p, float* out) const {
-  const std::vector<std::uint64_t> shape = shape_of(p);
+void Checkpoint::read(const std::string& name, const std::vector<std::uint64_t>& shape, float* out) const {
+  std::uint64_t size = 1;
+  for (std::uint64_t d : shape) size *= d;
   struct Held {
     const FileReader* file;
     std::uint64_t offset, count;
@@ -164,7 +166,7 @@ void Checkpoint::read(const std::string& name, const ParamInfo& p, float* out) c
     if (!piece) {
       require(f.shape(name) == shape, "checkpoint " + f.path() + ": dataset " + name +
                                           " has another shape than this model's (another model.* setting?)");
-      f.tensor(name, out, p.size);
+      f.tensor(name, out, size);
       return;
     }
     require(piece->shape == shape, "checkpoint " + f.path() + ": dataset " + name +
@@ -177,26 +179,47 @@ void Checkpoint::read(const std::string& name, const ParamInfo& p, float* out) c
   std::sort(pieces.begin(), pieces.end(), [](const Held& a, const Held& b) { return a.offset < b.offset; });
   std::uint64_t covered = 0;
   for (const Held& h : pieces) {
-    require(h.offset == covered && h.offset + h.count <= p.size,
+    require(h.offset == covered && h.offset + h.count <= size,
             "checkpoint " + h.file->path() + ": dataset " + name + ": its pieces do not cover elements " +
-                std::to_string(covered) + ".." + std::to_string(h.offset) + " of " + std::to_string(p.size) +
+                std::to_string(covered) + ".." + std::to_string(h.offset) + " of " + std::to_string(size) +
                 " exactly once (a replica's file missing?)");
     h.file->tensor(name, out + h.offset, h.count);
     covered = h.offset + h.count;
   }
-  require(covered == p.size, "checkpoint " + pieces.back().file->path() + ": dataset " + name +
-                                 ": its pieces end at element " + std::to_string(covered) + " of " +
-                                 std::to_string(p.size) + " (a replica's file missing?)");
+  require(covered == size, "checkpoint " + pieces.back().file->path() + ": dataset " + name +
+                               ": its pieces end at element " + std::to_string(covered) + " of " +
+                               std::to_string(size) + " (a replica's file missing?)");
+}
+
+std::vector<std::pair<std::string, std::vector<std::uint64_t>>> Checkpoint::held(const std::string& group) const {
+  std::map<std::string, std::vector<std::uint64_t>> shapes;
+  for (const FileReader& f : files_) {
+    if (!f.has(group)) continue;
+    for (const std::string& name : f.names(group)) {
+      const std::string path = group + "/" + name;
+      const std::optional<Piece> piece = f.piece(path);
+      shapes.emplace(name, piece ? piece->shape : f.shape(path));
+    }
+  }
+  return {shapes.begin(), shapes.end()};
+}
+
+std::vector<float> Checkpoint::tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const {
+  std::uint64_t size = 1;
+  for (std::uint64_t d : shape) size *= d;
+  std::vector<float> out(size);
+  read(name, shape, out.data());
+  return out;
 }
 
 void Checkpoint::load(Backend& be, ParamStore& params, AdamW* adamw) const {
   std::vector<float> values(params.total_size(), 0.0f), m, v;
   if (adamw) m.assign(values.size(), 0.0f), v.assign(values.size(), 0.0f);
   for (const ParamInfo& p : params.params()) {
-    read("params/" + p.name, p, values.data() + p.offset);
+    read("params/" + p.name, shape_of(p), values.data() + p.offset);
     if (!p.trainable || !adamw) continue;
-    read("adamw/m/" + p.name, p, m.data() + p.offset);
-    read("adamw/v/" + p.name, p, v.data() + p.offset);
+    read("adamw/m/" + p.name, shape_of(p), m.data() + p.offset);
+    read("adamw/v/" + p.name, shape_of(p), v.data() + p.offset);
   }
   params.load(values);
   if (!adamw) return;

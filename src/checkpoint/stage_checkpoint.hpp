@@ -86,9 +86,14 @@ class Checkpoint {
   // from the file that holds it whole or from the pieces that together hold it; a tensor that no
   // file holds, holds in another shape, or whose pieces leave a gap, is an error naming it.
   void load(Backend& be, ParamStore& params, AdamW* adamw) const;
+  // The tensors under `group` ("params") that its files hold, whole or in pieces: each name (within
+  // the group) with the whole tensor's shape, in name order.
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> held(const std::string& group) const;
+  // Dataset `name` ("params/embed.pos") of `shape`, whole, from whichever files hold it.
+  std::vector<float> tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const;
 
  private:
-  void read(const std::string& name, const ParamInfo& p, float* out) const;
+  void read(const std::string& name, const std::vector<std::uint64_t>& shape, float* out) const;
   std::vector<FileReader> files_;
   nlohmann::json fingerprint_;
   Counters counters_;

@@ -31,6 +31,9 @@ struct ModelConfig {
   double ce_weight = 1.0;   // weight of the classification term
   Task task = Task::single_label;
   double init_std = 0.02;
+  // Not the architecture: where a fresh run's weights come from (docs/safetensors.md).
+  std::string init_from;  // a safetensors file whose tensors a fresh start loads by name; "": drawn afresh
+  std::string init_skip;  // comma-separated globs over parameter names that init_from leaves fresh
 };
 
 // Throws Error naming `dir` when its set cannot train model.task: single_label on a multi-label set

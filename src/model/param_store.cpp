@@ -69,8 +69,14 @@ void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
              });
   values_.zero();
   grads_.zero();
+  draw_initial(initial, seed, init_ulps);
+  load(initial);
+}
+
+void ParamStore::draw_initial(std::vector<float>& flat, std::uint64_t seed, int init_ulps) const {
+  flat.assign(total_, 0.0f);
   for (const ParamInfo& p : params_) {
-    float* v = initial.data() + p.offset;
+    float* v = flat.data() + p.offset;
     switch (p.init) {
       case Init::zeros: break;
       case Init::ones: std::fill(v, v + p.size, 1.0f); break;
@@ -80,7 +86,6 @@ void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
         break;
     }
   }
-  load(initial);
 }
 
 void ParamStore::load(const std::vector<float>& flat) {

@@ -56,6 +56,9 @@ class ParamStore {
   // later cut of the layer list into stages starts from the same weights. init_ulps > 0 moves each
   // randomly drawn value that many ulps up (std::nextafter): the same run, perturbed in the last bits.
   void allocate(std::uint64_t seed, int init_ulps = 0);
+  // The initial values allocate() draws, into `flat` (total_size() values at the flat offsets): where
+  // a run that starts from a file's weights keeps the parameters it leaves fresh.
+  void draw_initial(std::vector<float>& flat, std::uint64_t seed, int init_ulps = 0) const;
   // Before allocate(): matrix products read `id` from a working copy in `dtype` (f32: the master).
   void set_working_dtype(ParamId id, DType dtype);
   // Before allocate() (ZeRO): fp32 masters for the flat elements of `part` only, when some

@@ -93,7 +93,7 @@ int Checkpointing::remove_all() {
   return int(done.size());
 }
 
-std::vector<std::string> Checkpointing::stage_files(const std::string& checkpoint) const {
+std::vector<std::string> Checkpointing::stage_files(const std::string& checkpoint) {
   const std::string marker = checkpoint + "/committed";
   std::ifstream in(marker);
   require(bool(in), "checkpoint " + checkpoint + ": not a committed checkpoint (no " + marker + ")");

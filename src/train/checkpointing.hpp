@@ -52,6 +52,10 @@ class Checkpointing {
   std::optional<checkpoint::Counters> resume(Backend& be, DistributedOptimizer& state, bool moments,
                                              const nlohmann::json& fingerprint, std::ostream& log);
 
+  // The files of a committed checkpoint, stage 0's main file first (from its `committed` marker);
+  // an Error naming the marker when it is missing or unreadable.
+  static std::vector<std::string> stage_files(const std::string& checkpoint);
+
   // The checkpoint resume() loaded ("" before, or after a fresh start).
   const std::string& loaded() const { return loaded_; }
 
@@ -94,8 +98,6 @@ class Checkpointing {
     double pause_s = 0;         // how long the step waited: the copy out (and the previous write)
     double write_s = 0;         // the write's seconds, once taken from `write`
   };
-  // The files of a committed checkpoint, stage 0's main file first (from its `committed` marker).
-  std::vector<std::string> stage_files(const std::string& checkpoint) const;
   // stage-S.h5 (the stage's main file), stage-S.part-R.h5 (replica R's part, R > 0).
   static std::string stage_file_name(int stage, int replica);
   // Whether each replica writes the file of its part (ZeRO, checkpoint.zero_write parallel).

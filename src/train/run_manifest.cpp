@@ -24,6 +24,8 @@ nlohmann::json data_fingerprint(const data::SetInfo& s) {
           {"audio_type", s.audio_int16 ? "int16" : "float32"},
           {"video_shape", {s.frames, s.height, s.width, s.channels}}};
 }
+// Where a fresh start's weights come from: not what a resume must match (it takes its checkpoint).
+bool starting_weights_option(const std::string& key) { return key == "model.init_from" || key == "model.init_skip"; }
 }  // namespace
 
 RunManifest::RunManifest(const RunConfig& config, const parallel::Topology& topo, Backend& be,
@@ -39,7 +41,8 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
   // model.task only where it is multi_label: a single-label run's fingerprint is what it was before
   // the option existed, so its checkpoints resume across that change.
   for (auto it = options.begin(); it != options.end(); ++it)
-    if (it.key().rfind("model.", 0) == 0 && !(it.key() == "model.task" && *it == "single_label"))
+    if (it.key().rfind("model.", 0) == 0 && !starting_weights_option(it.key()) &&
+        !(it.key() == "model.task" && *it == "single_label"))
       f["model"][it.key().substr(6)] = *it;
   f["data"] = data_fingerprint(shards_.info());
   if (val_shards_) f["val_data"] = data_fingerprint(val_shards_->info());

@@ -31,6 +31,7 @@
 #include "train/debug_faults.hpp"
 #include "train/eval_scores_file.hpp"
 #include "train/evaluator.hpp"
+#include "train/init_from.hpp"
 #include "train/job_watchdog.hpp"
 #include "train/layer_statistics.hpp"
 #include "train/out_dir.hpp"
@@ -151,6 +152,10 @@ struct Trainer::Impl {
     }
     run.checkpoints.reserve_memory(optimizer);
     claim_out_dir(config, topo, *groups.world, run.checkpoints, run.fingerprint, resumed.has_value(), log);
+    if (!config.model.init_from.empty() && resumed && topo.rank == 0)
+      log << "[rank 0] model.init_from " << config.model.init_from << ": not read (the run resumes from its checkpoint)\n";
+    if (!config.model.init_from.empty() && !resumed)
+      init_from_file(config, topo, *groups.world, be, optimizer, runner.net().geometry(), log);
     if (!config.train.out.empty() && topo.rank == 0) {
       const RunManifest::Measures measures{runner.net().geometry(), run.sampler, run.evaluator.samples().size(),
                                            optimizer.buckets(), run.scaler.describe()};

@@ -5,7 +5,7 @@ TensorBoard's own reader (EventMultiplexer over RUNS, as
 `tensorboard --logdir RUNS` lists runs) finds exactly the runs fp32 and bf16, every number of each
 trace.csv as the scalar trace/COLUMN at its step (as a float32), and each step's grad_share/MODULE equal
 to the module's grad_norm^2 over the step's sum in layers.csv. Run it with the Python that has the
-tensorboard package (tests/e2e/make_tensorboard_venv.sh).
+tensorboard package (tests/e2e/make_pip_venv.sh).
 
 usage: check_tensorboard.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 """
