@@ -15,7 +15,15 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  // write() moves at most about 2 GiB a call (Linux), and may move less: loop until all is written.
+  bool ok = true;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += std::size_t(n);
+  }
+  ok = ok && ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
   if (!ok) throw Error("cannot write " + tmp + ": " + std::strerror(err));
