@@ -74,7 +74,10 @@ def free_port():
 
 class OneNodeSlurm:
     """munged (its key and socket in a directory of its own under /tmp), slurmctld and slurmd under
-    WORK/slurm; stop() ends them by process id."""
+    WORK/slurm; stop() ends them by process id. The main scheduler passes over pending jobs every
+    second (sched_interval=1; 60 s by default), so a requeued job starts once its hold is over, not up
+    to a minute later: the hold is Slurm's own (EligibleTime), which no scheduler pass moves, and the
+    test checks it."""
 
     def __init__(self, work):
         self.dir = os.path.join(work, "slurm")
@@ -122,6 +125,7 @@ SlurmctldPidFile={self.dir}/slurmctld.pid
 SlurmdPidFile={self.dir}/slurmd.pid
 SlurmctldLogFile={self.dir}/log/slurmctld.log
 SlurmdLogFile={self.dir}/log/slurmd.log
+SchedulerParameters=sched_interval=1
 NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
