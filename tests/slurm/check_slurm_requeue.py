@@ -173,25 +173,19 @@ def starts_of(out):
         return []
 
 
-def wait_for_end(slurm, job, mode, work):
-    """Polls the job until it completed, or ended otherwise for a while (a job at its time limit shows
-    TIMEOUT until its script has decided). Returns its last state and the state seen once it was
-    pending again after a requeue."""
+def wait_for_end(slurm, job, work):
+    """Polls the job until it has ended. Returns its last state and the state seen once it was
+    pending again after a requeue. An end state is final: scontrol shows a job COMPLETING until its
+    batch script and every step have ended, and a requeue by the script (even one at the time limit,
+    while the job completes) turns it PENDING before any end state shows."""
     deadline = time.monotonic() + 400
     requeued = None
-    ended_since = None
     while True:
         state = slurm.job(job)
         if requeued is None and state.get("Restarts") == "1" and state.get("JobState") == "PENDING":
             requeued = state
-        if state.get("JobState") == "COMPLETED":
+        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             return state, requeued
-        if state.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            ended_since = ended_since or time.monotonic()
-            if time.monotonic() - ended_since > (60 if mode == "usr1" else 10):
-                return state, requeued
-        else:
-            ended_since = None
         if time.monotonic() > deadline:
             fail(f"job {job} did not finish: {state.get('JobState')} ({state.get('Reason')}); "
                  f"output {work}/job-{job}.out")
@@ -249,7 +243,7 @@ def main():
                          f"output {work}/job-{job}.out")
                 time.sleep(0.05)
             slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
-        state, requeued = wait_for_end(slurm, job, mode, work)
+        state, requeued = wait_for_end(slurm, job, work)
         text = open(os.path.join(work, f"job-{job}.out")).read()
         print(text)
 
