@@ -8,9 +8,11 @@ and one slurmd per node (NodeName nodeI, NodeAddr its address, its own port), so
 munged runs in the host's namespaces (its socket is a file: every node reaches it); each slurmd runs
 in its node's network and UTS namespaces and in a mount namespace of its own in which the TmpFS
 directory is the node's own (PMIx makes its per-step directory there, with the same name on every
-node). No systemd, no cgroups (proctrack/linuxproc, task/none); a short cred_expire (10 s) so a
-requeued job starts again soon. stop() (or leaving the block) cancels what is left and ends the daemons
-by process id; what they leave in the nodes is killed by the nodes' teardown.
+node). No systemd, no cgroups (proctrack/linuxproc, task/none); a short cred_expire (10 s) and a main
+scheduler that passes over pending jobs every second (sched_interval=1; 60 s by default), so a
+requeued job starts again soon after Slurm's hold, which no scheduler pass moves. stop() (or leaving
+the block) cancels what is left and ends the daemons by process id; what they leave in the nodes is
+killed by the nodes' teardown.
 """
 import os
 import pwd
@@ -83,6 +85,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobRequeue=1
 ReturnToService=2
+SchedulerParameters=sched_interval=1
 StateSaveLocation={self.dir}/state
 SlurmdSpoolDir={self.dir}/spool-%n
 TmpFS={self.dir}/tmp

@@ -17,17 +17,27 @@ On failure it prints the daemons' logs. The daemons are stopped by process id, a
 of this Slurm is left (a job step, a rank) is killed, whatever happens.
 
 usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [MODE]
+       check_slurm_requeue.py check WORK time-limit|time-limit-mpirun
   usr1               (the default) USR1 to the batch script after 30 steps, as --signal=B:USR1@120
                      sends it; the job completes with the uninterrupted run's traces
-  time-limit         a job of 1 minute with no USR1 before its limit: Slurm's SIGTERM to every process
-                     of the job (the ranks get it from slurmstepd and again from srun) must stop the
-                     ranks with a checkpoint of their last step (75); the job script, sent SIGTERM
-                     first, must not requeue the job (as after scancel or pre-emption) and must say so
-  time-limit-mpirun  the same with the ranks started by mpirun (the GPU bundle's launcher, here
-                     AVTRAIN_BUNDLE pointing at this machine's mpirun and AVTRAIN): mpirun, sent
-                     SIGTERM itself, exits 1; the job script must take rank 0's 75
+  time-limits        two jobs of 1 minute side by side on the one Slurm (its node offers 4 CPUs), each
+                     with no USR1 before its limit, their output, --out and end state (state.json)
+                     under WORK/time-limit and WORK/time-limit-mpirun; fails when a job does not end.
+                     `check WORK JOB` then checks what that job left:
+    time-limit         Slurm's SIGTERM to every process of the job (the ranks get it from slurmstepd
+                       and again from srun) must stop the ranks with a checkpoint of their last step
+                       (75); the job script, sent SIGTERM first, must not requeue the job (as after
+                       scancel or pre-emption) and must say so
+    time-limit-mpirun  the same with the ranks started by mpirun (the GPU bundle's launcher, here
+                       AVTRAIN_BUNDLE pointing at this machine's mpirun and AVTRAIN): mpirun, sent
+                       SIGTERM itself, exits 1; the job script must take rank 0's 75
   launch-fails       srun cannot start the ranks (PMIx's directory for the step exists already) and
                      exits 0: the job script must fail the job, saying the ranks did not run
+
+The time-limit jobs share one Slurm because most of their minute and a half is Slurm's: it checks
+time limits every 30 s (PERIODIC_TIMEOUT, not configurable), so a job of --time=1 started a few
+seconds after slurmctld ends about 90 s after it. Side by side each job's ranks get half the cores:
+they train fewer steps, which nothing here counts.
 """
 import datetime
 import json
@@ -45,9 +55,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import run_processes  # noqa: E402
 from same_run import trace_difference  # noqa: E402
 
-MODES = ("usr1", "time-limit", "time-limit-mpirun", "launch-fails")
-# time-limit: the run outlasts its minute (and Slurm's check of it, every 30 s).
-STEPS = {"usr1": 300, "time-limit": 100000, "time-limit-mpirun": 100000, "launch-fails": 300}
+MODES = ("usr1", "time-limits", "launch-fails")
+TIME_LIMIT_JOBS = ("time-limit", "time-limit-mpirun")
+# time-limits: the run outlasts its minute (and Slurm's check of it, every 30 s).
+STEPS = {"usr1": 300, "time-limits": 100000, "launch-fails": 300}
 SIGNAL_AFTER = 30
 CRED_EXPIRE_S = 10  # Slurm's default is 120: a requeued job waits that long + 1 s, then a scheduler pass
 slurm_logs = None  # the running Slurm's log directory, printed on failure
@@ -74,7 +85,11 @@ def free_port():
 
 class OneNodeSlurm:
     """munged (its key and socket in a directory of its own under /tmp), slurmctld and slurmd under
-    WORK/slurm; stop() ends them by process id."""
+    WORK/slurm; stop() ends them by process id. The node offers at least 4 CPUs (slurmd takes the
+    configured count: config_overrides), room for the two time-limit jobs of 2 tasks side by side.
+    The main scheduler passes over pending jobs every second (sched_interval=1; 60 s by default), so a
+    requeued job starts once its hold is over, not up to a minute later: the hold is Slurm's own
+    (EligibleTime), which no scheduler pass moves, and the test checks it."""
 
     def __init__(self, work):
         self.dir = os.path.join(work, "slurm")
@@ -122,7 +137,9 @@ SlurmctldPidFile={self.dir}/slurmctld.pid
 SlurmdPidFile={self.dir}/slurmd.pid
 SlurmctldLogFile={self.dir}/log/slurmctld.log
 SlurmdLogFile={self.dir}/log/slurmd.log
-NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN
+SlurmdParameters=config_overrides
+SchedulerParameters=sched_interval=1
+NodeName={host} CPUs={max(4, os.cpu_count())} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
         self.conf = conf
@@ -169,32 +186,56 @@ def starts_of(out):
         return []
 
 
-def wait_for_end(slurm, job, mode, work):
-    """Polls the job until it completed, or ended otherwise for a while (a job at its time limit shows
-    TIMEOUT until its script has decided). Returns its last state and the state seen once it was
-    pending again after a requeue."""
+def wait_for_end(slurm, job, work):
+    """Polls the job until it has ended. Returns its last state and the state seen once it was
+    pending again after a requeue. An end state is final: scontrol shows a job COMPLETING until its
+    batch script and every step have ended, and a requeue by the script (even one at the time limit,
+    while the job completes) turns it PENDING before any end state shows."""
     deadline = time.monotonic() + 400
     requeued = None
-    ended_since = None
     while True:
         state = slurm.job(job)
         if requeued is None and state.get("Restarts") == "1" and state.get("JobState") == "PENDING":
             requeued = state
-        if state.get("JobState") == "COMPLETED":
+        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             return state, requeued
-        if state.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            ended_since = ended_since or time.monotonic()
-            if time.monotonic() - ended_since > (60 if mode == "usr1" else 10):
-                return state, requeued
-        else:
-            ended_since = None
         if time.monotonic() > deadline:
             fail(f"job {job} did not finish: {state.get('JobState')} ({state.get('Reason')}); "
                  f"output {work}/job-{job}.out")
         time.sleep(0.2)
 
 
+def submit(slurm, jobdir, root, avtrain, deck, job_kind):
+    """sbatch of the job script with DECK, its output in JOBDIR/job-ID.out and --out JOBDIR/job.
+    Returns the job id and that --out."""
+    out = os.path.join(jobdir, "job")
+    script = os.path.join(root, "jobscripts", "slurm-avtrain.sbatch")
+    export = "--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    limits = ["--time=10"]
+    if job_kind.startswith("time-limit"):
+        # A 1-minute limit and no USR1 before it (a harmless CONT instead), and no end time the
+        # ranks could stop before it by (SLURM_JOB_END_TIME 0: unknown): Slurm's SIGTERM ends the start.
+        limits = ["--time=1", "--signal=B:CONT@1"]
+        export += ",SLURM_JOB_END_TIME=0"
+    if job_kind == "time-limit-mpirun":  # the bundle's layout: bin/mpirun and bin/avtrain
+        bundle = os.path.join(jobdir, "bundle")
+        os.makedirs(os.path.join(bundle, "bin"))
+        os.symlink(shutil.which("mpirun"), os.path.join(bundle, "bin", "mpirun"))
+        os.symlink(avtrain, os.path.join(bundle, "bin", "avtrain"))
+        export += ",AVTRAIN_BUNDLE=" + bundle
+    done = slurm.run(["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", *limits,
+                      f"--output={jobdir}/job-%j.out", f"--chdir={jobdir}", export, script] + deck + ["--out", out])
+    if done.returncode:
+        fail(f"sbatch failed: {done.stderr}")
+    return done.stdout.strip().split(";")[0], out
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "check" and sys.argv[3] in TIME_LIMIT_JOBS:
+        global slurm_logs
+        slurm_logs = os.path.join(os.path.abspath(sys.argv[2]), "slurm", "log")  # the stopped Slurm's
+        check_time_limit(os.path.join(os.path.abspath(sys.argv[2]), sys.argv[3]), sys.argv[3])
+        return
     if len(sys.argv) not in (5, 6) or (len(sys.argv) == 6 and sys.argv[5] not in MODES):
         sys.exit(__doc__)
     work, root, avtrain, shards = (os.path.abspath(a) for a in sys.argv[1:5])
@@ -215,28 +256,12 @@ def main():
 
     slurm = OneNodeSlurm(work)
     try:
-        out = os.path.join(work, "job")
-        script = os.path.join(root, "jobscripts", "slurm-avtrain.sbatch")
-        export = "--export=ALL,AVTRAIN_ROOT=" + root + ",OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-        limits = ["--time=10"]
-        if mode.startswith("time-limit"):
-            # A 1-minute limit and no USR1 before it (a harmless CONT instead), and no end time the
-            # ranks could stop before it by (SLURM_JOB_END_TIME 0: unknown): Slurm's SIGTERM ends the start.
-            limits = ["--time=1", "--signal=B:CONT@1"]
-            export += ",SLURM_JOB_END_TIME=0"
-        if mode == "time-limit-mpirun":  # the bundle's layout: bin/mpirun and bin/avtrain
-            bundle = os.path.join(work, "bundle")
-            os.makedirs(os.path.join(bundle, "bin"))
-            os.symlink(shutil.which("mpirun"), os.path.join(bundle, "bin", "mpirun"))
-            os.symlink(avtrain, os.path.join(bundle, "bin", "avtrain"))
-            export += ",AVTRAIN_BUNDLE=" + bundle
+        if mode == "time-limits":
+            run_time_limit_jobs(slurm, work, root, avtrain, deck)
+            return
         if mode == "launch-fails":  # PMIx refuses to set up a step whose directory exists (job 1, step 0)
             os.makedirs(os.path.join(slurm.dir, "tmp", "spmix_appdir_0_1.0"))
-        submit = slurm.run(["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", *limits,
-                            f"--output={work}/job-%j.out", f"--chdir={work}", export, script] + deck + ["--out", out])
-        if submit.returncode:
-            fail(f"sbatch failed: {submit.stderr}")
-        job = submit.stdout.strip().split(";")[0]
+        job, out = submit(slurm, work, root, avtrain, deck, mode)
         if mode == "usr1":
             deadline = time.monotonic() + 120
             while run_processes.csv_rows(os.path.join(out, "trace.csv")) < SIGNAL_AFTER:
@@ -245,7 +270,7 @@ def main():
                          f"output {work}/job-{job}.out")
                 time.sleep(0.05)
             slurm.run(["scancel", "--batch", "--signal=USR1", job], check=True)
-        state, requeued = wait_for_end(slurm, job, mode, work)
+        state, requeued = wait_for_end(slurm, job, work)
         text = open(os.path.join(work, f"job-{job}.out")).read()
         print(text)
 
@@ -258,9 +283,6 @@ def main():
                   f"failed the job (exit 1) saying so; ok")
             return
 
-        if mode.startswith("time-limit"):
-            check_time_limit(job, mode, state, text, out)
-            return
         if state.get("JobState") != "COMPLETED" or state.get("Restarts") != "1":
             fail(f"job {job} is {state.get('JobState')} after {state.get('Restarts')} restart(s), expected "
                  f"COMPLETED after 1")
@@ -296,16 +318,42 @@ def main():
         slurm.stop()
 
 
-def check_time_limit(job, mode, state, text, out):
-    """The time-limit modes: the job timed out, its ranks stopped with a checkpoint of the last step
-    they trained, and the job script said so and did not requeue (Slurm's SIGTERM came first)."""
+def run_time_limit_jobs(slurm, work, root, avtrain, deck):
+    """The time-limit jobs, submitted one right after the other so that both start together and meet
+    the same check of Slurm's time limits; each one's end state is kept in WORK/JOB/state.json for
+    `check`."""
+    jobs = {}
+    for kind in TIME_LIMIT_JOBS:
+        os.makedirs(os.path.join(work, kind))
+        jobs[kind] = submit(slurm, os.path.join(work, kind), root, avtrain, deck, kind)
+    for kind, (job, _) in jobs.items():
+        state, _ = wait_for_end(slurm, job, os.path.join(work, kind))
+        with open(os.path.join(work, kind, "state.json"), "w") as f:
+            json.dump(state, f, indent=1)
+        print(f"check_slurm_requeue: {kind}: job {job} ended {state.get('JobState')} ({state.get('Reason')}) after "
+              f"{state.get('RunTime')}")
+
+
+def check_time_limit(jobdir, kind):
+    """What a time-limit job left in JOBDIR: the job timed out, its ranks stopped with a checkpoint of
+    the last step they trained, and the job script said so and did not requeue (Slurm's SIGTERM came
+    first)."""
+    try:
+        state = json.load(open(os.path.join(jobdir, "state.json")))
+    except FileNotFoundError:
+        fail(f"{jobdir}/state.json is missing: the time-limit jobs did not run "
+             f"(e2e_slurm_runs_two_jobs_to_their_time_limits)")
+    job = state["JobId"]
+    text = open(os.path.join(jobdir, f"job-{job}.out")).read()
+    print(text)
+    out = os.path.join(jobdir, "job")
     if state.get("JobState") != "TIMEOUT" or state.get("Restarts") != "0":
         fail(f"job {job} is {state.get('JobState')} after {state.get('Restarts')} restart(s), expected TIMEOUT, "
              f"not requeued")
     needed = ["DUE TO TIME LIMIT", f"job {job} was sent SIGTERM", "so it is not requeued here"]
     # srun passes the ranks' 75 on; mpirun, sent SIGTERM itself, exits 1 (and drops their last lines).
     needed += {"time-limit": ["(SIGTERM), with a checkpoint", "Exited with exit code 75"],
-               "time-limit-mpirun": ["the launcher exited 1, rank 0 75"]}[mode]
+               "time-limit-mpirun": ["the launcher exited 1, rank 0 75"]}[kind]
     for line in needed:
         if line not in text:
             fail(f"the job's output lacks '{line}'")
@@ -314,7 +362,7 @@ def check_time_limit(job, mode, state, text, out):
                          if os.path.isfile(os.path.join(out, "checkpoints", d, "committed")))
     if not checkpoints or checkpoints[-1] != f"step-{trained:07d}":
         fail(f"the newest committed checkpoint is {checkpoints[-1:]}, not that of step {trained}, the last trained")
-    how = {"time-limit": "srun reported the ranks' 75", "time-limit-mpirun": "mpirun exited 1, rank 0 wrote 75"}[mode]
+    how = {"time-limit": "srun reported the ranks' 75", "time-limit-mpirun": "mpirun exited 1, rank 0 wrote 75"}[kind]
     print(f"check_slurm_requeue: job {job}: at its 1-minute limit (no USR1 before it) Slurm's SIGTERM stopped the "
           f"ranks after step {trained} with that step's checkpoint committed; {how}; the job script did not "
           f"requeue it and said how to resume; ok")
