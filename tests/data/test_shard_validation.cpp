@@ -122,7 +122,9 @@ std::vector<Case> cases() {
       {"FormatMissing", false, [](const Dir& d) { edit(d).remove_attribute("avtrain_format"); }, "shard-00001.h5", {"attribute avtrain_format", "missing"}},
       {"FormatWrong", false, [](const Dir& d) { edit(d).set_string_attribute("avtrain_format", "av-shards"); }, "shard-00001.h5", {"avtrain_format", "\"av-shards\"", "expected \"av-shard\""}},
       {"FormatNotAString", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("avtrain_format", H5T_NATIVE_INT32, 1); }, "shard-00001.h5", {"avtrain_format", "must be a string"}},
-      {"VersionTwo", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("version", H5T_NATIVE_INT32, 2); }, "shard-00001.h5", {"attribute version = 2", "version 1"}},
+      {"VersionThree", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("version", H5T_NATIVE_INT32, 3); }, "shard-00001.h5", {"attribute version = 3", "versions 1 and 2"}},
+      // Version 2 without /labels: a v1 shard marked v2 is refused at its missing label sets' digest.
+      {"VersionTwoWithoutLabelSets", false, [](const Dir& d) { edit(d).set_attribute<std::int32_t>("version", H5T_NATIVE_INT32, 2); }, "shard-00001.h5", {"attribute digest_labels is missing"}},
       {"VersionMissing", false, [](const Dir& d) { edit(d).remove_attribute("version"); }, "shard-00001.h5", {"attribute version", "missing"}},
       {"SampleRateFloat", false, [](const Dir& d) { edit(d).set_attribute<double>("sample_rate", H5T_NATIVE_DOUBLE, 8000.0); }, "shard-00001.h5", {"sample_rate", "must be an integer", "float64"}},
       {"SampleRateMissing", false, [](const Dir& d) { edit(d, "shard-00000.h5").remove_attribute("sample_rate"); }, "shard-00000.h5", {"attribute sample_rate", "missing"}},
@@ -414,7 +416,7 @@ TEST(ShardWriter, RefusesAValueOutsideTheFormat) {
 }
 
 TEST(ShardSetOpen, HeadersOfEveryShardAreCheckedByEveryPart) {
-  expect_every_part_refuses("version", 2, "attribute version = 2");
+  expect_every_part_refuses("version", 3, "attribute version = 3");
 }
 
 TEST(ShardSetOpen, EveryPartComparesEveryShardsHeaderWithTheFirst) {

@@ -756,7 +756,7 @@ TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   const auto lines = read_lines(dir / "trace.csv");
   ASSERT_EQ(lines.size(), 3u);
   const auto f = split_csv(lines[1]);
-  ASSERT_EQ(f.size(), 17u) << lines[1];
+  ASSERT_EQ(f.size(), std::size(kStepColumns)) << lines[1];
   EXPECT_EQ(f[0], "41");
   EXPECT_EQ(f[1], "2");
   EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), with_val["loss"])) << f[2];
@@ -769,7 +769,7 @@ TEST(TraceWriter, StepRowReadsBackBitExactAndIsOnDiskWhileTheWriterLives) {
   EXPECT_TRUE(same_bits(std::strtod(f[16].c_str(), nullptr), with_val["val_acc"])) << f[16];
 
   const auto g = split_csv(lines[2]);
-  ASSERT_EQ(g.size(), 17u) << lines[2];
+  ASSERT_EQ(g.size(), std::size(kStepColumns)) << lines[2];
   EXPECT_EQ(g[0], "42");
   EXPECT_EQ(g[15], "");
   EXPECT_EQ(g[16], "");
