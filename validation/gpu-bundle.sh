@@ -42,7 +42,7 @@ else
     { tail -20 "$build.configure.log"; echo "gpu-bundle: configure failed (log: $build.configure.log)" >&2; exit 1; }
   # The programs the bundle carries, then the gpu tests' own (everything under tests/gpu; their
   # other tests start the programs above). The copy below fails on any program not built.
-  { nice cmake --build "$build" -j "${AVTRAIN_BUILD_JOBS:-2}" --target avtrain avtrain-shards avtrain-gemm-peak avtrain-bench &&
+  { nice cmake --build "$build" -j "${AVTRAIN_BUILD_JOBS:-2}" --target avtrain avtrain-shards avtrain-export avtrain-gemm-peak avtrain-bench &&
     nice cmake --build "$build/tests/gpu" -j "${AVTRAIN_BUILD_JOBS:-2}"; } > "$build.build.log" 2>&1 ||
     { grep -E "error|Error" "$build.build.log" | head -30; echo "gpu-bundle: build failed (log: $build.build.log)" >&2; exit 1; }
 fi
@@ -67,7 +67,7 @@ mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
 mapfile -t test_programs < <(python3 validation/bundle/ctest_file.py "$out/tests/gpu-tests.json" "$build" "$root" \
                                "$mpiexec" "$out/tests/CTestTestfile.cmake")
 rm "$out/tests/gpu-tests.json"
-programs=(avtrain avtrain-shards avtrain-gemm-peak avtrain-bench "${test_programs[@]}")
+programs=(avtrain avtrain-shards avtrain-export avtrain-gemm-peak avtrain-bench "${test_programs[@]}")
 came_from tests/ avtrain
 for p in $(printf '%s\n' "${programs[@]}" | sort -u); do
   cp "$build/bin/$p" "$out/libexec/$p"

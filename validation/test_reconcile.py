@@ -88,7 +88,12 @@ def base_series():
     return steps
 
 
-def write_run(path, series, meta=None, mode=None, ranks=None):
+FIELD_COLUMNS = ("val_top5", "val_map", "val_auc", "val_dprime")  # the metrics of the field (docs/metrics.md)
+
+
+def write_run(path, series, meta=None, mode=None, ranks=None, field=None):
+    """field: {column: value at every evaluation} of the metrics of the field, or None for a trace.csv
+    from before those columns."""
     os.makedirs(path)
     meta = copy.deepcopy(meta or RUN_JSON)
     if mode is not None:
@@ -96,9 +101,11 @@ def write_run(path, series, meta=None, mode=None, ranks=None):
     with open(os.path.join(path, "run.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
     with open(os.path.join(path, "trace.csv"), "w") as f:
-        f.write(TRACE_HEADER + "\n")
+        f.write(TRACE_HEADER + ("," + ",".join(FIELD_COLUMNS) if field else "") + "\n")
         for r in series:
             val = ("1.5,0.5" if r["step"] % 20 == 19 else ",")
+            if field:
+                val += "," + ",".join(fmt(field[k]) if r["step"] % 20 == 19 else "" for k in FIELD_COLUMNS)
             f.write(f"{r['step']},{r['step'] // 14},{fmt(r['loss'])},{fmt(r['grad_norm'])},"
                     f"{fmt(r['loss_scale'])},{r['skipped']},0.003,50.1,0.01,0,640.5,67.5,{val}\n")
     with open(os.path.join(path, "layers.csv"), "w") as f:
@@ -177,6 +184,12 @@ def main():
             return out
         noisy = noisy_copy(2)
         write_run(d("noisy"), noisy, mode="bf16")
+        # The metrics of the field at the last evaluation: judged where every run has them (a trace from
+        # before them is judged on val_loss and val_acc alone); a mAP 0.1 down fails, 0.01 does not.
+        field = {"val_top5": 0.9, "val_map": 0.6, "val_auc": 0.9, "val_dprime": 1.8}
+        write_run(d("field"), base, field=field)
+        write_run(d("field_close"), noisy, mode="bf16", field=dict(field, val_map=0.59))
+        write_run(d("field_map_down"), noisy, mode="bf16", field=dict(field, val_map=0.5))
         # the band: an FP32 twin that wanders 10x as far as the noisy run; a CAND inside it and
         # one that leaves it only from step 40 (loss 30 % up: more than the single defaults see)
         write_run(d("twin"), noisy_copy(3, late=10.0))
@@ -328,6 +341,9 @@ def main():
             "late": R("base", "late"), "late_30": R("base", "late", "--steps", "30"),
             "late_20": R("base", "late", "--steps", "20"),
             "early": R("base", "early"),
+            "field_close": R("field", "field_close"),
+            "field_map_down": R("field", "field_map_down", "--json", d("field.json")),
+            "field_old_base": R("base", "field_map_down"),
             "inside": [d("base"), d("twin"), d("inside"), "--json", d("inside.json")],
             "leaves": [d("base"), d("twin"), d("leaves"), "--json", d("leaves.json")],
             "leaves_narrow": [d("base"), d("twin"), d("leaves"), "--band-factor", "0"],
@@ -404,6 +420,13 @@ def main():
         expect("late_30", 1, r"^steps: 30 in common \(0\.\.29\), 30 updates compared ")
         expect("late_20", 0)
         expect("early", 1, r"loss at step 3 of the first 10 beyond tolerance")
+        expect("field_close", 0, r"val_map 0\.59 against 0\.6 \(allowed 0\.03\)")
+        expect("field_map_down", 1, r"final val_map 0\.5 against 0\.6 \(allowed difference 0\.03\)")
+        with open(d("field.json")) as f:
+            end = json.load(f)["end"]
+        c.check(end["val_map"]["ratio"] > 1 and end["val_dprime"]["ratio"] <= 1, f"field.json end: {end}")
+        expect("field_old_base", 0, r"^final validation \(step 59/59\): val_loss 1\.5 against 1\.5 \(allowed [0-9.e-]+\), "
+                                    r"val_acc 0\.5 against 0\.5 \(allowed [0-9.e-]+\)$")
         expect("inside", 0, r"^  mode: band: the spread of 2 BASE runs, widened 5x")
         expect("leaves", 1, r"^first step beyond tolerance: 4\d$")
         expect("leaves_narrow", 1)
