@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # A Debian 11 (bullseye, glibc 2.31) build root for the GPU bundle, so that the bundle needs no glibc
 # newer than 2.31 and starts on RHEL/Rocky 8 and 9, Ubuntu 20.04 and 22.04, Debian 11 and 12...
-# (docs/cuda.md). Made once under build/bundle-root-bullseye (debootstrap minbase, then bullseye's
-# compiler and libraries with apt, CMake from PyPI: bullseye's 3.18 is older than the presets' 3.25
-# and its backports have left deb.debian.org); remade when the package list below changes.
+# (docs/cuda.md). Made once (debootstrap minbase, then bullseye's compiler and libraries with apt,
+# CMake from PyPI: bullseye's 3.18 is older than the presets' 3.25 and its backports have left
+# deb.debian.org); remade when the package list below changes. It lives outside the source tree, in
+# AVTRAIN_ROOT_CACHE (default /var/cache/avtrain where that is writable, else the tree's build/), so
+# that every clone on a machine (CI's clean clones) shares the root and its ccache: the cuda build in
+# it then recompiles only what changed. What is built and checked is the same either way.
 #   validation/bundle/build-root.sh                 make the root if needed, print its path
 #   validation/bundle/build-root.sh -- COMMAND...   then run COMMAND inside it
 # Inside (bubblewrap: private mount and PID namespaces, nothing outlives it): the source tree at
 # its own path (read-write: the build goes to its build/), the CUDA toolkit of this machine read-only
 # at /usr/local/cuda (CUDA 13 takes gcc 6 to 15 as host compiler; bullseye's is gcc 10), cuDNN's headers
 # read-only at /opt/avtrain-deps where this machine has them, ccache's
-# cache inside the root (/root/.ccache), the root's own network (apt, pip).
+# cache inside the root (/root/.ccache; CCACHE_BASEDIR the tree, so that clones at other paths hit
+# it), the root's own network (apt, pip).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 release=bullseye
-sysroot=$root/build/bundle-root-$release
+cache=${AVTRAIN_ROOT_CACHE:-}
+if [[ -z $cache ]]; then
+  if mkdir -p /var/cache/avtrain 2> /dev/null && [[ -w /var/cache/avtrain ]]; then cache=/var/cache/avtrain; else cache=$root/build; fi
+fi
+mkdir -p "$cache"
+sysroot=$cache/bundle-root-$release
 say() { echo "build-root: $*" >&2; }
 die() { echo "build-root: FAILED: $*" >&2; exit 1; }
 # What the cuda preset needs to build without FFmpeg (AVTRAIN_MEDIA=OFF: bullseye's FFmpeg 4.3 lacks the
@@ -31,6 +40,8 @@ for tool in debootstrap bwrap; do command -v "$tool" > /dev/null || die "$tool i
 cuda=$(readlink -f /usr/local/cuda)
 [[ -x $cuda/bin/nvcc ]] || die "no CUDA toolkit at /usr/local/cuda"
 
+exec 9> "$sysroot.lock"  # one maker at a time (clones building at once wait here)
+flock 9
 if [[ ! -f $sysroot/.made || $(cat "$sysroot/.made") != "$stamp" ]]; then
   mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2> /dev/null | head -1)
   mirror=${mirror:-http://deb.debian.org/debian}
@@ -64,6 +75,7 @@ EOF
   say "root ready: $(bwrap --ro-bind "$sysroot" / --proc /proc --dev /dev ldd --version | head -1), $(bwrap --ro-bind "$sysroot" / --proc /proc --dev /dev g++ --version | head -1), $(bwrap --ro-bind "$sysroot" / --proc /proc --dev /dev cmake --version | head -1)"
 fi
 
+flock -u 9
 if [[ ${1:-} != -- ]]; then echo "$sysroot"; exit 0; fi
 shift
 # A worktree's git data lives in the main checkout's .git: bound too, for the commit the build records.
@@ -76,4 +88,4 @@ deps=${AVTRAIN_DEPS:-/opt/avtrain-deps}
 exec bwrap --bind "$sysroot" / --proc /proc --dev /dev --ro-bind /sys /sys --perms 1777 --tmpfs /tmp --perms 1777 --tmpfs /dev/shm \
      --bind "$root" "$root" "${extra_binds[@]}" --ro-bind "$cuda" /usr/local/cuda --unshare-pid --unshare-ipc --die-with-parent \
      --chdir "$root" --clearenv --setenv PATH /usr/local/cuda/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-     --setenv HOME /root --setenv LANG C.UTF-8 "$@"
+     --setenv HOME /root --setenv LANG C.UTF-8 --setenv CCACHE_BASEDIR "$root" "$@"
