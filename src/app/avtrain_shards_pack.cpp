@@ -182,8 +182,9 @@ void report_unreadable(const PackPlan& plan) {
   }
   if (!first) return;
   std::cerr << "avtrain-shards pack: " << count_of(unreadable, "clip") << " of " << plan.list.clips.size()
-            << " cannot be packed and will be reported as skipped (the first, line " << first->line << ": "
-            << first->unreadable << ")\n";
+            << " cannot be packed"
+            << (plan.options.fail_on_error ? ": --on-error fail stops at the first" : " and will be reported as skipped")
+            << " (the first, line " << first->line << ": " << first->unreadable << ")\n";
 }
 
 // Packs one shard set (the whole input, or a side of a split) over the ranks.
