@@ -30,7 +30,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: avtrain-shards synth --out DIR [--shards K --samples N --seed S ...]\n"
-    "       avtrain-shards pack --manifest FILE.csv | --tree DIR  --out DIR [options]\n"
+    "       avtrain-shards pack --manifest FILE.csv | --tree DIR | --audioset-csv FILE.csv --class-index FILE.csv\n"
+    "                           --media DIR   --out DIR [options]\n"
     "       avtrain-shards inspect [--check-values] FILE_OR_DIR...\n"
     "       avtrain-shards read-bench --data DIR [--micro-batch B --seconds S]\n"
     "\n"

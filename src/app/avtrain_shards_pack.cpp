@@ -44,14 +44,23 @@ constexpr int kLag = 4;
 std::optional<Command> parse(int argc, char** argv, int rank) {
   Command c;
   PackOptions& o = c.pack;
-  std::string size = "32x32", pixels = "gray", compression = "gzip", on_error = "skip";
+  std::string size = "32x32", pixels = "gray", compression = "gzip", on_error = "skip", media_files = "segments";
   bool float_audio = false;
   int zstd_level = 3;
   po::options_description options("avtrain-shards pack options");
   options.add_options()
       ("help,h", "print this help")
-      ("manifest", po::value(&o.manifest), "CSV with a header: path,label required; audio_path, start, duration optional")
+      ("manifest", po::value(&o.manifest),
+       "CSV with a header: path and label (a class) or labels (\"dog,bark\": multi-label, shard format v2) required; "
+       "audio_path, start, duration optional")
       ("tree", po::value(&o.tree), "a folder DIR/<class>/<file>: the class is the folder's name")
+      ("audioset-csv", po::value(&o.audioset.segments),
+       "AudioSet's segments CSV (YTID, start_seconds, end_seconds, \"mid,...\"): multi-label, with --class-index and --media")
+      ("class-index", po::value(&o.audioset.class_index), "AudioSet's class_labels_indices.csv (index,mid,display_name)")
+      ("media", po::value(&o.audioset.media), "the folder of the downloaded AudioSet files, YTID.* or YYTID.* (sub-folders too)")
+      ("media-files", po::value(&media_files)->default_value(media_files),
+       "segments (a file holds its 10 s segment alone, as PANNs' and AST's download scripts cut them) or videos "
+       "(the whole video: the segment read from start_seconds)")
       ("out", po::value(&o.out), "the shard set's folder (created; an interrupted pack there continues)")
       ("classes", po::value(&o.classes_file), "class list, one name per line, in label order (default: the labels sorted)")
       ("val-fraction", po::value(&o.val_fraction)->default_value(0.0, "0"),
@@ -83,7 +92,8 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
   }
   if (vm.count("help")) {
     if (rank == 0) {
-      std::cout << "usage: avtrain-shards pack --manifest FILE.csv | --tree DIR  --out DIR [options]\n"
+      std::cout << "usage: avtrain-shards pack --manifest FILE.csv | --tree DIR | --audioset-csv FILE.csv --class-index FILE.csv\n"
+                   "                           --media DIR   --out DIR [options]\n"
                    "       mpirun -n N avtrain-shards pack ...   (shards shared out over the ranks)\n\n"
                 << options;
     }
@@ -105,6 +115,8 @@ std::optional<Command> parse(int argc, char** argv, int rank) {
   o.zstd_level = compression == "zstd" ? zstd_level : 0;
   require(on_error == "skip" || on_error == "fail", "--on-error \"" + on_error + "\" is neither skip nor fail");
   o.fail_on_error = on_error == "fail";
+  require(media_files == "segments" || media_files == "videos", "--media-files \"" + media_files + "\" is neither segments nor videos");
+  o.audioset.whole_videos = media_files == "videos";
   require(c.threads >= 0, "--threads must be >= 0");
   return c;
 }
@@ -158,6 +170,23 @@ std::string duration_text(double s) {
   return text.str();
 }
 
+// The clips known unreadable before decoding (AudioSet segments without a media file, labels outside
+// --classes): how many, and the first one's reason; the report lists them all.
+void report_unreadable(const PackPlan& plan) {
+  std::int64_t unreadable = 0;
+  const ClipEntry* first = nullptr;
+  for (const ClipEntry& clip : plan.list.clips) {
+    if (clip.unreadable.empty()) continue;
+    if (!first) first = &clip;
+    ++unreadable;
+  }
+  if (!first) return;
+  std::cerr << "avtrain-shards pack: " << count_of(unreadable, "clip") << " of " << plan.list.clips.size()
+            << " cannot be packed"
+            << (plan.options.fail_on_error ? ": --on-error fail stops at the first" : " and will be reported as skipped")
+            << " (the first, line " << first->line << ": " << first->unreadable << ")\n";
+}
+
 // Packs one shard set (the whole input, or a side of a split) over the ranks.
 int pack_set(MPI_Comm world, int rank, int size, const std::optional<Command>& command, PackPlan& plan) {
   if (!every_rank(world, rank, size, [&] {
@@ -193,6 +222,7 @@ int pack_set(MPI_Comm world, int rank, int size, const std::optional<Command>& c
               << count_of(size, "rank") << " x " << count_of(threads, "thread");
     if (clips_before > 0) std::cerr << "; " << count_of(plan.shards() - count, "shard") << " done before, continuing";
     std::cerr << '\n';
+    report_unreadable(plan);
     if (count > 0 && count < size) {
       std::cerr << "avtrain-shards pack: only " << count << " shard" << (count > 1 ? "s" : "") << " to write for " << size
                 << " ranks: " << size - count << " will wait (a smaller --shard-size shares the work out)\n";

@@ -100,6 +100,34 @@ std::vector<std::string> read_class_file(const std::string& path) {
   return names;
 }
 
+std::vector<std::string> split_label_list(const std::string& list) {
+  if (trim(list).empty()) throw Error("the label set is empty");
+  std::vector<std::string> names = split_csv_record(list);
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) throw Error("the label list \"" + list + "\" has an empty name (name " + std::to_string(i + 1) + ")");
+    if (!seen.insert(names[i]).second) throw Error("the label list \"" + list + "\" names \"" + names[i] + "\" twice");
+  }
+  return names;
+}
+
+ClassPlaces places_of(const std::vector<std::string>& class_names) {
+  ClassPlaces places;
+  for (std::size_t i = 0; i < class_names.size(); ++i) places.emplace(class_names[i], static_cast<int>(i));
+  return places;
+}
+
+std::vector<int> class_set(const std::vector<std::string>& names, const ClassPlaces& places, const std::string& where) {
+  std::vector<int> set;
+  for (const std::string& name : names) {
+    const auto at = places.find(name);
+    if (at == places.end()) throw Error("\"" + name + "\" is not in " + where);
+    set.push_back(at->second);
+  }
+  std::sort(set.begin(), set.end());
+  return set;
+}
+
 ClipList read_manifest(const std::string& manifest, const std::vector<std::string>& classes) {
   std::ifstream in(manifest);
   if (!in) throw Error(manifest + ": cannot read the manifest (--manifest)");
@@ -113,24 +141,29 @@ ClipList read_manifest(const std::string& manifest, const std::vector<std::strin
   } catch (const Error& e) {
     throw Error(manifest + ":1: " + e.what());
   }
-  static const std::vector<std::string> known = {"path", "label", "audio_path", "start", "duration"};
+  static const std::vector<std::string> known = {"path", "label", "labels", "audio_path", "start", "duration"};
   std::map<std::string, std::size_t> column;
   for (std::size_t i = 0; i < header.size(); ++i) {
     if (std::find(known.begin(), known.end(), header[i]) == known.end()) {
-      throw Error(manifest + ":1: unknown column \"" + header[i] + "\" (columns: path, label required; audio_path, start, duration)");
+      throw Error(manifest + ":1: unknown column \"" + header[i] +
+                  "\" (columns: path, label or labels required; audio_path, start, duration)");
     }
     if (!column.emplace(header[i], i).second) throw Error(manifest + ":1: column \"" + header[i] + "\" appears twice");
   }
-  for (const char* required : {"path", "label"}) {
-    if (!column.count(required)) throw Error(manifest + ":1: the header has no column \"" + std::string(required) + "\"");
-  }
+  if (!column.count("path")) throw Error(manifest + ":1: the header has no column \"path\"");
+  if (column.count("label") && column.count("labels"))
+    throw Error(manifest + ":1: the header has both \"label\" (one class a clip) and \"labels\" (a list): keep one");
+  if (!column.count("label") && !column.count("labels")) throw Error(manifest + ":1: the header has no column \"label\"");
+  const bool multi_label = column.count("labels") > 0;
+  const char* label_column = multi_label ? "labels" : "label";
   const auto resolve = [&](const std::string& p) {
     if (p.empty() || fs::path(p).is_absolute()) return p;
     return (base / p).lexically_normal().string();
   };
 
   ClipList list;
-  std::vector<std::string> labels;
+  list.multi_label = multi_label;
+  std::vector<std::vector<std::string>> names;  // per clip
   std::int64_t number = 1;
   while (std::getline(in, line)) {
     ++number;
@@ -150,16 +183,37 @@ ClipList read_manifest(const std::string& manifest, const std::vector<std::strin
     clip.line = number;
     clip.path = resolve(field("path"));
     clip.audio_path = resolve(field("audio_path"));
-    clip.label = field("label");
+    clip.label_field = field(label_column);
     clip.start = seconds_field(where, "start", field("start"));
     clip.duration = seconds_field(where, "duration", field("duration"));
     if (clip.path.empty()) throw Error(where + ": the path is empty");
-    if (clip.label.empty()) throw Error(where + ": the label is empty");
-    labels.push_back(clip.label);
+    if (!multi_label && clip.label_field.empty()) throw Error(where + ": the label is empty");
+    try {
+      names.push_back(multi_label ? split_label_list(clip.label_field) : std::vector<std::string>{clip.label_field});
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
     list.clips.push_back(std::move(clip));
   }
   if (list.clips.empty()) throw Error(manifest + ": the manifest lists no clip");
-  list.class_names = classes.empty() ? sorted_unique(labels) : classes;
+  if (classes.empty()) {
+    std::vector<std::string> all;
+    for (const auto& set : names) all.insert(all.end(), set.begin(), set.end());
+    list.class_names = sorted_unique(std::move(all));
+  } else {
+    list.class_names = classes;
+  }
+  const ClassPlaces places = places_of(list.class_names);
+  for (std::size_t i = 0; i < list.clips.size(); ++i) {
+    ClipEntry& clip = list.clips[i];
+    try {
+      clip.classes = class_set(names[i], places, "the class list (--classes)");
+    } catch (const Error& e) {
+      // One class a clip: --classes may leave classes out, their clips are reported and skipped.
+      if (!multi_label) clip.unreadable = "label \"" + clip.label_field + "\" is not in the class list";
+      else throw Error(manifest + ":" + std::to_string(clip.line) + ": " + e.what());
+    }
+  }
   return list;
 }
 
@@ -189,12 +243,18 @@ ClipList read_tree(const std::string& directory, const std::vector<std::string>&
       ClipEntry clip;
       clip.line = static_cast<std::int64_t>(list.clips.size()) + 1;
       clip.path = file.string();
-      clip.label = names.back();
+      clip.label_field = names.back();
       list.clips.push_back(std::move(clip));
     }
   }
   if (list.clips.empty()) throw Error(directory + ": its class folders hold no file");
   list.class_names = classes.empty() ? names : classes;
+  const ClassPlaces places = places_of(list.class_names);
+  for (ClipEntry& clip : list.clips) {
+    const auto at = places.find(clip.label_field);
+    if (at != places.end()) clip.classes = {at->second};
+    else clip.unreadable = "label \"" + clip.label_field + "\" is not in the class list";
+  }
   return list;
 }
 

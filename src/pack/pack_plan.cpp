@@ -32,8 +32,17 @@ std::string short_number(double value) {
 }
 
 void check_options(const PackOptions& o) {
-  require(!o.manifest.empty() || !o.tree.empty(), "pack needs --manifest FILE.csv or --tree DIR (see --help)");
-  require(o.manifest.empty() || o.tree.empty(), "pack takes one of --manifest and --tree, not both");
+  const AudiosetInput& a = o.audioset;
+  const int inputs = int(!o.manifest.empty()) + int(!o.tree.empty()) + int(!a.segments.empty());
+  require(inputs > 0, "pack needs --manifest FILE.csv, --tree DIR or --audioset-csv FILE.csv (see --help)");
+  require(inputs == 1, "pack takes one of --manifest, --tree and --audioset-csv");
+  if (!a.segments.empty()) {
+    require(!a.class_index.empty(), "--audioset-csv needs --class-index FILE.csv (AudioSet's class_labels_indices.csv)");
+    require(!a.media.empty(), "--audioset-csv needs --media DIR (the downloaded files, YTID.* or YYTID.*)");
+    require(o.classes_file.empty(), "--audioset-csv takes its classes from --class-index, not --classes");
+  } else {
+    require(a.class_index.empty() && a.media.empty(), "--class-index and --media go with --audioset-csv");
+  }
   require(!o.out.empty(), "pack needs --out DIR");
   const media::ClipShape& s = o.shape;
   require(std::isfinite(s.seconds) && s.seconds > 0, "--duration must be a positive number of seconds");
@@ -71,15 +80,22 @@ std::string PackPlan::shard_path(int shard) const {
 nlohmann::json PackPlan::description() const {
   std::uint64_t digest = fnv1a("");
   for (const ClipEntry& c : list.clips) {
-    digest = fnv1a(std::to_string(c.line) + '\x1f' + c.path + '\x1f' + c.audio_path + '\x1f' + c.label + '\x1f' +
+    digest = fnv1a(std::to_string(c.line) + '\x1f' + c.path + '\x1f' + c.audio_path + '\x1f' + c.label_field + '\x1f' +
                        number_text(c.start) + '\x1f' + number_text(c.duration) + '\x1e',
                    digest);
   }
   char digest_text[17];
   std::snprintf(digest_text, sizeof digest_text, "%016llx", static_cast<unsigned long long>(digest));
   const media::ClipShape& s = options.shape;
+  const AudiosetInput& a = options.audioset;
+  nlohmann::json input = !options.manifest.empty() ? nlohmann::json{{"manifest", options.manifest}}
+                       : !options.tree.empty()     ? nlohmann::json{{"tree", options.tree}}
+                                                   : nlohmann::json{{"audioset_csv", a.segments},
+                                                                    {"class_index", a.class_index},
+                                                                    {"media", a.media},
+                                                                    {"media_files", a.whole_videos ? "videos" : "segments"}};
   nlohmann::json d = {{"format", "avtrain-shards pack 1"},
-          {"input", options.manifest.empty() ? nlohmann::json{{"tree", options.tree}} : nlohmann::json{{"manifest", options.manifest}}},
+          {"input", input},
           {"clips", list.clips.size()},
           {"clips_digest", digest_text},
           {"classes", list.class_names},
@@ -97,6 +113,7 @@ nlohmann::json PackPlan::description() const {
           {"max_damaged", options.max_damaged}};
   if (options.gzip && options.zstd_level > 0) d["zstd_level"] = options.zstd_level;  // only then: gzip packs keep their bytes
   if (options.val_fraction > 0) d["val_fraction"] = options.val_fraction;  // a side of a split pack
+  if (list.multi_label) d["labels"] = "sets";  // only then: single-label packs keep their bytes
   return d;
 }
 
@@ -104,9 +121,12 @@ bool in_validation(const PackPlan& whole, const ClipEntry& clip) {
   namespace fs = std::filesystem;
   const fs::path root = whole.options.manifest.empty() ? fs::path(whole.options.tree)
                                                        : fs::path(whole.options.manifest).parent_path();
-  std::string identity = fs::path(clip.path).lexically_relative(root.empty() ? fs::path(".") : root).generic_string();
-  if (identity.empty() || identity.rfind("..", 0) == 0) identity = clip.path;  // outside the folder: as given
-  if (clip.start > 0) identity += "#t=" + number_text(clip.start);
+  std::string identity = clip.key;
+  if (identity.empty()) {
+    identity = fs::path(clip.path).lexically_relative(root.empty() ? fs::path(".") : root).generic_string();
+    if (identity.empty() || identity.rfind("..", 0) == 0) identity = clip.path;  // outside the folder: as given
+    if (clip.start > 0) identity += "#t=" + number_text(clip.start);
+  }
   const double u = double(fnv1a("avtrain-shards pack --val-fraction\x1f" + identity) >> 11) * 0x1.0p-53;
   return u < whole.options.val_fraction;
 }
@@ -118,11 +138,10 @@ std::vector<PackPlan> split_plans(const PackPlan& whole) {
     sides[side].options = whole.options;
     sides[side].options.out = (std::filesystem::path(whole.options.out) / names[side]).string();
     sides[side].list.class_names = whole.list.class_names;
+    sides[side].list.multi_label = whole.list.multi_label;
   }
   for (std::size_t i = 0; i < whole.list.clips.size(); ++i) {
-    PackPlan& side = sides[in_validation(whole, whole.list.clips[i]) ? 1 : 0];
-    side.list.clips.push_back(whole.list.clips[i]);
-    side.class_index.push_back(whole.class_index[i]);
+    sides[in_validation(whole, whole.list.clips[i]) ? 1 : 0].list.clips.push_back(whole.list.clips[i]);
   }
   for (int side = 0; side < 2; ++side)
     require(!sides[side].list.clips.empty(),
@@ -140,12 +159,9 @@ PackPlan make_plan(const PackOptions& options) {
   const std::vector<std::string> classes = o.classes_file.empty() ? std::vector<std::string>{} : read_class_file(o.classes_file);
   PackPlan plan;
   plan.options = o;
-  plan.list = o.manifest.empty() ? read_tree(o.tree, classes) : read_manifest(o.manifest, classes);
-  for (const ClipEntry& clip : plan.list.clips) {
-    const auto& names = plan.list.class_names;
-    const auto at = std::find(names.begin(), names.end(), clip.label);
-    plan.class_index.push_back(at == names.end() ? -1 : static_cast<int>(at - names.begin()));
-  }
+  plan.list = !o.manifest.empty() ? read_manifest(o.manifest, classes)
+              : !o.tree.empty()    ? read_tree(o.tree, classes)
+                                   : read_audioset(o.audioset);
   return plan;
 }
 

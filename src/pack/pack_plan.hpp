@@ -9,13 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "media/clip.hpp"
+#include "pack/audioset_csv.hpp"
 #include "pack/clip_list.hpp"
 
 namespace avtrain::pack {
 
 struct PackOptions {
   std::string manifest;      // a CSV manifest, or
-  std::string tree;          // a DIR/<class>/<file> tree
+  std::string tree;          // a DIR/<class>/<file> tree, or
+  AudiosetInput audioset;    // AudioSet's segments CSV (audioset.segments), class index and media folder
   std::string out;           // the shard set's folder
   std::string classes_file;  // the class list (one name per line); empty: from the input
   media::ClipShape shape;    // seconds, sample rate, fps, frames, height, width, channels, audio type
@@ -32,7 +34,6 @@ struct PackOptions {
 struct PackPlan {
   PackOptions options;
   ClipList list;
-  std::vector<int> class_index;  // per clip: its label's place in list.class_names, or -1
 
   int shards() const;
   std::int64_t first_clip(int shard) const;
@@ -47,8 +48,8 @@ struct PackPlan {
 PackPlan make_plan(const PackOptions& options);
 
 // Whether a clip goes to validation under --val-fraction: FNV-1a of its identity (its file's path
-// relative to the tree or the manifest's folder, and its start where it has one), as a number in
-// [0, 1), below the fraction. A clip keeps its side whatever else is added to or taken from the input.
+// relative to the tree or the manifest's folder, and its start where it has one; an AudioSet segment:
+// YTID#t=start_seconds), as a number in [0, 1), below the fraction. A clip keeps its side whatever else is added to or taken from the input.
 bool in_validation(const PackPlan& whole, const ClipEntry& clip);
 
 // The plans of a split pack (options.val_fraction > 0): the clips for training into OUT/train and

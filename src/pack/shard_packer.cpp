@@ -64,6 +64,7 @@ void judge_damage(const PackPlan& plan, const ClipEntry& entry, ClipResult& resu
 // Every shard's header but its path.
 data::ShardHeader shard_header(const PackPlan& plan) {
   data::ShardHeader h = data::header_of_shape(plan.options.shape);
+  h.version = plan.list.multi_label ? 2 : 1;  // a set of classes a clip (/labels), or one (/label)
   h.num_classes = static_cast<int>(plan.list.class_names.size());
   h.class_names = plan.list.class_names;
   h.packed_with = plan.description().dump();
@@ -73,8 +74,8 @@ data::ShardHeader shard_header(const PackPlan& plan) {
 ClipResult decode_one(const PackPlan& plan, std::int64_t index) {
   const ClipEntry& entry = plan.list.clips[std::size_t(index)];
   ClipResult result;
-  if (plan.class_index[std::size_t(index)] < 0) {
-    result.reason = "label \"" + entry.label + "\" is not in the class list";
+  if (!entry.unreadable.empty()) {
+    result.reason = entry.unreadable;
     return result;
   }
   try {
@@ -89,6 +90,17 @@ ClipResult decode_one(const PackPlan& plan, std::int64_t index) {
     result.reason = e.what();
   }
   return result;
+}
+
+// The clip's classes in the block: its one class (v1), or its row of the multi-hot /labels (v2).
+void add_classes(const PackPlan& plan, const std::vector<int>& classes, data::SampleBlock& block) {
+  if (!plan.list.multi_label) {
+    block.label.push_back(classes.front());
+    return;
+  }
+  const std::size_t row = block.labels.size();
+  block.labels.resize(row + plan.list.class_names.size(), 0);
+  for (const int c : classes) block.labels[row + std::size_t(c)] = 1;
 }
 
 }  // namespace
@@ -176,7 +188,7 @@ std::optional<ShardOutcome> ShardPacker::pack(int shard, const std::function<boo
       group.audio_len.push_back(c.audio_len);
       group.video.insert(group.video.end(), c.video.begin(), c.video.begin() + video_row);
       group.video_len.push_back(c.video_len);
-      group.label.push_back(plan_.class_index[std::size_t(first + i)]);
+      add_classes(plan_, entry.classes, group);
       group.source.push_back(source_text(entry));
       r.clip.reset();
       ++group.count;

@@ -57,6 +57,8 @@ TEST(Manifest, ReadsColumnsResolvesPathsAndSortsClasses) {
   EXPECT_EQ(list.clips[1].duration, 2);
   EXPECT_EQ(list.clips[1].line, 4);
   EXPECT_EQ(list.class_names, (std::vector<std::string>{"bird, small", "cat", "dog"}));
+  EXPECT_EQ(list.clips[2].classes, std::vector<int>{0});
+  EXPECT_FALSE(list.multi_label);
   // A class list given keeps its order, and a label outside it stays for the report.
   EXPECT_EQ(read_manifest(dir / "lists/m.csv", {"dog", "cat"}).class_names, (std::vector<std::string>{"dog", "cat"}));
 }
@@ -66,7 +68,7 @@ TEST(Manifest, RefusesMalformedOnesNamingFileAndLine) {
   const std::string m = dir / "m.csv";
   write(m, "path,lable\na.mp4,cat\n");
   EXPECT_EQ(error_of([&] { read_manifest(m, {}); }),
-            m + ":1: unknown column \"lable\" (columns: path, label required; audio_path, start, duration)");
+            m + ":1: unknown column \"lable\" (columns: path, label or labels required; audio_path, start, duration)");
   write(m, "path,start\na.mp4,1\n");
   EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":1: the header has no column \"label\"");
   write(m, "path,label\na.mp4,cat,extra\n");
@@ -94,7 +96,7 @@ TEST(Tree, ClassesAreFoldersFilesInNameOrderHiddenSkipped) {
   EXPECT_EQ(list.class_names, (std::vector<std::string>{"ant", "empty", "zebra"}));
   ASSERT_EQ(list.clips.size(), 3u);
   EXPECT_EQ(list.clips[0].path, dir / "t/ant/deep/x.wav");
-  EXPECT_EQ(list.clips[0].label, "ant");
+  EXPECT_EQ(list.clips[0].label_field, "ant");
   EXPECT_EQ(list.clips[1].path, dir / "t/zebra/1.mp4");
   EXPECT_EQ(list.clips[2].line, 3);
   EXPECT_NE(error_of([&] { read_tree(dir / "none", {}); }).find("is not a directory (--tree)"), std::string::npos);
@@ -130,9 +132,12 @@ TEST(Plan, ShardsAreFixedRangesOfTheListAndLabelsIndexTheClassList) {
   EXPECT_EQ(plan.shard_path(2), (std::filesystem::path(o.out) / "shard-00002.h5").string());
   EXPECT_EQ(plan.options.shape.audio_samples, 32000);
   EXPECT_EQ(plan.options.shape.frames, 25);
-  EXPECT_EQ(plan.class_index[0], 1);
-  EXPECT_EQ(plan.class_index[1], 0);
-  EXPECT_EQ(plan.class_index[10], -1);
+  EXPECT_EQ(plan.list.clips[0].classes, std::vector<int>{1});
+  EXPECT_EQ(plan.list.clips[1].classes, std::vector<int>{0});
+  EXPECT_TRUE(plan.list.clips[10].classes.empty());
+  EXPECT_EQ(plan.list.clips[10].unreadable, "label \"neither\" is not in the class list");
+  EXPECT_FALSE(plan.list.multi_label);
+  EXPECT_FALSE(plan.description().contains("labels"));
   // What the set depends on: not the threads or the delay of a test.
   PackOptions other = o;
   other.debug_delay_ms = 50;
@@ -187,9 +192,9 @@ TEST(Split, AClipKeepsItsSideWhenFilesAreAddedAndTheFolderMoves) {
   for (int side = 0; side < 2; ++side) {
     EXPECT_EQ(after[side].list.class_names, (std::vector<std::string>{"a", "b", "c"}));
     EXPECT_EQ(after[side].options.out, (std::filesystem::path(dir / "t-out") / (side ? "val" : "train")).string());
-    ASSERT_EQ(after[side].class_index.size(), after[side].list.clips.size());
-    for (std::size_t i = 0; i < after[side].list.clips.size(); ++i)
-      EXPECT_EQ(after[side].list.class_names[std::size_t(after[side].class_index[i])], after[side].list.clips[i].label);
+    for (const ClipEntry& clip : after[side].list.clips)
+      EXPECT_EQ(std::vector<std::string>{after[side].list.class_names[std::size_t(clip.classes.at(0))]},
+                std::vector<std::string>{clip.label_field});
   }
   EXPECT_EQ(after[0].list.clips.size() + after[1].list.clips.size(), 180u);
 }
@@ -200,6 +205,220 @@ TEST(Split, RefusesAFractionThatLeavesASideEmptyOrIsOutOfRange) {
             std::string::npos);
   EXPECT_EQ(error_of([&] { split_tree(dir / "t", 1, 1.0); }), "--val-fraction must be in [0, 1) (0.1: a tenth of the clips for validation)");
   EXPECT_EQ(error_of([&] { split_tree(dir / "t", 1, -0.1); }), "--val-fraction must be in [0, 1) (0.1: a tenth of the clips for validation)");
+}
+
+TEST(LabelList, SplitsNamesAndRefusesEmptyOrDoubledOnes) {
+  EXPECT_EQ(split_label_list("dog,bark"), (std::vector<std::string>{"dog", "bark"}));
+  EXPECT_EQ(split_label_list(" dog , bark "), (std::vector<std::string>{"dog", "bark"}));
+  EXPECT_EQ(split_label_list("\"Male speech, man speaking\",Dog"), (std::vector<std::string>{"Male speech, man speaking", "Dog"}));
+  EXPECT_EQ(error_of([] { split_label_list(""); }), "the label set is empty");
+  EXPECT_EQ(error_of([] { split_label_list(" "); }), "the label set is empty");
+  EXPECT_EQ(error_of([] { split_label_list("dog,"); }), "the label list \"dog,\" has an empty name (name 2)");
+  EXPECT_EQ(error_of([] { split_label_list("dog,,bark"); }), "the label list \"dog,,bark\" has an empty name (name 2)");
+  EXPECT_EQ(error_of([] { split_label_list("dog,dog"); }), "the label list \"dog,dog\" names \"dog\" twice");
+  EXPECT_EQ(error_of([] { split_label_list("\"dog,bark"); }), "a quoted field is not closed");
+}
+
+TEST(Manifest, ALabelsColumnListsSeveralClassesAMultiLabelInput) {
+  test::TempDir dir;
+  write(dir / "m.csv",
+        "path,labels,start\n"
+        "a.mp4,\"dog,bark\",0\n"
+        "b.mp4,cat,2\n"
+        "c.mp4,\" bark , cat ,dog\",\n");
+  const ClipList list = read_manifest(dir / "m.csv", {});
+  EXPECT_TRUE(list.multi_label);
+  EXPECT_EQ(list.class_names, (std::vector<std::string>{"bark", "cat", "dog"}));  // the sorted union
+  ASSERT_EQ(list.clips.size(), 3u);
+  EXPECT_EQ(list.clips[0].classes, (std::vector<int>{0, 2}));
+  EXPECT_EQ(list.clips[0].label_field, "dog,bark");
+  EXPECT_EQ(list.clips[1].classes, std::vector<int>{1});
+  EXPECT_EQ(list.clips[2].classes, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(list.clips[1].start, 2);
+  // --classes: its order, and more classes than the manifest uses.
+  const ClipList given = read_manifest(dir / "m.csv", {"dog", "cow", "cat", "bark"});
+  EXPECT_EQ(given.class_names.size(), 4u);
+  EXPECT_EQ(given.clips[0].classes, (std::vector<int>{0, 3}));
+  EXPECT_EQ(given.clips[2].classes, (std::vector<int>{0, 2, 3}));
+  for (const ClipEntry& c : given.clips) EXPECT_EQ(c.unreadable, "");
+}
+
+TEST(Manifest, RefusesBadLabelListsNamingFileAndLine) {
+  test::TempDir dir;
+  const std::string m = dir / "m.csv";
+  write(m, "path,labels\na.mp4,dog\nb.mp4,\"dog,zebra\"\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {"dog", "cat"}); }), m + ":3: \"zebra\" is not in the class list (--classes)");
+  write(m, "path,labels\na.mp4,dog\nb.mp4,\"\"\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":3: the label set is empty");
+  write(m, "path,labels\na.mp4,\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":2: the label set is empty");
+  write(m, "path,labels\na.mp4,\"dog,\"\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":2: the label list \"dog,\" has an empty name (name 2)");
+  write(m, "path,labels\na.mp4,\"dog,bark\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":2: a quoted field is not closed");
+  write(m, "path,labels\na.mp4,\"\"\"dog,bark\"\n");  // the list itself: "dog,bark (a quote not closed)
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":2: a quoted field is not closed");
+  write(m, "path,labels\na.mp4,\"dog,cat,dog\"\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }), m + ":2: the label list \"dog,cat,dog\" names \"dog\" twice");
+  write(m, "path,label,labels\na.mp4,dog,dog\n");
+  EXPECT_EQ(error_of([&] { read_manifest(m, {}); }),
+            m + ":1: the header has both \"label\" (one class a clip) and \"labels\" (a list): keep one");
+  // One class a clip: a label outside --classes is kept, for the report (as before).
+  write(m, "path,label\na.mp4,zebra\n");
+  EXPECT_EQ(read_manifest(m, {"dog"}).clips[0].unreadable, "label \"zebra\" is not in the class list");
+}
+
+// AudioSet's files as Google publishes them (the first rows of class_labels_indices.csv and
+// balanced_train_segments.csv), with a media folder of downloads named both ways.
+struct AudiosetFolder {
+  test::TempDir dir;
+  AudiosetInput input;
+  AudiosetFolder() {
+    input.segments = dir / "balanced_train_segments.csv";
+    input.class_index = dir / "class_labels_indices.csv";
+    input.media = dir / "media";
+    write(input.class_index,
+          "index,mid,display_name\n"
+          "0,/m/09x0r,\"Speech\"\n"
+          "1,/m/05zppz,\"Male speech, man speaking\"\n"
+          "2,/t/dd00088,\"Gush\"\n");
+    write(input.segments,
+          "# Segments csv created Sun Mar  5 10:54:31 2017\n"
+          "# num_ytids=3, num_segs=3, num_unique_labels=3, num_positive_labels=5\n"
+          "# YTID, start_seconds, end_seconds, positive_labels\n"
+          "--PJHxphWEs, 30.000, 40.000, \"/m/09x0r,/t/dd00088\"\n"
+          "--ZhevVpy1s, 50.000, 60.000, \"/m/05zppz\"\n"
+          "--aE2O5G5WE, 0.000, 10.000, \"/t/dd00088,/m/05zppz,/m/09x0r\"\n"
+          "-0SdAVK79lg, 4.5, 9.0, \"/m/09x0r\"\n");
+    write(input.media + "/--PJHxphWEs.mp4", "");
+    write(input.media + "/part01/Y--ZhevVpy1s.wav", "");
+    write(input.media + "/--aE2O5G5WE.mkv", "");
+    write(input.media + "/-0SdAVK79lg.mp4.part", "");  // an unfinished download
+  }
+  void segments(const std::string& rows) { write(input.segments, "# YTID, start_seconds, end_seconds, positive_labels\n" + rows); }
+  std::string error() const { return error_of([&] { read_audioset(input); }); }
+};
+
+TEST(Audioset, ReadsSegmentsClassIndexAndMediaNamedEitherWay) {
+  AudiosetFolder f;
+  const ClipList list = read_audioset(f.input);
+  EXPECT_TRUE(list.multi_label);
+  EXPECT_EQ(list.class_names, (std::vector<std::string>{"Speech", "Male speech, man speaking", "Gush"}));
+  ASSERT_EQ(list.clips.size(), 4u);
+  EXPECT_EQ(list.clips[0].line, 4);
+  EXPECT_EQ(list.clips[0].path, f.input.media + "/--PJHxphWEs.mp4");
+  EXPECT_EQ(list.clips[0].classes, (std::vector<int>{0, 2}));
+  EXPECT_EQ(list.clips[0].start, 0);  // a file holds its segment alone
+  EXPECT_EQ(list.clips[0].duration, 10);
+  EXPECT_EQ(list.clips[0].key, "--PJHxphWEs#t=30.000");
+  EXPECT_EQ(list.clips[1].path, f.input.media + "/part01/Y--ZhevVpy1s.wav");
+  EXPECT_EQ(list.clips[1].classes, std::vector<int>{1});
+  EXPECT_EQ(list.clips[2].path, f.input.media + "/--aE2O5G5WE.mkv");
+  EXPECT_EQ(list.clips[2].classes, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(list.clips[3].duration, 4.5);
+  EXPECT_EQ(list.clips[3].unreadable, "no media file -0SdAVK79lg.* or Y-0SdAVK79lg.* in " + f.input.media);
+  EXPECT_EQ(list.clips[3].path, f.input.media + "/-0SdAVK79lg");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(list.clips[std::size_t(i)].unreadable, "");
+  // Whole videos: the segment starts at start_seconds.
+  f.input.whole_videos = true;
+  EXPECT_EQ(read_audioset(f.input).clips[1].start, 50);
+}
+
+TEST(Audioset, RefusesBadSegmentsNamingFileAndLine) {
+  AudiosetFolder f;
+  const std::string s = f.input.segments + ":2: ";
+  f.segments("abc, 0, 10, \"/m/zzzz\"\n");
+  EXPECT_EQ(f.error(), s + "\"/m/zzzz\" is not in the class index (" + f.input.class_index + ")");
+  f.segments("abc, 0, 10, \"\"\n");
+  EXPECT_EQ(f.error(), s + "the label set is empty");
+  f.segments("abc, 0, 10, \"/m/09x0r,/t/dd00088\n");
+  EXPECT_EQ(f.error(), s + "a quoted field is not closed");
+  f.segments("abc, 0, 10, \"/m/09x0r,,/t/dd00088\"\n");
+  EXPECT_EQ(f.error(), s + "the label list \"/m/09x0r,,/t/dd00088\" has an empty name (name 2)");
+  f.segments("abc, 0, 10, \"/m/09x0r,/m/09x0r\"\n");
+  EXPECT_EQ(f.error(), s + "the label list \"/m/09x0r,/m/09x0r\" names \"/m/09x0r\" twice");
+  f.segments("abc, 3O.0, 40, \"/m/09x0r\"\n");
+  EXPECT_EQ(f.error(), s + "start_seconds = \"3O.0\" is not a number of seconds >= 0");
+  f.segments("abc, 30, , \"/m/09x0r\"\n");
+  EXPECT_EQ(f.error(), s + "end_seconds = \"\" is not a number of seconds >= 0");
+  f.segments("abc, 30, 30, \"/m/09x0r\"\n");
+  EXPECT_EQ(f.error(), s + "end_seconds 30 is not after start_seconds 30");
+  f.segments("abc, 30, 40, /m/09x0r, /t/dd00088\n");  // the list not quoted
+  EXPECT_EQ(f.error(), s + "5 fields, expected 4 (YTID, start_seconds, end_seconds, positive_labels)");
+  f.segments("../x, 30, 40, \"/m/09x0r\"\n");
+  EXPECT_EQ(f.error(), s + "YTID \"../x\" is not a YouTube id (letters, digits, - and _)");
+  f.segments("");
+  EXPECT_EQ(f.error(), f.input.segments + ": lists no segment");
+}
+
+TEST(Audioset, RefusesABadClassIndexNamingFileAndLine) {
+  AudiosetFolder f;
+  const std::string& c = f.input.class_index;
+  const auto index_error = [&](const std::string& text) {
+    write(c, text);
+    return error_of([&] { read_class_index(c); });
+  };
+  EXPECT_EQ(index_error("index,mid,name\n0,/m/a,A\n"), c + ":1: the header is not index,mid,display_name (AudioSet's class_labels_indices.csv)");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a,A\n1,/m/a,B\n"), c + ":3: mid \"/m/a\" is listed twice (line 2)");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a,A\n0,/m/b,B\n"), c + ":3: index 0 is listed twice (line 2)");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a,A\n2,/m/b,B\n"),
+            c + ":3: index 2, expected 1: the classes must be numbered 0..N-1 in order");
+  EXPECT_EQ(index_error("index,mid,display_name\n1,/m/a,A\n"), c + ":2: index 1, expected 0: the classes must be numbered 0..N-1 in order");
+  EXPECT_EQ(index_error("index,mid,display_name\nx,/m/a,A\n"), c + ":2: index = \"x\" is not a whole number >= 0");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a,\n"), c + ":2: the display_name is empty");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a,\"A, b\n"), c + ":2: a quoted field is not closed");
+  EXPECT_EQ(index_error("index,mid,display_name\n0,/m/a\n"), c + ":2: 2 fields, expected 3 (index,mid,display_name)");
+  EXPECT_EQ(index_error("index,mid,display_name\n"), c + ": the class index lists no class");
+}
+
+TEST(Plan, AudiosetPacksSetsAndSplitsBySegmentNotByFile) {
+  AudiosetFolder f;
+  std::string rows;
+  for (int i = 0; i < 60; ++i) {
+    const std::string id = "vid" + std::to_string(1000 + i);
+    rows += id + ", " + std::to_string(i) + ".000, " + std::to_string(i + 10) + ".000, \"/m/09x0r" +
+            (i % 3 ? ",/t/dd00088\"\n" : "\"\n");
+    if (i % 10) write(f.input.media + "/" + (i % 2 ? "Y" : "") + id + ".wav", "");
+  }
+  f.segments(rows);
+  PackOptions o;
+  o.audioset = f.input;
+  o.out = f.dir / "out";
+  o.val_fraction = 0.3;
+  const PackPlan whole = make_plan(o);
+  EXPECT_TRUE(whole.list.multi_label);
+  EXPECT_EQ(whole.description()["labels"], "sets");
+  EXPECT_EQ(whole.description()["input"]["media_files"], "segments");
+  const std::vector<PackPlan> sides = split_plans(whole);
+  std::map<std::string, int> side_of;
+  for (int side = 0; side < 2; ++side) {
+    EXPECT_TRUE(sides[side].list.multi_label);
+    EXPECT_EQ(sides[side].list.class_names, whole.list.class_names);
+    for (const ClipEntry& c : sides[side].list.clips) {
+      side_of[c.key] = side;
+      EXPECT_EQ(c.classes.front(), 0);
+    }
+  }
+  EXPECT_EQ(side_of.size(), 60u);
+  EXPECT_GT(sides[1].list.clips.size(), 5u);
+  EXPECT_GT(sides[0].list.clips.size(), 30u);
+  // Downloaded later under other names and extensions, in another folder: each segment keeps its side.
+  o.audioset.media = f.dir / "elsewhere";
+  for (int i = 0; i < 60; ++i) write(o.audioset.media + "/Yvid" + std::to_string(1000 + i) + ".mkv", "");
+  const std::vector<PackPlan> later = split_plans(make_plan(o));
+  for (int side = 0; side < 2; ++side)
+    for (const ClipEntry& c : later[side].list.clips) {
+      EXPECT_EQ(side_of.at(c.key), side) << c.key;
+      EXPECT_EQ(c.unreadable, "");
+    }
+  // The options that go with it.
+  o.classes_file = f.dir / "c.txt";
+  EXPECT_EQ(error_of([&] { make_plan(o); }), "--audioset-csv takes its classes from --class-index, not --classes");
+  o.classes_file.clear();
+  o.audioset.media.clear();
+  EXPECT_EQ(error_of([&] { make_plan(o); }), "--audioset-csv needs --media DIR (the downloaded files, YTID.* or YYTID.*)");
+  o.manifest = "m.csv";
+  EXPECT_EQ(error_of([&] { make_plan(o); }), "pack takes one of --manifest, --tree and --audioset-csv");
 }
 
 TEST(ShardWriter, GrowsByBlocksAndKeepsClassNamesAndSources) {
