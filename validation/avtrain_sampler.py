@@ -5,7 +5,7 @@ split keyed by (seed, epoch) (data.sampling uniform) or draws with replacement b
 weights (balanced), and a step's global batch cut into micro-batches of train.micro_batch in order.
 
 Checked where it is used: a peer fed other samples than avtrain's parts from it at the first step,
-which avtrain-reconcile's first-steps check (1e-6) catches (test torch_peer_reconciles_with_avtrain).
+which avtrain-reconcile's first-steps check (1e-6) catches (test e2e_torch_peer_reconciles_with_avtrain).
 """
 import bisect
 
