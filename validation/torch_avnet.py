@@ -609,7 +609,7 @@ class ShardSet:
             raise SystemExit(f"{shard_dir}: no .h5 shard")
         self.samples, self.arrays = [], {}
         with h5py.File(os.path.join(shard_dir, self.names[0]), "r") as f:
-            self.attrs = {k: read_scalar_attribute(f, k) for k in f.attrs}
+            self.attrs = {k: (f.attrs[k] if np.size(f.attrs[k]) != 1 else read_scalar_attribute(f, k)) for k in f.attrs}
             self.multi_label = "labels" in f
             self.audio_shape, self.video_shape = f["audio"].shape[1:], f["video"].shape[1:]
             self.audio_int16 = f["audio"].dtype == np.int16
