@@ -4,11 +4,18 @@ by espeak-ng (a WAV) and the same word drawn by ffmpeg's drawtext in a system fo
 noisy background (an H.264 MP4). Training clips use one set of voices and fonts, validation clips
 others (held-out voices and fonts), so validation accuracy measures what was not seen.
 
-    make_word_clips.py DIR [--train-per-word N] [--val-per-word M] [--jobs J] [--seed S]
+    make_word_clips.py DIR [--train-per-word N] [--val-per-word M] [--jobs J] [--seed S] [--multi-label]
 
 writes DIR/train/*.{wav,mp4}, DIR/val/*.{wav,mp4} and the manifests DIR/train.csv, DIR/val.csv
 (path,label,audio_path). The same seed makes the same files (x264 runs on one thread: with more, its
 output can differ from run to run).
+
+--multi-label: each clip speaks two different words (one voice, "apple river") and draws one word,
+half of the time one of the two spoken, else a third; it is labelled with the set of words present
+(two or three), and the manifests list it CSV-quoted in a `labels` column
+(path,labels,audio_path: `train/m-0001.mp4,"apple,river",train/m-0001.wav`), as `avtrain-shards pack`
+reads a multi-label manifest. The clips last MULTI_LABEL_SECONDS (two words take longer), and there
+are N (M) clips per word of the vocabulary in all, so that the clip counts match the one-word set's.
 """
 import argparse
 import concurrent.futures
@@ -51,18 +58,19 @@ def held_out(items, share, rng):
 
 
 SECONDS = 1.2
+MULTI_LABEL_SECONDS = 1.6
 SIZE = (160, 80)
 
 
 def make_clip(job):
-    wav, mp4, word, voice, speed, pitch, font, size, x0, x1, y, noise, grey = job
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, word], check=True,
+    wav, mp4, spoken, drawn, voice, speed, pitch, font, size, x0, x1, y, noise, grey, seconds = job
+    subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, spoken], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     w, h = SIZE
-    text = (f"drawtext=fontfile={font}:text={word}:fontsize={size}:fontcolor=white:"
-            f"x={x0}+({x1}-{x0})*t/{SECONDS}-text_w/2:y={y}-text_h/2")
+    text = (f"drawtext=fontfile={font}:text={drawn}:fontsize={size}:fontcolor=white:"
+            f"x={x0}+({x1}-{x0})*t/{seconds}-text_w/2:y={y}-text_h/2")
     subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "lavfi", "-i",
-                    f"color=c=0x{grey:02x}{grey:02x}{grey:02x}:s={w}x{h}:r=25:d={SECONDS}",
+                    f"color=c=0x{grey:02x}{grey:02x}{grey:02x}:s={w}x{h}:r=25:d={seconds}",
                     "-vf", f"{text},noise=alls={noise}:allf=t", "-c:v", "libx264", "-preset", "veryfast", "-threads", "1",
                     "-pix_fmt", "yuv420p", mp4], check=True)
 
@@ -74,6 +82,8 @@ def main():
     parser.add_argument("--val-per-word", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--multi-label", action="store_true",
+                        help="two spoken words and one drawn, labelled with the set of words present")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     # Held out: a quarter of the voices (a voice is a base voice with a variant) and of the fonts; the
@@ -88,18 +98,26 @@ def main():
         pool = pools[split]
         os.makedirs(os.path.join(args.dir, split), exist_ok=True)
         rows = []
-        for word in WORDS:
-            for i in range(count):
+        for k in range(count * len(WORDS)):
+            if args.multi_label:
+                name = f"m-{k:04d}"
+                spoken = rng.sample(WORDS, 2)
+                drawn = rng.choice(spoken) if rng.random() < 0.5 else rng.choice([x for x in WORDS if x not in spoken])
+                present = [x for x in WORDS if x in spoken or x == drawn]  # in the vocabulary's order
+                label, seconds, speeds = '"' + ",".join(present) + '"', MULTI_LABEL_SECONDS, (170, 230)
+            else:
+                word, i = WORDS[k // count], k % count
                 name = f"{word}-{i:03d}"
-                voice = rng.choice(pool["voices"])
-                font = rng.choice(pool["fonts"])
-                x0, x1 = rng.uniform(0.3, 0.7) * w, rng.uniform(0.3, 0.7) * w
-                jobs.append((os.path.join(args.dir, split, name + ".wav"), os.path.join(args.dir, split, name + ".mp4"),
-                             word, voice, rng.randint(120, 210), rng.randint(25, 75), font, rng.randint(26, 38),
-                             round(x0), round(x1), round(rng.uniform(0.35, 0.65) * h), rng.randint(10, 40),
-                             rng.randint(0, 90)))
-                rows.append(f"{split}/{name}.mp4,{word},{split}/{name}.wav\n")
-        manifests[split] = "path,label,audio_path\n" + "".join(rows)
+                spoken, drawn, label, seconds, speeds = [word], word, word, SECONDS, (120, 210)
+            voice = rng.choice(pool["voices"])
+            font = rng.choice(pool["fonts"])
+            x0, x1 = rng.uniform(0.3, 0.7) * w, rng.uniform(0.3, 0.7) * w
+            jobs.append((os.path.join(args.dir, split, name + ".wav"), os.path.join(args.dir, split, name + ".mp4"),
+                         " ".join(spoken), drawn, voice, rng.randint(*speeds), rng.randint(25, 75), font, rng.randint(26, 38),
+                         round(x0), round(x1), round(rng.uniform(0.35, 0.65) * h), rng.randint(10, 40),
+                         rng.randint(0, 90), seconds))
+            rows.append(f"{split}/{name}.mp4,{label},{split}/{name}.wav\n")
+        manifests[split] = ("path,labels,audio_path\n" if args.multi_label else "path,label,audio_path\n") + "".join(rows)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         list(pool.map(make_clip, jobs))
     for split, text in manifests.items():  # last: a manifest says its clips are all there

@@ -2,7 +2,10 @@
 """Self-check of validation/torch_avnet.py (plain script; exits non-zero on failure).
 
 1. The `reference` mode, run as a command on HDF5 files at a tiny shape, writes gradients that
-   match central finite differences of the float64 loss.
+   match central finite differences of the float64 loss: the cross-entropy with `label`, and under
+   --task multi_label the binary cross-entropy with a v2 batch's `labels` (sets of one to three
+   classes), which also equals its naive form -mean(t log s(x) + (1 - t) log(1 - s(x))) over clips
+   and classes; a v1 batch under multi_label reads as the one-hot sets of its labels.
 2. Pieces of the definition checked against independent formulations: the DFT power spectrum
    against torch.fft.rfft, the HTK filterbank against torchaudio's slope formulation, the masked
    BatchNorm with every token valid against F.batch_norm, and the loss is unchanged by whatever
@@ -36,6 +39,7 @@ VIDEO_LEN = [4, 3, 1, 2]
 FD_STEP = 1e-6
 FD_RTOL, FD_ATOL = 1e-5, 1e-7
 FD_ENTRIES_PER_PARAM = 24
+FD_ENTRIES_PER_PARAM_MULTI_LABEL = 8  # the loss term alone differs: fewer entries keep the test's time
 
 failures = []
 
@@ -46,8 +50,12 @@ def check(ok, message):
         failures.append(message)
 
 
-def tiny_config():
-    args = avnet.parse_args(["reference", "--params", "-", "--batch", "-", "--out", "-"] + TINY_ARCH)
+def tiny_arch(multi_label=False):
+    return TINY_ARCH + (["--task", "multi_label"] if multi_label else [])
+
+
+def tiny_config(multi_label=False):
+    args = avnet.parse_args(["reference", "--params", "-", "--batch", "-", "--out", "-"] + tiny_arch(multi_label))
     return avnet.config_from_args(args, audio_samples=AUDIO_SAMPLES, sample_rate=SAMPLE_RATE, frames=FRAMES,
                                   height=HEIGHT, width_px=WIDTH, channels=CHANNELS, num_classes=NUM_CLASSES)
 
@@ -61,6 +69,15 @@ def random_padded_batch(rng):
         video[b, VIDEO_LEN[b]:] = 0
     return {"audio": audio, "audio_len": np.array(AUDIO_LEN, np.int32), "video": video,
             "video_len": np.array(VIDEO_LEN, np.int32), "label": rng.integers(0, NUM_CLASSES, B).astype(np.int32)}
+
+
+def with_label_sets(batch, rng):
+    """The batch as format v2: `labels` [B, classes], sample b's set of b % 3 + 1 distinct classes."""
+    B = len(batch["label"])
+    labels = np.zeros((B, NUM_CLASSES), np.uint8)
+    for b in range(B):
+        labels[b, rng.choice(NUM_CLASSES, size=b % 3 + 1, replace=False)] = 1
+    return {**{k: v for k, v in batch.items() if k != "label"}, "labels": labels}
 
 
 def random_parameters(model, rng):
@@ -87,9 +104,9 @@ def write_inputs(directory, params, batch):
     return params_path, batch_path
 
 
-def run_reference_command(params_path, batch_path, out_path):
+def run_reference_command(params_path, batch_path, out_path, multi_label=False):
     command = [sys.executable, os.path.join(HERE, "torch_avnet.py"), "reference", "--params", params_path,
-               "--batch", batch_path, "--out", out_path] + TINY_ARCH
+               "--batch", batch_path, "--out", out_path] + tiny_arch(multi_label)
     subprocess.run(command, check=True)
     with h5py.File(out_path, "r") as f:
         losses = {k: float(f.attrs[k]) for k in ("loss", "ce_loss", "nce_loss")}
@@ -98,8 +115,8 @@ def run_reference_command(params_path, batch_path, out_path):
     return losses, grads, logits
 
 
-def float64_model(params_path, batch):
-    model = avnet.AVNet(tiny_config())
+def float64_model(params_path, batch, multi_label=False):
+    model = avnet.AVNet(tiny_config(multi_label))
     avnet.load_parameters(model, params_path)
     return model.double().train(), dict(batch, audio=batch["audio"].double())
 
@@ -109,16 +126,36 @@ def total_loss(model, batch):
         return model(batch)[0].item()
 
 
-def check_reference_against_finite_differences(directory):
+def check_binary_cross_entropy(model, batch, logits, ce_loss):
+    """The multi-label term against its naive form, and v1 labels read as one-hot sets."""
+    t = batch["labels"].double()
+    x = logits.detach().double()
+    naive = -(t * torch.log(torch.sigmoid(x)) + (1 - t) * torch.log(1 - torch.sigmoid(x))).mean().item()
+    check(math.isclose(ce_loss.item(), naive, rel_tol=1e-12),
+          f"multi-label loss {ce_loss.item():.9f} = naive binary cross-entropy {naive:.9f}")
+    one_hot = dict(batch, labels=F.one_hot(batch["label"], NUM_CLASSES).to(torch.uint8))
+    v1 = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        check(model(v1)[1].item() == model(one_hot)[1].item(),
+              "a v1 batch under multi_label: the one-hot sets of its labels")
+
+
+def check_reference_against_finite_differences(directory, multi_label=False):
     rng = np.random.default_rng(7)
     batch_np = random_padded_batch(rng)
-    params = random_parameters(avnet.AVNet(tiny_config()), rng)
+    if multi_label:
+        batch_np = with_label_sets(batch_np, rng)
+    params = random_parameters(avnet.AVNet(tiny_config(multi_label)), rng)
     params_path, batch_path = write_inputs(directory, params, batch_np)
-    losses, grads, logits = run_reference_command(params_path, batch_path, os.path.join(directory, "out.h5"))
+    losses, grads, logits = run_reference_command(params_path, batch_path, os.path.join(directory, "out.h5"),
+                                                  multi_label)
+    print(f"{'multi-label' if multi_label else 'single-label'} reference against finite differences")
 
     batch, _, _ = avnet.load_micro_batch(batch_path)
-    model, batch = float64_model(params_path, batch)
+    model, batch = float64_model(params_path, batch, multi_label)
     loss, ce_loss, nce_loss, model_logits = model(batch)
+    if multi_label:
+        check_binary_cross_entropy(model, batch, model_logits, ce_loss)
     check(math.isclose(losses["loss"], losses["ce_loss"] + 0.1 * losses["nce_loss"], rel_tol=1e-12),
           f"reference loss {losses['loss']:.6f} = ce {losses['ce_loss']:.6f} + 0.1 nce {losses['nce_loss']:.6f}")
     check(abs(loss.item() - losses["loss"]) < 1e-12 and np.allclose(model_logits.detach().numpy(), logits,
@@ -129,7 +166,8 @@ def check_reference_against_finite_differences(directory):
     worst = 0.0
     for name, p in model.named_parameters():
         flat = p.data.view(-1)
-        entries = rng.choice(flat.numel(), size=min(FD_ENTRIES_PER_PARAM, flat.numel()), replace=False)
+        per_param = FD_ENTRIES_PER_PARAM_MULTI_LABEL if multi_label else FD_ENTRIES_PER_PARAM
+        entries = rng.choice(flat.numel(), size=min(per_param, flat.numel()), replace=False)
         analytic = grads[name].reshape(-1)[entries]
         numeric = np.empty(len(entries))
         for j, i in enumerate(entries):
@@ -274,8 +312,9 @@ def main():
     check_filterbank_against_torchaudio_formula()
     check_masked_batch_norm_full_mask()
     check_padding_does_not_matter()
-    with tempfile.TemporaryDirectory() as directory:
-        check_reference_against_finite_differences(directory)
+    for multi_label in (False, True):
+        with tempfile.TemporaryDirectory() as directory:
+            check_reference_against_finite_differences(directory, multi_label)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

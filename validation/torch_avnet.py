@@ -64,6 +64,10 @@ class AVNetConfig:
     patch: int = 8
     nce_weight: float = 0.1
     nce_temperature: float = 0.1
+    ce_weight: float = 1.0
+    # "single_label": softmax cross-entropy with `label`; "multi_label": sigmoid binary cross-entropy
+    # (BCEWithLogitsLoss, the mean over clips and classes) with the multi-hot sets (docs/metrics.md)
+    task: str = "single_label"
     init_std: float = 0.02
     # how attention is computed (not part of the architecture): False, the explicit scores, softmax and
     # product (the seed recipe); True, torch's fused scaled_dot_product_attention with the same mask
@@ -97,6 +101,7 @@ class AVNetConfig:
             (self.frames % self.tubelet_frames == 0, "frames must be divisible by tubelet_frames"),
             (self.height % self.patch == 0 and self.width_px % self.patch == 0,
              "height and width must be divisible by patch"),
+            (self.task in ("single_label", "multi_label"), "task must be single_label or multi_label"),
         ]
         for ok, message in checks:
             if not ok:
@@ -328,6 +333,13 @@ def l2_normalise(x):
     return x / (x.norm(dim=1, keepdim=True) + 1e-12)
 
 
+def label_targets(batch, num_classes):
+    """[B, classes] 0/1: the batch's sets of classes (`labels`, format v2), else the one-hot of `label`."""
+    if "labels" in batch:
+        return batch["labels"]
+    return F.one_hot(batch["label"].long(), num_classes)
+
+
 def symmetric_info_nce(pa, pv, temperature):
     similarity = l2_normalise(pa) @ l2_normalise(pv).t() / temperature
     target = torch.arange(pa.shape[0], device=pa.device)
@@ -384,8 +396,9 @@ class AVNet(nn.Module):
         return audio_mask, video_mask
 
     def forward(self, batch):
-        """batch: audio [B, A] float, audio_len [B], video uint8 [B, F, H, W, C], video_len [B], label [B].
-        Returns (loss, ce_loss, nce_loss, logits)."""
+        """batch: audio [B, A] float, audio_len [B], video uint8 [B, F, H, W, C], video_len [B], label [B] or
+        labels [B, classes] (format v2 sets). Returns (loss, ce_loss, nce_loss, logits); ce_loss is the
+        classification term: the cross-entropy, or under task multi_label the binary cross-entropy."""
         audio_mask, video_mask = self.token_masks(batch["audio_len"], batch["video_len"])
         audio_tokens = self.audio(batch["audio"], audio_mask, batch["audio_len"])
         video_tokens = self.video(batch["video"], video_mask)
@@ -394,10 +407,16 @@ class AVNet(nn.Module):
         for block in self.blocks:
             x = block(x, key_mask)
         logits, pa, pv = self.head(x, audio_mask, video_mask)
-        ce_loss = F.cross_entropy(logits, batch["label"].long())
+        ce_loss = self.classification_loss(logits, batch)
         nce_loss = symmetric_info_nce(pa, pv, self.cfg.nce_temperature)
-        loss = ce_loss + self.cfg.nce_weight * nce_loss
+        loss = self.cfg.ce_weight * ce_loss + self.cfg.nce_weight * nce_loss
         return loss, ce_loss, nce_loss, logits
+
+    def classification_loss(self, logits, batch):
+        if self.cfg.task == "multi_label":
+            targets = label_targets(batch, self.cfg.num_classes).to(logits.dtype)
+            return F.binary_cross_entropy_with_logits(logits, targets)
+        return F.cross_entropy(logits, batch["label"].long())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -490,18 +509,29 @@ def read_scalar_attribute(f, name):
     return value.item() if hasattr(value, "item") else value
 
 
+def batch_from_arrays(audio, audio_len, video, video_len, label=None, labels=None):
+    """A batch of tensors from a shard's arrays (int16 audio divided by 32768); `labels` [B, classes] for a v2
+    set (format v2 has no /label: `label` is then the first class of each set, as avtrain's MicroBatch)."""
+    if audio.dtype == np.int16:
+        audio = audio.astype(np.float32) / 32768.0
+    batch = {"audio": torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
+             "audio_len": torch.from_numpy(np.asarray(audio_len).astype(np.int64)),
+             "video": torch.from_numpy(np.ascontiguousarray(video, dtype=np.uint8)),
+             "video_len": torch.from_numpy(np.asarray(video_len).astype(np.int64))}
+    if labels is not None:
+        labels = np.ascontiguousarray(labels, dtype=np.uint8)
+        batch["labels"] = torch.from_numpy(labels)
+        batch["label"] = torch.from_numpy(labels.argmax(axis=1).astype(np.int64))
+    else:
+        batch["label"] = torch.from_numpy(np.asarray(label).astype(np.int64))
+    return batch
+
+
 def load_micro_batch(path):
     with h5py.File(path, "r") as f:
-        audio = f["audio"][...]
-        if audio.dtype == np.int16:
-            audio = audio.astype(np.float32) / 32768.0
-        batch = {
-            "audio": torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
-            "audio_len": torch.from_numpy(f["audio_len"][...].astype(np.int64)),
-            "video": torch.from_numpy(np.ascontiguousarray(f["video"][...], dtype=np.uint8)),
-            "video_len": torch.from_numpy(f["video_len"][...].astype(np.int64)),
-            "label": torch.from_numpy(f["label"][...].astype(np.int64)),
-        }
+        batch = batch_from_arrays(f["audio"][...], f["audio_len"][...], f["video"][...], f["video_len"][...],
+                                  label=f["label"][...] if "label" in f else None,
+                                  labels=f["labels"][...] if "labels" in f else None)
         sample_rate = int(read_scalar_attribute(f, "sample_rate"))
         num_classes = int(read_scalar_attribute(f, "num_classes"))
     return batch, sample_rate, num_classes
@@ -549,24 +579,76 @@ def model_from_fingerprint(fp):
     return AVNet(cfg)
 
 
+SAMPLE_DATASETS = ("audio", "audio_len", "video", "video_len")
+
+
 def read_samples(shard_dir, shards, indices):
     """The samples of the global indices (shards in the fingerprint's order), as a batch."""
     starts = np.cumsum([0] + [s["samples"] for s in shards])
-    parts = {k: [] for k in ("audio", "audio_len", "video", "video_len", "label")}
+    parts = {k: [] for k in SAMPLE_DATASETS + ("label", "labels")}
     for i in indices:
         k = int(np.searchsorted(starts, i, side="right") - 1)
         with h5py.File(os.path.join(shard_dir, shards[k]["name"]), "r") as f:
             row = i - int(starts[k])
             for key in parts:
-                parts[key].append(f[key][row])
-    audio = np.stack(parts["audio"])
-    if audio.dtype == np.int16:
-        audio = audio.astype(np.float32) / 32768.0
-    return {"audio": torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
-            "audio_len": torch.from_numpy(np.array(parts["audio_len"], dtype=np.int64)),
-            "video": torch.from_numpy(np.ascontiguousarray(np.stack(parts["video"]), dtype=np.uint8)),
-            "video_len": torch.from_numpy(np.array(parts["video_len"], dtype=np.int64)),
-            "label": torch.from_numpy(np.array(parts["label"], dtype=np.int64))}
+                if key in f:
+                    parts[key].append(f[key][row])
+    return batch_from_arrays(*(np.stack(parts[k]) for k in SAMPLE_DATASETS),
+                             label=np.array(parts["label"]) if parts["label"] else None,
+                             labels=np.stack(parts["labels"]) if parts["labels"] else None)
+
+
+class ShardSet:
+    """A shard directory held in memory (each file read whole on first use), its samples by global
+    index: files in name order, as avtrain numbers them (docs/shard-format.md)."""
+
+    def __init__(self, shard_dir):
+        self.dir = shard_dir
+        self.names = sorted(n for n in os.listdir(shard_dir) if n.endswith(".h5"))
+        if not self.names:
+            raise SystemExit(f"{shard_dir}: no .h5 shard")
+        self.samples, self.arrays = [], {}
+        with h5py.File(os.path.join(shard_dir, self.names[0]), "r") as f:
+            self.attrs = {k: (f.attrs[k] if np.size(f.attrs[k]) != 1 else read_scalar_attribute(f, k)) for k in f.attrs}
+            self.multi_label = "labels" in f
+            self.audio_shape, self.video_shape = f["audio"].shape[1:], f["video"].shape[1:]
+            self.audio_int16 = f["audio"].dtype == np.int16
+        for name in self.names:
+            with h5py.File(os.path.join(shard_dir, name), "r") as f:
+                self.samples.append(int(f["audio_len"].shape[0]))
+        self.starts = np.cumsum([0] + self.samples)
+        self.num_classes = int(self.attrs["num_classes"])
+
+    @property
+    def total(self):
+        return int(self.starts[-1])
+
+    def _file(self, k):
+        if k not in self.arrays:
+            with h5py.File(os.path.join(self.dir, self.names[k]), "r") as f:
+                self.arrays[k] = {key: f[key][...] for key in SAMPLE_DATASETS + ("label", "labels") if key in f}
+        return self.arrays[k]
+
+    def label_sets(self, indices):
+        """Each sample's classes (v1: its one label)."""
+        out = []
+        for i in indices:
+            k = int(np.searchsorted(self.starts, i, side="right") - 1)
+            a = self._file(k)
+            row = i - int(self.starts[k])
+            out.append([int(c) for c in np.nonzero(a["labels"][row])[0]] if "labels" in a else [int(a["label"][row])])
+        return out
+
+    def batch(self, indices):
+        rows = {key: [] for key in SAMPLE_DATASETS + ("label", "labels")}
+        for i in indices:
+            k = int(np.searchsorted(self.starts, i, side="right") - 1)
+            a = self._file(k)
+            for key, values in a.items():
+                rows[key].append(values[i - int(self.starts[k])])
+        return batch_from_arrays(*(np.stack(rows[k]) for k in SAMPLE_DATASETS),
+                                 label=np.array(rows["label"]) if rows["label"] else None,
+                                 labels=np.stack(rows["labels"]) if rows["labels"] else None)
 
 
 def load_safetensors(path):
@@ -662,13 +744,372 @@ def run_reference(args):
 
 
 # ----------------------------------------------------------------------------------------------
+# Training on shards, as avtrain trains (modes init and train)
+
+# avtrain's options that the peer reads, with avtrain's defaults (src/app/options.cpp). The [model] keys
+# are all of avtrain's: avtrain-reconcile compares every model.* key of the two runs.
+PEER_DEFAULTS = {
+    "model.width": 128, "model.depth": 4, "model.heads": 4, "model.mlp_ratio": 4, "model.audio_window": 256,
+    "model.audio_hop": 128, "model.mel_bins": 64, "model.tubelet_frames": 2, "model.patch": 8,
+    "model.nce_temperature": 0.1, "model.nce_weight": 0.1, "model.ce_weight": 1.0, "model.task": "single_label",
+    "model.init_std": 0.02, "model.init_from": "", "model.init_skip": "",
+    "optim.lr": 2e-3, "optim.min_lr": 2e-4, "optim.warmup_steps": 50, "optim.weight_decay": 0.05,
+    "optim.beta1": 0.9, "optim.beta2": 0.95, "optim.eps": 1e-8, "optim.clip_norm": 1.0,
+    "data.dir": "", "data.val_dir": "", "data.val_fraction": 0.1, "data.sampling": "uniform",
+    "data.clip_seconds": 0.0,
+    "augment.crop_scale": 1.0, "augment.flip": False, "augment.freq_masks": 0, "augment.time_masks": 0,
+    "augment.mixup": 0.0,
+    "precision.mode": "fp32",
+    "train.steps": 1000, "train.micro_batch": 8, "train.micro_batches": 1, "train.seed": 1,
+    "train.eval_interval": 100, "train.init_ulps": 0, "train.threads": 1, "train.out": "",
+}
+# What the peer does not do; a run that asks for it is refused rather than trained otherwise.
+PEER_REFUSES = {"data.clip_seconds": 0.0, "augment.crop_scale": 1.0, "augment.flip": False, "augment.freq_masks": 0,
+                "augment.time_masks": 0, "augment.mixup": 0.0, "precision.mode": "fp32", "train.init_ulps": 0,
+                "model.init_skip": ""}
+PEER_SHORT = {"--data": "data.dir", "--out": "train.out", "--steps": "train.steps", "--seed": "train.seed"}
+
+
+def parse_value(text, default):
+    if isinstance(default, bool):
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    return text.strip()
+
+
+def peer_options(deck, overrides):
+    """avtrain's options from a deck and `--section.key value` overrides (and --data/--out/--steps/--seed);
+    keys the peer does not know are left out (threads, checkpoints, logging: they change nothing trained)."""
+    import configparser
+    options = dict(PEER_DEFAULTS)
+    ini = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    if deck:
+        if not ini.read(deck):
+            raise SystemExit(f"torch_avnet: cannot read deck {deck}")
+    pairs = [(f"{section}.{key}", value) for section in ini.sections() for key, value in ini[section].items()]
+    if len(overrides) % 2:
+        raise SystemExit(f"torch_avnet: option {overrides[-1]} has no value")
+    for flag, value in zip(overrides[::2], overrides[1::2]):
+        if not flag.startswith("--"):
+            raise SystemExit(f"torch_avnet: expected --section.key, got {flag}")
+        pairs.append((PEER_SHORT.get(flag, flag[2:]), value))
+    for key, value in pairs:
+        if key in options:
+            options[key] = parse_value(value, PEER_DEFAULTS[key])
+    for key, needed in PEER_REFUSES.items():
+        if options[key] != needed:
+            raise SystemExit(f"torch_avnet: {key} {options[key]!r}: the peer trains only with {key} {needed!r}")
+    return options
+
+
+def peer_config(options, shards):
+    o = {k.split(".", 1)[1]: v for k, v in options.items() if k.startswith("model.")}
+    frames, height, width_px, channels = shards.video_shape
+    return AVNetConfig(audio_samples=shards.audio_shape[0], sample_rate=int(shards.attrs["sample_rate"]), frames=frames,
+                       height=height, width_px=width_px, channels=channels, num_classes=shards.num_classes,
+                       width=o["width"], depth=o["depth"], heads=o["heads"], mlp_ratio=o["mlp_ratio"],
+                       audio_window=o["audio_window"], audio_hop=o["audio_hop"], mel_bins=o["mel_bins"],
+                       tubelet_frames=o["tubelet_frames"], patch=o["patch"], nce_weight=o["nce_weight"],
+                       nce_temperature=o["nce_temperature"], ce_weight=o["ce_weight"], task=o["task"],
+                       init_std=o["init_std"])
+
+
+SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "BF16": None}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors layout (8-byte little-endian header length, JSON header, raw data), float32."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+    os.replace(path + ".tmp", path)
+
+
+def read_safetensors(path):
+    """{name: float32 tensor} of a safetensors file of F32 (or BF16) tensors."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        data = raw[8 + n + begin:8 + n + end]
+        if e["dtype"] == "F32":
+            values = np.frombuffer(data, dtype="<f4").astype(np.float32)
+        elif e["dtype"] == "BF16":
+            values = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"{path}: {name} has dtype {e['dtype']}: the peer reads F32 and BF16")
+        out[name] = torch.from_numpy(values.reshape(e["shape"]).copy())
+    return out
+
+
+def run_init(args, overrides):
+    """The peer's initial weights for a deck and a shard set, as a safetensors file that both avtrain
+    and the peer start from (model.init_from)."""
+    options = peer_options(args.deck, overrides)
+    shards = ShardSet(options["data.dir"])
+    torch.manual_seed(options["train.seed"])
+    model = AVNet(peer_config(options, shards))
+    write_safetensors(args.init_out, model.state_dict())
+    print(json.dumps({"init": args.init_out, "tensors": len(model.state_dict()),
+                      "parameters": sum(p.numel() for p in model.parameters())}))
+
+
+def learning_rate(options, step):
+    """src/optim/lr_schedule.hpp: linear warm-up, then a cosine to min_lr at the last step (a float)."""
+    lr, min_lr, warmup, total = options["optim.lr"], options["optim.min_lr"], options["optim.warmup_steps"], \
+        options["train.steps"]
+    if warmup > 0 and step < warmup:
+        return float(np.float32(np.float32(lr) * np.float32(step + 1) / np.float32(warmup)))
+    decay = max(1, total - 1 - warmup)
+    progress = min(max((step - warmup) / decay, 0.0), 1.0)
+    return float(np.float32(min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))))
+
+
+def module_of(name):
+    return name.rsplit(".", 1)[0]
+
+
+def dprime(auc):
+    from statistics import NormalDist
+    if not 0.0 < auc < 1.0:
+        return math.copysign(math.inf, auc - 0.5) if auc != 0.5 else 0.0
+    return math.sqrt(2.0) * NormalDist().inv_cdf(auc)
+
+
+def validation_metrics(logits, targets, multi_label):
+    """docs/metrics.md, as sklearn computes them: val_loss (cross-entropy, or binary cross-entropy),
+    top-1 and top-5 (ties: the lower class first), mAP over classes with a positive, AUC over classes
+    with positives and negatives, d'."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+    x = torch.from_numpy(logits).double()
+    if multi_label:
+        loss = F.binary_cross_entropy_with_logits(x, torch.from_numpy(targets).double()).item()
+    else:
+        loss = F.cross_entropy(x, torch.from_numpy(targets.argmax(axis=1))).item()
+    order = np.argsort(-logits, axis=1, kind="stable")
+    rows = np.arange(len(logits))[:, None]
+    top1 = float(np.mean(targets[rows[:, 0], order[:, 0]] > 0))
+    top5 = float(np.mean((targets[rows, order[:, :5]] > 0).any(axis=1)))
+    aps = [average_precision_score(targets[:, c], logits[:, c]) for c in range(targets.shape[1]) if targets[:, c].any()]
+    aucs = [roc_auc_score(targets[:, c], logits[:, c]) for c in range(targets.shape[1])
+            if targets[:, c].any() and not targets[:, c].all()]
+    mean_auc = float(np.mean(aucs)) if aucs else math.nan
+    return {"val_loss": loss, "val_acc": top1, "val_top5": top5, "val_map": float(np.mean(aps)) if aps else math.nan,
+            "val_auc": mean_auc, "val_dprime": dprime(mean_auc) if aucs else math.nan}
+
+
+@torch.no_grad()
+def evaluate_samples(model, shards, indices, batch_size):
+    model.eval()
+    logits, targets = [], []
+    for begin in range(0, len(indices), batch_size):
+        batch = shards.batch(indices[begin:begin + batch_size])
+        _, _, _, out = model(batch)
+        logits.append(out.double().numpy())
+        targets.append(label_targets(batch, shards.num_classes).numpy().astype(np.uint8))
+    model.train()
+    return np.concatenate(logits), np.concatenate(targets)
+
+
+class StepBatchNorm:
+    """avtrain's BatchNorm running statistics (src/model/batch_norm.hpp): the batch mean and unbiased
+    variance of each micro-batch summed over the step, and once per step their mean updates the
+    running statistics with momentum 0.1 (PyTorch updates them per forward)."""
+
+    def __init__(self, model):
+        self.norms = [m for m in model.modules() if isinstance(m, MaskedBatchNorm)]
+        self.sums = {}
+        for bn in self.norms:
+            bn.update_running_statistics = self.collector(bn)
+
+    def collector(self, bn):
+        def collect(mean, biased_var, count):
+            unbiased = biased_var * count / (count - 1)
+            s = self.sums.setdefault(id(bn), [torch.zeros_like(mean), torch.zeros_like(mean)])
+            s[0] += mean.detach()
+            s[1] += unbiased.detach()
+        return collect
+
+    @torch.no_grad()
+    def fold(self, micro_batches):
+        for bn in self.norms:
+            mean_sum, var_sum = self.sums.pop(id(bn))
+            for running, summed in ((bn.running_mean, mean_sum), (bn.running_var, var_sum)):
+                running.mul_(1.0 - bn.momentum).add_(summed * (bn.momentum / micro_batches))
+
+
+STEP_COLUMNS = ("step", "epoch", "loss", "grad_norm", "loss_scale", "skipped", "lr", "step_ms", "data_wait_ms",
+                "comm_ms", "samples_per_s", "mem_peak_mb", "act_mb", "bubble", "bubble_theory", "val_loss", "val_acc",
+                "val_top5", "val_map", "val_auc", "val_dprime")
+# act_absmax is left out: the peer does not measure it, and avtrain-reconcile reads an empty field as malformed
+LAYER_COLUMNS = ("step", "layer", "grad_norm", "param_norm", "grad_underflow_frac", "nonfinite")
+FP16_SMALLEST_NORMAL = 2.0 ** -14
+
+
+def data_fingerprint(options, shards, sampler, val_samples):
+    """run.json's `data` as avtrain writes it (src/train/run_manifest.cpp)."""
+    d = {"dir": options["data.dir"], "audio_samples": int(shards.audio_shape[0]),
+         "audio_type": "int16" if shards.audio_int16 else "float32", "fps": float(shards.attrs["fps"]),
+         "num_classes": shards.num_classes, "sample_rate": int(shards.attrs["sample_rate"]),
+         "shards": [{"bytes": os.path.getsize(os.path.join(shards.dir, n)), "name": n, "samples": k}
+                    for n, k in zip(shards.names, shards.samples)],
+         "steps_per_epoch": sampler.steps_per_epoch, "total_samples": shards.total,
+         "train_samples": len(sampler.train), "val_samples": val_samples,
+         "video_shape": [int(v) for v in shards.video_shape]}
+    if options["data.val_dir"]:
+        d["val_dir"] = options["data.val_dir"]
+    if "class_names" in shards.attrs:
+        names = shards.attrs["class_names"]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in np.atleast_1d(names)]
+        d["class_names"] = names
+    return d
+
+
+def format_row(columns, values):
+    out = []
+    for c in columns:
+        v = values.get(c)
+        if v is None:
+            out.append("")
+        elif isinstance(v, str):
+            out.append(v)
+        elif c in ("step", "epoch", "skipped", "nonfinite"):
+            out.append(str(int(v)))
+        else:
+            out.append(repr(float(v)))
+    return ",".join(out) + "\n"
+
+
+def run_train(args, overrides):
+    """Trains as avtrain does, on the same shards: the samples of avtrain's sampler (validation/avtrain_sampler.py)
+    step by step, micro-batches in order, the loss their mean, AdamW with avtrain's schedule, clipping and
+    BatchNorm statistics, no augmentation, validation every train.eval_interval steps and at the last;
+    writes run.json, trace.csv and layers.csv in avtrain's format (docs/traces.md) for avtrain-reconcile."""
+    import avtrain_sampler
+    options = peer_options(args.deck, overrides)
+    out = options["train.out"]
+    if not out or not options["data.dir"]:
+        raise SystemExit("torch_avnet train: needs --data DIR and --out DIR")
+    torch.set_num_threads(max(1, options["train.threads"]))
+    shards = ShardSet(options["data.dir"])
+    cfg = peer_config(options, shards)
+    if cfg.task == "single_label" and shards.multi_label:
+        raise SystemExit(f"{shards.dir}: a multi-label set (format v2) needs model.task multi_label")
+    val_shards = ShardSet(options["data.val_dir"]) if options["data.val_dir"] else None
+    mb, micro_batches = options["train.micro_batch"], options["train.micro_batches"]
+    sampler = avtrain_sampler.Sampler(shards.total, 0.0 if val_shards else options["data.val_fraction"],
+                                      options["train.seed"], mb * micro_batches)
+    if options["data.sampling"] == "balanced":
+        sampler.draw_by_weight(avtrain_sampler.balanced_weights(shards.label_sets(sampler.train), shards.num_classes))
+    val_set, val_indices = (val_shards, list(range(val_shards.total))) if val_shards else (shards, sampler.validation)
+
+    torch.manual_seed(options["train.seed"])
+    model = AVNet(cfg).train()
+    if options["model.init_from"]:
+        model.load_state_dict(read_safetensors(options["model.init_from"]), strict=True)
+    statistics_ = StepBatchNorm(model)
+    optimiser = make_adamw(model, lr=options["optim.lr"], weight_decay=options["optim.weight_decay"])
+    for group in optimiser.param_groups:
+        group["betas"], group["eps"] = (options["optim.beta1"], options["optim.beta2"]), options["optim.eps"]
+    names = [n for n, _ in model.named_parameters()]
+    modules = list(dict.fromkeys(module_of(n) for n in names))
+
+    os.makedirs(out, exist_ok=True)
+    config = {k: v for k, v in options.items()}
+    run = {"config": config, "seed": options["train.seed"], "deck": args.deck or "",
+           "data": data_fingerprint(options, shards, sampler, len(val_indices)),
+           "layout": {"world_size": 1, "pp": 1, "dp": 1, "micro_batch": mb, "micro_batches": micro_batches,
+                      "global_batch": mb * micro_batches, "device": "cpu", "threads": options["train.threads"]},
+           "precision": {"mode": "fp32"},
+           "build": {"framework": "pytorch", "torch": torch.__version__, "peer": "validation/torch_avnet.py train"},
+           "model": {"parameters": sum(p.numel() for p in model.parameters())}}
+    with open(os.path.join(out, "run.json.tmp"), "w") as f:
+        json.dump(run, f, indent=2)
+    os.replace(os.path.join(out, "run.json.tmp"), os.path.join(out, "run.json"))
+    trace = open(os.path.join(out, "trace.csv"), "w")
+    layers = open(os.path.join(out, "layers.csv"), "w")
+    trace.write(",".join(STEP_COLUMNS) + "\n")
+    layers.write(",".join(LAYER_COLUMNS) + "\n")
+    steps, interval, clip = options["train.steps"], options["train.eval_interval"], options["optim.clip_norm"]
+    for step in range(steps):
+        start = time.perf_counter()
+        indices = sampler.batch(step)
+        optimiser.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for m in range(micro_batches):
+            loss, _, _, _ = model(shards.batch(indices[m * mb:(m + 1) * mb]))
+            (loss / micro_batches).backward()
+            loss_sum += loss.item()
+        statistics_.fold(micro_batches)
+        grads = {n: p.grad for n, p in model.named_parameters()}
+        squares = {mod: 0.0 for mod in modules}
+        row_layers = []
+        for n in names:
+            squares[module_of(n)] += float((grads[n].double() ** 2).sum())
+        grad_norm = math.sqrt(sum(squares.values()))
+        params = dict(model.named_parameters())
+        for mod in modules:
+            members = [n for n in names if module_of(n) == mod]
+            g = torch.cat([grads[n].reshape(-1) for n in members])
+            w = torch.cat([params[n].detach().reshape(-1) for n in members]).double()
+            row_layers.append({"step": step, "layer": mod, "grad_norm": math.sqrt(squares[mod]),
+                               "param_norm": float(w.norm()),
+                               "grad_underflow_frac": float((g.abs() < FP16_SMALLEST_NORMAL).double().mean()),
+                               "nonfinite": int((~torch.isfinite(g)).sum())})
+        if not math.isfinite(loss_sum) or not math.isfinite(grad_norm):
+            raise SystemExit(f"torch_avnet train: step {step}: loss {loss_sum / micro_batches} grad_norm {grad_norm}")
+        factor = np.float32(clip / (grad_norm + 1e-6)) if clip > 0 and grad_norm > clip else np.float32(1.0)
+        if factor != 1.0:
+            for p in model.parameters():
+                p.grad.mul_(float(factor))
+        lr = learning_rate(options, step)
+        for group in optimiser.param_groups:
+            group["lr"] = lr
+        optimiser.step()
+        step_ms = (time.perf_counter() - start) * 1e3
+        row = {"step": step, "epoch": sampler.epoch_of(step), "loss": loss_sum / micro_batches,
+               "grad_norm": grad_norm, "loss_scale": 1, "skipped": 0, "lr": lr, "step_ms": step_ms,
+               "data_wait_ms": 0, "comm_ms": 0, "samples_per_s": mb * micro_batches / (step_ms / 1e3),
+               "mem_peak_mb": 0, "act_mb": 0, "bubble": 0, "bubble_theory": 0}
+        if (interval > 0 and (step + 1) % interval == 0) or step + 1 == steps:
+            row.update(validation_metrics(*evaluate_samples(model, val_set, val_indices, mb), cfg.task == "multi_label"))
+        trace.write(format_row(STEP_COLUMNS, row))
+        for r in row_layers:
+            layers.write(format_row(LAYER_COLUMNS, r))
+        trace.flush()
+        layers.flush()
+        if "val_map" in row or (step + 1) % 10 == 0:
+            extra = "".join(f"  {k} {row[k]:.4f}" for k in ("val_loss", "val_acc", "val_map") if k in row)
+            print(f"[peer] step {step + 1:5d}/{steps}  loss {row['loss']:.4f}  grad_norm {grad_norm:.3f}  lr {lr:.2e}"
+                  f"  {step_ms:.0f} ms{extra}", flush=True)
+    trace.close()
+    layers.close()
+
+
+# ----------------------------------------------------------------------------------------------
 # Command line
 
 def config_from_args(args, **shape):
     return AVNetConfig(width=args.width, depth=args.depth, heads=args.heads, mlp_ratio=args.mlp_ratio,
                        audio_window=args.window, audio_hop=args.hop, mel_bins=args.mel,
                        tubelet_frames=args.tubelet, patch=args.patch, nce_weight=args.nce_weight,
-                       nce_temperature=args.nce_temperature, init_std=args.init_std, **shape)
+                       nce_temperature=args.nce_temperature, init_std=args.init_std, ce_weight=args.ce_weight,
+                       task=args.task, **shape)
 
 
 def add_architecture_options(p):
@@ -684,6 +1125,8 @@ def add_architecture_options(p):
     p.add_argument("--nce-weight", type=float, default=0.1)
     p.add_argument("--nce-temperature", type=float, default=0.1)
     p.add_argument("--init-std", type=float, default=0.02)
+    p.add_argument("--ce-weight", type=float, default=1.0)
+    p.add_argument("--task", choices=["single_label", "multi_label"], default="single_label")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -726,13 +1169,28 @@ def parse_args(argv=None):
     evaluate.add_argument("--eval-json", required=True, help="OUT/eval.json of avtrain --eval-only on it")
     evaluate.add_argument("--batch", type=int, default=64)
     evaluate.add_argument("--threads", type=int, default=2)
-    return parser.parse_args(argv)
+
+    for name, text in (("init", "the peer's initial weights as safetensors, for model.init_from"),
+                       ("train", "train on shards as avtrain does; avtrain's traces for avtrain-reconcile")):
+        mode = modes.add_parser(name, help=text, description="Any other option is avtrain's --section.key VALUE "
+                                "(or --data, --out, --steps, --seed), read as avtrain reads it.")
+        mode.add_argument("deck", nargs="?", default="", help="an avtrain deck (inputs/*.ini)")
+        if name == "init":
+            mode.add_argument("--init-out", required=True, help="the safetensors file to write")
+    args, rest = parser.parse_known_args(argv)
+    if args.mode not in ("init", "train") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.overrides = rest
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.mode != "bench" and h5py is None:
         raise SystemExit(f"torch_avnet.py {args.mode}: needs the h5py module (apt-get install python3-h5py)")
+    if args.mode in ("init", "train"):
+        {"init": run_init, "train": run_train}[args.mode](args, args.overrides)
+        return
     {"bench": run_bench, "reference": run_reference, "evaluate": run_evaluate}[args.mode](args)
 
 

@@ -1,9 +1,11 @@
 // Writes what avtrain computes for one micro-batch, for an independent reference to check:
-//   DIR/batch.h5    the micro-batch, as a format-v1 shard (int16 audio, uneven lengths)
+//   DIR/batch.h5    the micro-batch, as a format-v1 shard (int16 audio, uneven lengths); with
+//                   --multi-label a format-v2 shard whose samples hold sets of one to three classes
 //   DIR/params.h5   every parameter and BatchNorm statistic by name (float32)
-//   DIR/avtrain.h5  attributes loss, ce_loss, nce_loss and the architecture; datasets logits and
-//                   grad/<name> for each trainable parameter
-// usage: avnet_reference_dump DIR
+//   DIR/avtrain.h5  attributes loss, ce_loss, nce_loss, the architecture and multi_label (model.task:
+//                   the sigmoid binary cross-entropy); datasets logits and grad/<name> for each
+//                   trainable parameter
+// usage: avnet_reference_dump DIR [--multi-label]
 #include <hdf5.h>
 
 #include <cstdio>
@@ -40,10 +42,10 @@ avtrain::ModelConfig architecture() {
   return m;
 }
 
-avtrain::data::ShardHeader batch_header(const std::string& path) {
+avtrain::data::ShardHeader batch_header(const std::string& path, bool multi_label) {
   avtrain::data::ShardHeader h;
   h.path = path;
-  h.version = 1;
+  h.version = multi_label ? 2 : 1;
   h.sample_rate = 4000;
   h.fps = 8;
   h.num_classes = 6;
@@ -57,8 +59,14 @@ avtrain::data::ShardHeader batch_header(const std::string& path) {
   return h;
 }
 
-void write_batch(const std::string& path) {
-  const auto h = batch_header(path);
+// Sample b's set under --multi-label: {b, b + 2, b + 3} cut to one to three classes (b % 3 + 1), so that
+// sets of every size and classes shared by several samples are in the batch.
+void add_label_set(avtrain::data::SampleBlock& block, int b, int classes) {
+  for (int k = 0; k <= b % 3; ++k) block.labels[std::size_t(b) * classes + std::size_t((b + (k ? k + 1 : 0)) % classes)] = 1;
+}
+
+void write_batch(const std::string& path, bool multi_label) {
+  const auto h = batch_header(path, multi_label);
   avtrain::KeyedRandom rng(2024, "reference-batch");
   avtrain::data::SampleBlock block;
   block.count = kBatch;
@@ -67,10 +75,12 @@ void write_batch(const std::string& path) {
   const int audio_lens[kBatch] = {1000, 700, 64, 333, 999};
   const int video_lens[kBatch] = {4, 1, 3, 2, 4};
   const std::size_t frame = std::size_t(h.height) * h.width * h.channels;
+  if (multi_label) block.labels.assign(std::size_t(kBatch) * h.num_classes, 0);
   for (int b = 0; b < kBatch; ++b) {
     block.audio_len.push_back(audio_lens[b]);
     block.video_len.push_back(video_lens[b]);
-    block.label.push_back(b % h.num_classes);
+    if (multi_label) add_label_set(block, b, h.num_classes);
+    else block.label.push_back(b % h.num_classes);
     for (int i = 0; i < audio_lens[b]; ++i)
       block.audio_pcm[std::size_t(b) * h.audio_samples + i] = std::int16_t(rng.integer(-20000, 20000));
     for (std::size_t i = 0; i < video_lens[b] * frame; ++i)
@@ -117,19 +127,21 @@ void write_attribute(hid_t file, const char* name, T value) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: avnet_reference_dump DIR\n");
+  const bool multi_label = argc == 3 && std::string(argv[2]) == "--multi-label";
+  if (argc != 2 && !multi_label) {
+    std::fprintf(stderr, "usage: avnet_reference_dump DIR [--multi-label]\n");
     return 2;
   }
   const std::string dir = argv[1];
   std::filesystem::create_directories(dir + "/batch");
-  write_batch(dir + "/batch/batch.h5");
+  write_batch(dir + "/batch/batch.h5", multi_label);
   auto shards = avtrain::data::ShardSet::open(dir + "/batch");
   avtrain::data::MicroBatch batch = shards->read({0, 1, 2, 3, 4});
 
   auto be = avtrain::make_cpu_backend();
   be->set_threads(1);
-  const avtrain::ModelConfig m = architecture();
+  avtrain::ModelConfig m = architecture();
+  if (multi_label) m.task = avtrain::Task::multi_label;
   avtrain::ParamStore params;
   avtrain::AVNet net(*be, params, m, shards->info());
   params.allocate(99);
@@ -160,6 +172,7 @@ int main(int argc, char** argv) {
   write_attribute(out.get(), "patch", m.patch);
   write_attribute(out.get(), "nce_weight", double(m.nce_weight));
   write_attribute(out.get(), "nce_temperature", double(m.nce_temperature));
+  write_attribute(out.get(), "multi_label", int(multi_label));
   std::printf("avtrain: loss %.9g (ce %.9g, nce %.9g) for %d samples in %s\n", flow.loss, flow.ce_loss, flow.nce_loss,
               batch.size, dir.c_str());
   return 0;

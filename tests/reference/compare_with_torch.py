@@ -2,7 +2,8 @@
 """Checks avtrain's loss and every parameter gradient for one micro-batch against the independent
 PyTorch implementation in validation/torch_avnet.py, evaluated in float64.
 
-usage: compare_with_torch.py DIR    (DIR written by avnet_reference_dump)
+usage: compare_with_torch.py DIR    (DIR written by avnet_reference_dump, with --multi-label or without:
+its avtrain.h5 says which loss, the cross-entropy or the multi-label binary cross-entropy)
 Tolerances: loss terms 2e-5 relative; each gradient tensor ||g - ref|| <= 2e-4 ||ref|| + 1e-6 G,
 G the largest reference gradient norm (the floor covers tensors whose true gradient is zero).
 """
@@ -28,6 +29,7 @@ def main():
     for key in ("width", "depth", "heads", "mlp_ratio", "window", "hop", "mel", "tubelet", "patch"):
         args += [f"--{key.replace('_', '-')}", str(int(a[key]))]
     args += ["--nce-weight", repr(a["nce_weight"]), "--nce-temperature", repr(a["nce_temperature"]), "--threads", "1"]
+    args += ["--task", "multi_label" if a.get("multi_label", 0) else "single_label"]
     subprocess.run([sys.executable, TORCH_AVNET, "reference", *args, "--params", f"{d}/params.h5",
                     "--batch", f"{d}/batch/batch.h5", "--out", f"{d}/torch.h5"], check=True)
     failures = []
