@@ -80,11 +80,18 @@ void ParamStore::draw_initial(std::vector<float>& flat, std::uint64_t seed, int 
     switch (p.init) {
       case Init::zeros: break;
       case Init::ones: std::fill(v, v + p.size, 1.0f); break;
-      case Init::normal:
-        fill_normal_keyed(v, p.size, seed, p.name, p.init_std);
-        for (std::size_t i = 0; i < p.size; ++i) v[i] = ulps_up(v[i], init_ulps);
-        break;
+      case Init::normal: fill_normal_keyed(v, p.size, seed, p.name, p.init_std); break;
     }
+  }
+  move_drawn_ulps(flat, init_ulps);
+}
+
+void ParamStore::move_drawn_ulps(std::vector<float>& flat, int ulps) const {
+  if (ulps == 0) return;
+  for (const ParamInfo& p : params_) {
+    if (p.init != Init::normal) continue;
+    float* v = flat.data() + p.offset;
+    for (std::size_t i = 0; i < p.size; ++i) v[i] = ulps_up(v[i], ulps);
   }
 }
 

@@ -59,6 +59,9 @@ class ParamStore {
   // The initial values allocate() draws, into `flat` (total_size() values at the flat offsets): where
   // a run that starts from a file's weights keeps the parameters it leaves fresh.
   void draw_initial(std::vector<float>& flat, std::uint64_t seed, int init_ulps = 0) const;
+  // Moves every value of the randomly initialised parameters (Init::normal) in `flat` `ulps` ulps up:
+  // train.init_ulps on weights loaded from a file (model.init_from), the FP32 twin of a fine-tuning run.
+  void move_drawn_ulps(std::vector<float>& flat, int ulps) const;
   // Before allocate(): matrix products read `id` from a working copy in `dtype` (f32: the master).
   void set_working_dtype(ParamId id, DType dtype);
   // Before allocate() (ZeRO): fp32 masters for the flat elements of `part` only, when some

@@ -27,8 +27,9 @@ void init_from_file(const RunConfig& config, const parallel::Topology& topo, par
     file.emplace(path);
     ParamStore& params = state.params();
     std::vector<float> flat;
-    params.draw_initial(flat, config.train.seed, config.train.init_ulps);
+    params.draw_initial(flat, config.train.seed);
     got = checkpoint::load_pretrained(*file, skip, PositionLayout::of(geometry), params, flat);
+    params.move_drawn_ulps(flat, config.train.init_ulps);  // the loaded weights' twin too
     params.load(flat);
     state.loaded(be);
   } catch (const Error& e) {
