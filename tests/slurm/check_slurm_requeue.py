@@ -21,8 +21,9 @@ usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [MODE]
   usr1               (the default) USR1 to the batch script after 30 steps, as --signal=B:USR1@120
                      sends it; the job completes with the uninterrupted run's traces
   time-limits        two jobs of 1 minute side by side on the one Slurm (its node offers 4 CPUs), each
-                     with no USR1 before its limit, their output, --out and end state (state.json)
-                     under WORK/time-limit and WORK/time-limit-mpirun; fails when a job does not end.
+                     with no USR1 before its limit, brought forward once both have trained a step;
+                     their output, --out and end state (state.json) under WORK/time-limit and
+                     WORK/time-limit-mpirun; fails when a job does not end.
                      `check WORK JOB` then checks what that job left:
     time-limit         Slurm's SIGTERM to every process of the job (the ranks get it from slurmstepd
                        and again from srun) must stop the ranks with a checkpoint of their last step
@@ -34,10 +35,13 @@ usage: check_slurm_requeue.py WORK ROOT AVTRAIN SHARDS [MODE]
   launch-fails       srun cannot start the ranks (PMIx's directory for the step exists already) and
                      exits 0: the job script must fail the job, saying the ranks did not run
 
-The time-limit jobs share one Slurm because most of their minute and a half is Slurm's: it checks
-time limits every 30 s (PERIODIC_TIMEOUT, not configurable), so a job of --time=1 started a few
-seconds after slurmctld ends about 90 s after it. Side by side each job's ranks get half the cores:
-they train fewer steps, which nothing here counts.
+The time-limit jobs' wait is Slurm's: slurmctld checks time limits every 30 s (PERIODIC_TIMEOUT,
+not configurable), so a job of --time=1 started a few seconds after slurmctld ends about 90 s after
+it. So both jobs share one Slurm, and once both have trained a step their end is brought forward to
+that moment (scontrol update EndTime, as an administrator shortens a running job): the same check
+ends them as it ends any job past its end time (TIMEOUT, "DUE TO TIME LIMIT", SIGTERM to every
+process, KillWait), at most 30 s later. Side by side each job's ranks get half the cores: they train
+fewer steps, which nothing here counts.
 """
 import datetime
 import json
@@ -319,13 +323,25 @@ def main():
 
 
 def run_time_limit_jobs(slurm, work, root, avtrain, deck):
-    """The time-limit jobs, submitted one right after the other so that both start together and meet
-    the same check of Slurm's time limits; each one's end state is kept in WORK/JOB/state.json for
-    `check`."""
+    """The time-limit jobs, submitted one right after the other; once both have trained a step, their
+    end is brought forward to that moment, so that both meet Slurm's next check of time limits. Each
+    one's end state is kept in WORK/JOB/state.json for `check`."""
     jobs = {}
     for kind in TIME_LIMIT_JOBS:
         os.makedirs(os.path.join(work, kind))
         jobs[kind] = submit(slurm, os.path.join(work, kind), root, avtrain, deck, kind)
+    deadline = time.monotonic() + 120
+    while any(run_processes.csv_rows(os.path.join(out, "trace.csv")) < 1 for _, out in jobs.values()):
+        states = {kind: slurm.job(job).get("JobState") for kind, (job, _) in jobs.items()}
+        if time.monotonic() > deadline or set(states.values()) - {"PENDING", "RUNNING"}:
+            fail(f"the time-limit jobs did not each train a step: {states}")
+        time.sleep(0.1)
+    # Local time, as scontrol reads it; 2 s ahead, so that it is not in the past when slurmctld reads it.
+    end = (datetime.datetime.now() + datetime.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    ids = ",".join(job for job, _ in jobs.values())
+    moved = slurm.run(["scontrol", "update", f"JobId={ids}", f"EndTime={end}"])
+    if moved.returncode:
+        fail(f"scontrol update JobId={ids} EndTime={end} failed: {moved.stdout}{moved.stderr}")
     for kind, (job, _) in jobs.items():
         state, _ = wait_for_end(slurm, job, os.path.join(work, kind))
         with open(os.path.join(work, kind, "state.json"), "w") as f:
@@ -363,7 +379,7 @@ def check_time_limit(jobdir, kind):
     if not checkpoints or checkpoints[-1] != f"step-{trained:07d}":
         fail(f"the newest committed checkpoint is {checkpoints[-1:]}, not that of step {trained}, the last trained")
     how = {"time-limit": "srun reported the ranks' 75", "time-limit-mpirun": "mpirun exited 1, rank 0 wrote 75"}[kind]
-    print(f"check_slurm_requeue: job {job}: at its 1-minute limit (no USR1 before it) Slurm's SIGTERM stopped the "
+    print(f"check_slurm_requeue: job {job}: at its time limit (no USR1 before it) Slurm's SIGTERM stopped the "
           f"ranks after step {trained} with that step's checkpoint committed; {how}; the job script did not "
           f"requeue it and said how to resume; ok")
 
