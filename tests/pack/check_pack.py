@@ -176,8 +176,10 @@ def fail_mode(pack, media_dir, out, launch):
                         os.path.join(media_dir, "classes.txt"), "--out", out, "--on-error", "fail", "--overwrite",
                         "--shard-size", "1", "--threads", "1", *expect["pack_options"]]
     code, stdout, stderr = run_to_end(command)
-    lines = [l for l in stderr.splitlines() if "--on-error fail" in l]
-    if code != 1 or len(lines) < 1 or "file not found" not in lines[0]:
+    # The clips' own lines ("...: video: file not found (line 3; --on-error fail)"), whichever rank meets
+    # its bad clip first; the start line that counts the clips known to be unpackable is not one.
+    lines = [l for l in stderr.splitlines() if "; --on-error fail)" in l]
+    if code != 1 or not any("file not found" in l for l in lines):
         fail(f"--on-error fail: exit {code}, stderr:\n{stderr}")
     # It stopped: no report (written only when every shard is done), and the bad clip's shard and the
     # failing rank's later shards not finished.
