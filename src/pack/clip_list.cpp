@@ -15,12 +15,6 @@ namespace avtrain::pack {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t\r");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
-}
-
 double seconds_field(const std::string& where, const std::string& column, const std::string& text) {
   if (text.empty()) return 0;
   std::size_t used = 0;
@@ -45,6 +39,12 @@ std::vector<std::string> sorted_unique(std::vector<std::string> names) {
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string().front() == '.'; }
 
 }  // namespace
+
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
 
 std::vector<std::string> split_csv_record(const std::string& line) {
   std::vector<std::string> fields(1);

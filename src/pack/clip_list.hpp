@@ -41,6 +41,8 @@ std::vector<std::string> read_class_file(const std::string& path);
 
 // Splits one CSV record (no line breaks inside fields); throws Error on a stray quote.
 std::vector<std::string> split_csv_record(const std::string& line);
+// The text without leading and trailing spaces, tabs and carriage returns.
+std::string trim(const std::string& s);
 // A field quoted for CSV when it needs it.
 std::string csv_field(const std::string& text);
 // A label list ("dog,bark"; a name holding a comma quoted inside it, as a CSV record): its names.
