@@ -237,6 +237,17 @@ def main():
         seed8 = with_meta(lambda m: m.update(seed=8))
         write_run(d("seed8"), base, meta=seed8)
         write_run(d("seed8_up"), wave(0.0, 0.0, 2.0, 42), meta=seed8)
+        # The resolution (the smallest sustained offset that FAILs): FP32's run itself judged as CAND;
+        # a run whose late loss is low (0.1, as the quickstart's 0.13) doubled over its last 40 %, which
+        # one BASE's 0.15 + 0.2|x| passes (it must say that it cannot judge there) and the band of a
+        # twin that wanders 2 % fails.
+        write_run(d("base_bf16"), base, mode="bf16")
+        rnd = random.Random(5)
+        low = [dict(r, loss=0.1 + 2.8 * math.exp(-r["step"] / 8)) for r in base]
+        write_run(d("low"), low)
+        write_run(d("low_twin"), [dict(r, loss=r["loss"] * (1 + 0.02 * rnd.uniform(-1, 1))) for r in low])
+        write_run(d("low_doubled"), [dict(r, loss=r["loss"] * (2 if r["step"] >= 0.6 * STEPS else 1)) for r in low],
+                  mode="bf16")
         write_run(d("width"), base, meta=with_meta(lambda m: m["config"].update({"model.width": 32})))
         write_run(d("seed"), base, meta=with_meta(lambda m: m.update(seed=8)))
         write_run(d("data"), base, meta=with_meta(
@@ -364,6 +375,12 @@ def main():
             "seg_null_bad": [d("base"), d("wave_twin"), d("wave_up"), "--null", d("base")],
             "seg_null_width": [d("base"), d("wave_twin"), d("wave_up"), "--null", f"{d('base')},{d('width')}"],
             "seg_null_mixed": [d("base"), d("wave_twin"), d("wave_up"), "--null", f"{d('base')},{d('seed8')}"],
+            "res_single": R("base", "noisy", "--json", d("res_single.json")),
+            "res_single_ref": R("base", "base_bf16", "--json", d("res_single_ref.json")),
+            "res_band": [d("base"), d("wave_twin"), d("noisy"), "--json", d("res_band.json")],
+            "res_none": [d("base"), d("twin"), d("noisy"), "--band-factor", "0", "--tol", "loss=0,0"],
+            "low_doubled": [d("low"), d("low_doubled"), "--json", d("low_doubled.json")],
+            "low_doubled_band": [d("low"), d("low_twin"), d("low_doubled")],
         }
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
             pending = {name: pool.submit(run_command, cmd) for name, cmd in commands.items()}
@@ -457,6 +474,60 @@ def main():
                                               r"model\.width differs \(64 vs 32\)$")
         expect("seg_null_mixed", 2, stderr_re=r"not comparable: --null .*: seed differs \(7 vs 8\)$")
 
+        # the resolution: stated in every report, next to the verdict; a property of the comparison (the
+        # same for any CAND of one mode); FP32's run doctored just beyond it FAILs, just within it PASSes
+        for name, (rc, out, _) in res.items():
+            lines = out.strip().splitlines()
+            if rc in (0, 1) and name not in ("plot", "plot_band"):
+                c.check(len(lines) > 1 and lines[-2].startswith("resolution") and "verdict" not in lines[-2],
+                        f"{name}: the line before the verdict is not the resolution: {lines[-2:]}")
+        expect("res_single", 0, r"^  late +42-59 +loss +[0-9.]+ +\+54\.8 % windows +/2\.21 windows +cannot judge$")
+        expect("res_single", 0, r"^resolution \(the smallest sustained offset that FAILs, up and down\): loss early "
+                                r"\+31 % and -31 %, .*; cannot judge loss late, grad_norm early, grad_norm middle, "
+                                r"grad_norm late: give FP32's twin as a second BASE")
+        # the band of a twin whose grad norm is the BASE's: its floor alone, x1.5 (log 0.405) either way
+        expect("res_band", 0, r"^resolution \(.*\): loss early .*; grad_norm early \+50 % and -33\.3 %, .*"
+                              r"late \+49\.9 % and -33\.3 %$")
+        expect("res_none", 1, r"^resolution: none: FP32's reference run itself FAILs this comparison, with no offset "
+                              r"\(loss beyond tolerance from step 0 ")
+        expect("low_doubled", 0, r"^  late +42-59 +loss +0\.1\d* +x[0-9.]+ +windows +none +- +cannot judge$")
+        expect("low_doubled", 0, r"; cannot judge .*loss late, .*: give FP32's twin as a second BASE \(train\.init_ulps 65536")
+        expect("low_doubled_band", 1, r"verdict: FAIL \(loss beyond tolerance from step (3[6-9]|4[0-5]) ")
+        rdocs = {}
+        for name in ("res_single", "res_single_ref", "res_band", "low_doubled"):
+            with open(d(name + ".json")) as f:
+                rdocs[name] = json.load(f)["resolution"]
+        c.check(rdocs["res_single"] == dict(rdocs["res_single_ref"]), "resolution: another CAND of the mode, another resolution")
+        late = {(r["segment"], r["metric"]): r for r in rdocs["low_doubled"]["rows"]}[("late", "loss")]
+        c.check(late["up"]["fails_at"] > 2 and late["down"] is None and not late["judged"]
+                and "loss late" in rdocs["low_doubled"]["cannot_judge"], f"low_doubled.json: {late}")
+        c.check(any("segment" in r[k]["by"] for r in rdocs["res_band"]["rows"] for k in ("up", "down") if r[k])
+                and all(r["from_step"] == 10 for r in rdocs["res_band"]["rows"] if r["segment"] == "early"),
+                f"res_band.json: no offset found by the segment check, or the first steps doctored: {rdocs['res_band']}")
+        probes = []  # (mode's bases, row, direction, factor, expected exit)
+        for mode, bases, picks in (("res_single", ["base"], (("late", "loss", "up"), ("middle", "grad_norm", "down"))),
+                                   ("res_band", ["base", "wave_twin"],
+                                    (("late", "loss", "up"), ("late", "loss", "down"), ("early", "grad_norm", "up")))):
+            rows = {(r["segment"], r["metric"]): r for r in rdocs[mode]["rows"]}
+            for seg, metric, way in picks:
+                row = rows[(seg, metric)]
+                side = row[way]
+                f, g = side["fails_at"], side["passes_at"]
+                c.check(abs(math.log(f) - math.log(g)) <= 1e-3 * abs(math.log(f)) + 1e-12 and abs(math.log(g)) < abs(math.log(f)),
+                        f"{mode} {seg} {metric} {way}: {g} passes, {f} fails: not a bracket of 0.1 %")
+                out = 1.005 if way == "up" else 1 / 1.005
+                probes += [(mode, bases, row, metric, f * out, 1), (mode, bases, row, metric, f / out, 0)]
+        for i, (mode, bases, row, metric, f, want) in enumerate(probes):
+            series = copy.deepcopy(base)
+            for r in series:
+                if row["from_step"] <= r["step"] <= row["to_step"]:
+                    r[metric] *= f
+            name = f"probe{i}"
+            write_run(d(name), series, mode="bf16")
+            got, out, err = run_in_process(module, [d(b) for b in bases] + [d(name)])
+            c.check(got == want, f"{mode}: FP32's run with its {metric} x{f:.6g} over steps {row['from_step']}-"
+                                 f"{row['to_step']}: exit {got}, expected {want} (the resolution's {row})\n{out[-600:]}{err}")
+
         # the metric itself: trailing mean, a non-finite value stays in its windows, the floor
         sm = module.smooth([1.0, 2.0, 3.0, 4.0], 2).tolist()
         c.check(sm == [1.0, 1.5, 2.5, 3.5], f"smooth: {sm}")
@@ -501,7 +572,7 @@ def main():
             c.check(j["verdict"] == "FAIL" and j["reasons"], "two.json: verdict/reasons")
             c.check(j["tolerances"] == {k: list(v) for k, v in module.DEFAULT_TOLERANCES["bf16"].items()},
                     f"two.json: tolerances {j['tolerances']}")
-            c.check(j["mode"] == "single" and j["schema_version"] == 3, "two.json: mode, schema")
+            c.check(j["mode"] == "single" and j["schema_version"] == 4, "two.json: mode, schema")
             c.check(j["cand"]["precision_mode"] == "bf16" and j["bases"][0]["precision_mode"] == "fp32",
                     "two.json: modes")
             c.check({L["name"] for L in j["layers"] if L["exceeds"]} == {"audio.bn", "blocks.0.attn.qkv"},
