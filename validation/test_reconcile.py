@@ -515,8 +515,7 @@ def main():
                 f, g = side["fails_at"], side["passes_at"]
                 c.check(abs(math.log(f) - math.log(g)) <= 1e-3 * abs(math.log(f)) + 1e-12 and abs(math.log(g)) < abs(math.log(f)),
                         f"{mode} {seg} {metric} {way}: {g} passes, {f} fails: not a bracket of 0.1 %")
-                out = 1.005 if way == "up" else 1 / 1.005
-                probes += [(mode, bases, row, metric, f * out, 1), (mode, bases, row, metric, f / out, 0)]
+                probes += [(mode, bases, row, metric, f ** 1.01, 1), (mode, bases, row, metric, f ** 0.99, 0)]
         for i, (mode, bases, row, metric, f, want) in enumerate(probes):
             series = copy.deepcopy(base)
             for r in series:
