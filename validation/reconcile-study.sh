@@ -118,8 +118,9 @@ verdicts=0
 {
   printf '# %s, %s ranks, FP32 twin with train.init_ulps %s; worst difference / allowed (loss grad_norm layer),\n' \
     "$deck" "$ranks" "$twin_ulps"
-  printf '# then the segment check'"'"'s largest effect size (seg)\n'
-  printf '%-5s %-5s  %-38s  %s\n' seed cand "band (fp32 + fp32-twin)" "single (fp32)"
+  printf '# then the segment check'"'"'s largest effect size (seg), then the resolution over the late part (late): the\n'
+  printf '# smallest sustained loss offset that FAILs, up (? where the comparison cannot judge that part)\n'
+  printf '%-5s %-5s  %-52s  %s\n' seed cand "band (fp32 + fp32-twin)" "single (fp32)"
 } > "$summary"
 for seed in "${seed_list[@]}"; do
   dir=$out/seed-$seed
@@ -168,13 +169,18 @@ layer = max((L["worst"] for L in d["layers"]), default=0.0)
 seg = max((abs(r["effect"]) for r in d["segments"]["rows"] if r["effect"] is not None), default=0.0)
 f = lambda v: "inf" if v is None else f"{v:.2f}"
 first = d["first_step_beyond"]
-print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)} seg {seg:.1f}"
+late = [r for r in d["resolution"]["rows"] if r["segment"] == "late" and r["metric"] == "loss"]
+up = late[0]["up"] if late else None
+res = "-" if up is None else (f"+{100 * (up['fails_at'] - 1):.3g}%" if up["fails_at"] <= 2 else f"x{up['fails_at']:.3g}")
+res += "?" if late and late[0]["judged"] is False else ""
+print(f"{d['verdict']:4} {f(worst('loss'))} {f(worst('grad_norm'))} {f(layer)} seg {seg:.1f} late {res:<8}"
       + (f" from {first}" if first is not None else "").ljust(12), end="")
 EOF
 )"
       [ "$mode" = single ] || plot "$dir/$cand.band.png" "seed $seed: $cand against fp32 and its twin" \
         "${bases[@]}" "$dir/$cand" ${nulls[@]+"${nulls[@]}"}
       echo "  $cand, $mode: $(tail -n 1 "$dir/$cand.$mode.txt")"
+      echo "    $(tail -n 2 "$dir/$cand.$mode.txt" | head -n 1)"
     done
     echo "$line" >> "$summary"
   done

@@ -512,6 +512,9 @@ def main():
             for seg, metric, way in picks:
                 row = rows[(seg, metric)]
                 side = row[way]
+                c.check(side is not None, f"{mode} {seg} {metric} {way}: no offset fails ({row})")
+                if side is None:
+                    continue
                 f, g = side["fails_at"], side["passes_at"]
                 c.check(abs(math.log(f) - math.log(g)) <= 1e-3 * abs(math.log(f)) + 1e-12 and abs(math.log(g)) < abs(math.log(f)),
                         f"{mode} {seg} {metric} {way}: {g} passes, {f} fails: not a bracket of 0.1 %")
