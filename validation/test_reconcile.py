@@ -379,6 +379,8 @@ def main():
             "res_single_ref": R("base", "base_bf16", "--json", d("res_single_ref.json")),
             "res_band": [d("base"), d("wave_twin"), d("noisy"), "--json", d("res_band.json")],
             "res_none": [d("base"), d("twin"), d("noisy"), "--band-factor", "0", "--tol", "loss=0,0"],
+            "res_first": R("base", "base_bf16", "--first-steps", "60"),  # as the PyTorch peer is judged
+            "res_first_some": R("base", "base_bf16", "--first-steps", "30", "--steps", "40"),
             "low_doubled": [d("low"), d("low_doubled"), "--json", d("low_doubled.json")],
             "low_doubled_band": [d("low"), d("low_twin"), d("low_doubled")],
         }
@@ -490,6 +492,9 @@ def main():
                               r"late \+49\.9 % and -33\.3 %$")
         expect("res_none", 1, r"^resolution: none: FP32's reference run itself FAILs this comparison, with no offset "
                               r"\(loss beyond tolerance from step 0 ")
+        expect("res_first", 0, r"^resolution: every compared update lies within the first 60 steps, judged one by one")
+        expect("res_first_some", 0, r"^resolution \(.*\): loss early within the first steps, middle within the first "
+                                    r"steps, late \+[0-9.]+ % and -[0-9.]+ %; grad_norm early within")
         expect("low_doubled", 0, r"^  late +42-59 +loss +0\.1\d* +x[0-9.]+ +windows +none +- +cannot judge$")
         expect("low_doubled", 0, r"; cannot judge .*loss late, .*: give FP32's twin as a second BASE \(train\.init_ulps 65536")
         expect("low_doubled_band", 1, r"verdict: FAIL \(loss beyond tolerance from step (3[6-9]|4[0-5]) ")
