@@ -554,6 +554,12 @@ def main():
                 and module.segment_bounds(200)[2] == ("late", 140, 200), f"segment_bounds: {module.segment_bounds(60)}")
         sg = module.segment_means(np.array([0.1, math.nan, 0.3, -math.inf, 0.5, 0.7]), [("a", 0, 4), ("b", 4, 6), ("c", 6, 6)])
         c.check(np.allclose(sg[:2], [0.2, 0.6]) and math.isnan(sg[2]), f"segment_means: finite values only, {sg}")
+        for edge in (0.3, 5.0, 1e-4):  # the bisection of the resolution: lo passes, hi fails, 0.1 % apart
+            lo, hi = module.offset_bracket(lambda x: x > edge)
+            c.check(lo <= edge < hi and hi - lo <= 1e-3 * hi, f"offset_bracket at {edge}: {lo}, {hi}")
+        c.check(module.offset_bracket(lambda x: False) is None, "offset_bracket: nothing fails")
+        lo, hi = module.offset_bracket(lambda x: x > 0)
+        c.check(lo == 0 and 0 < hi <= 1e-9, f"offset_bracket: any offset fails: {lo}, {hi}")
         sh = module.layer_shares(np.array([[3.0, 0.0], [4.0, 2.0]]))
         c.check(sh.tolist() == [[0.6, 0.0], [0.8, 1.0]], f"layer_shares: {sh.tolist()}")
 
