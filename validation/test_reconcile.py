@@ -248,6 +248,11 @@ def main():
         write_run(d("low_twin"), [dict(r, loss=r["loss"] * (1 + 0.02 * rnd.uniform(-1, 1))) for r in low])
         write_run(d("low_doubled"), [dict(r, loss=r["loss"] * (2 if r["step"] >= 0.6 * STEPS else 1)) for r in low],
                   mode="bf16")
+        # values at the ends of the range: a late loss of 1e-200 against 1e200 (a log ratio beyond what
+        # exp() can take) and an inf grad norm are judged, with no traceback nor warning
+        write_run(d("tiny"), [dict(r, loss=1e-200 if r["step"] >= 42 else r["loss"]) for r in base])
+        write_run(d("huge"), [dict(r, loss=1e200 if r["step"] >= 42 else r["loss"],
+                                   grad_norm=math.inf if r["step"] == 50 else r["grad_norm"]) for r in base], mode="bf16")
         write_run(d("width"), base, meta=with_meta(lambda m: m["config"].update({"model.width": 32})))
         write_run(d("seed"), base, meta=with_meta(lambda m: m.update(seed=8)))
         write_run(d("data"), base, meta=with_meta(
@@ -382,6 +387,7 @@ def main():
             "res_first": R("base", "base_bf16", "--first-steps", "60"),  # as the PyTorch peer is judged
             "res_first_some": R("base", "base_bf16", "--first-steps", "30", "--steps", "40"),
             "low_doubled": [d("low"), d("low_doubled"), "--json", d("low_doubled.json")],
+            "extremes": [d("tiny"), d("huge"), "--json", d("extremes.json")],
             "low_doubled_band": [d("low"), d("low_twin"), d("low_doubled")],
         }
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
@@ -404,6 +410,7 @@ def main():
                 last = out.strip().splitlines()[-1] if out.strip() else ""
                 c.check(last.startswith("verdict: PASS" if rc == 0 else "verdict: FAIL ("),
                         f"{name}: last line is {last!r}")
+                c.check(err == "", f"{name}: a verdict with something on stderr: {err}")
 
         expect("identical", 0, r"max rel diff 0,")
         expect("same", 0)  # only data.dir differs
@@ -492,6 +499,7 @@ def main():
                               r"late \+49\.9 % and -33\.3 %$")
         expect("res_none", 1, r"^resolution: none: FP32's reference run itself FAILs this comparison, with no offset "
                               r"\(loss beyond tolerance from step 0 ")
+        expect("extremes", 1, r"^  late +42-59 +loss +\+[0-9.]+ +\+inf % ")
         expect("res_first", 0, r"^resolution: every compared update lies within the first 60 steps, judged one by one")
         expect("res_first_some", 0, r"^resolution \(.*\): loss early within the first steps, middle within the first "
                                     r"steps, late \+[0-9.]+ % and -[0-9.]+ %; grad_norm early within")
