@@ -85,10 +85,12 @@ AVTRAIN_HOST_DEVICE inline float e5m2_to_float(std::uint8_t v) {
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 21));
 }
 
-inline std::uint8_t float_to_fp8(Fp8Format f, float x) {
+AVTRAIN_HOST_DEVICE inline std::uint8_t float_to_fp8(Fp8Format f, float x) {
   return f == Fp8Format::e4m3 ? float_to_e4m3(x) : float_to_e5m2(x);
 }
-inline float fp8_to_float(Fp8Format f, std::uint8_t v) { return f == Fp8Format::e4m3 ? e4m3_to_float(v) : e5m2_to_float(v); }
+AVTRAIN_HOST_DEVICE inline float fp8_to_float(Fp8Format f, std::uint8_t v) {
+  return f == Fp8Format::e4m3 ? e4m3_to_float(v) : e5m2_to_float(v);
+}
 
 // Array conversions (host). quantize: out[i] = fp8(in[i] * scale), the product rounded to fp32
 // first, as Transformer Engine's cast does; scale 1 is the plain conversion.
