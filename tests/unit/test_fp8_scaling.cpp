@@ -160,6 +160,10 @@ TEST(Fp8DelayedScaling, RecipeOutsideItsRangeIsRefusedNamingTheOption) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "precision.fp8_margin = 19: must be in [0, 18]");
   }
+  // Why 18 is the largest margin: the amax an E4M3 scale maps to, 448 / 2^margin, still quantizes to
+  // the smallest E4M3 value at 18 and to 0 at 19.
+  EXPECT_EQ(float_to_e4m3(std::ldexp(448.0f, -kFp8MarginMax)), 0x01);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(448.0f, -kFp8MarginMax - 1)), 0x00);
   PrecisionConfig c;
   c.fp8_history = 7, c.fp8_amax = Fp8Amax::most_recent, c.fp8_margin = 3;
   const Fp8Recipe r = Fp8Recipe::of(c);
