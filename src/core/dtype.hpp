@@ -8,7 +8,7 @@
 namespace avtrain {
 
 enum class DType : unsigned char { f32, f16, bf16 };
-// The words of precision.mode, parallel.grad_comm_dtype and the traces.
+// The words of parallel.grad_comm_dtype and the traces (precision.mode's add fp8: PrecisionMode).
 constexpr EnumNames<DType, 3> enum_names(DType) {
   return {{{DType::f32, "fp32"}, {DType::f16, "fp16"}, {DType::bf16, "bf16"}}};
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The [precision] section of a deck: compute type, the layers kept in fp32, and loss scaling.
+// The [precision] section of a deck: compute type, the layers kept in fp32, loss scaling, and the
+// FP8 products' delayed scaling.
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -8,6 +9,29 @@
 #include "core/enum_names.hpp"
 
 namespace avtrain {
+
+// precision.mode: fp32, fp16 or bf16 name the compute type of products and activations; fp8 is bf16
+// everywhere with the products of the linears in FP8 (E4M3 forward, E5M2 gradients, docs/precision.md).
+enum class PrecisionMode : unsigned char { fp32, fp16, bf16, fp8 };
+constexpr EnumNames<PrecisionMode, 4> enum_names(PrecisionMode) {
+  return {{{PrecisionMode::fp32, "fp32"}, {PrecisionMode::fp16, "fp16"}, {PrecisionMode::bf16, "bf16"},
+           {PrecisionMode::fp8, "fp8"}}};
+}
+// The type activations are stored in and products not in FP8 are taken in.
+constexpr DType compute_type(PrecisionMode m) {
+  return m == PrecisionMode::fp32 ? DType::f32 : m == PrecisionMode::fp16 ? DType::f16 : DType::bf16;
+}
+
+// precision.fp8_amax: the amax a scale is computed from, the largest in the history window or the
+// last step's (Transformer Engine's amax_compute_algo).
+enum class Fp8Amax : unsigned char { max, most_recent };
+constexpr EnumNames<Fp8Amax, 2> enum_names(Fp8Amax) {
+  return {{{Fp8Amax::max, "max"}, {Fp8Amax::most_recent, "most_recent"}}};
+}
+
+// precision.fp8_margin's largest value: with a margin of 19 an E4M3 tensor's amax, mapped to
+// 448 / 2^19, is below half the smallest E4M3 value and quantizes to 0.
+constexpr int kFp8MarginMax = 18;
 
 // precision.loss_scale: auto (fp16: dynamic, else none), dynamic, none, or a fixed positive scale.
 struct LossScale {
@@ -37,7 +61,7 @@ inline std::optional<LossScale> LossScale::parse(const std::string& text) {
 inline std::string LossScale::text() const { return kind == Kind::fixed ? written : enum_name(kind); }
 
 struct PrecisionConfig {
-  DType mode = DType::f32;          // the compute type of matrix products and activations
+  PrecisionMode mode = PrecisionMode::fp32;  // compute_type(mode): the type of products and activations
   std::string fp32_layers;          // comma-separated globs over module names kept wholly in fp32
   LossScale loss_scale;             // auto (fp16: dynamic, else none) | dynamic | none | a fixed number
   double init_scale = 65536;        // dynamic: the first scale
@@ -47,6 +71,11 @@ struct PrecisionConfig {
   int hysteresis = 1;
   double min_scale = 1;             // dynamic: an overflow at this scale stops the run
   bool detect_anomaly = false;      // check every layer's output, forward and backward
+  // mode fp8: per-tensor delayed scaling (Transformer Engine's DelayedScaling recipe)
+  int fp8_history = 1024;           // steps of amax kept per FP8 tensor
+  Fp8Amax fp8_amax = Fp8Amax::max;  // max over the history, or the most recent step's
+  int fp8_margin = 0;               // scale = (FP8 max / amax) / 2^margin
+  std::string fp8_layers = "*";     // comma-separated globs over the linear modules whose products are in FP8
 };
 
 }  // namespace avtrain

@@ -6,7 +6,7 @@
 
 namespace avtrain {
 
-PrecisionPolicy::PrecisionPolicy(const PrecisionConfig& config) : compute_(config.mode) {
+PrecisionPolicy::PrecisionPolicy(const PrecisionConfig& config) : compute_(compute_type(config.mode)) {
   std::istringstream list(config.fp32_layers);
   for (std::string p; std::getline(list, p, ',');) {
     const auto first = p.find_first_not_of(" \t"), last = p.find_last_not_of(" \t");

@@ -22,7 +22,7 @@ namespace {
 
 PrecisionConfig config_with(DType mode, const std::string& fp32_layers = "") {
   PrecisionConfig c;
-  c.mode = mode;
+  c.mode = *parse_enum<PrecisionMode>(dtype_name(mode));
   c.fp32_layers = fp32_layers;
   return c;
 }
@@ -47,13 +47,21 @@ TEST(PrecisionPolicy, Fp32ModeIsFp32EverywhereAndUnmatchedPatternsAreReported) {
   EXPECT_EQ(p.unused_patterns(), std::vector<std::string>{"blocks.9.*"});
 }
 
-// precision.mode's words are DType's (the option table refuses any other, naming the option).
-TEST(PrecisionPolicy, ModeWordsAreTheDTypeNames) {
-  for (const DType t : {DType::f32, DType::f16, DType::bf16}) EXPECT_EQ(parse_enum<DType>(dtype_name(t)), t);
+// precision.mode's words are DType's, each naming its compute type, and fp8, whose compute type is
+// bf16 (the option table refuses any other word, naming the option).
+TEST(PrecisionPolicy, ModeWordsAreTheDTypeNamesAndFp8) {
+  for (const DType t : {DType::f32, DType::f16, DType::bf16}) {
+    EXPECT_EQ(parse_enum<DType>(dtype_name(t)), t);
+    EXPECT_EQ(compute_type(parse_enum<PrecisionMode>(dtype_name(t)).value()), t);
+  }
+  EXPECT_EQ(parse_enum<PrecisionMode>("fp8"), PrecisionMode::fp8);
+  EXPECT_EQ(compute_type(PrecisionMode::fp8), DType::bf16);
+  EXPECT_EQ(PrecisionPolicy(PrecisionConfig{.mode = PrecisionMode::fp8}).compute(), DType::bf16);
   EXPECT_STREQ(dtype_name(DType::bf16), "bf16");
   EXPECT_FALSE(parse_enum<DType>("fp8").has_value());
-  EXPECT_FALSE(parse_enum<DType>("FP16").has_value());
+  EXPECT_FALSE(parse_enum<PrecisionMode>("FP16").has_value());
   EXPECT_EQ(enum_words<DType>(), "fp32, fp16, bf16");
+  EXPECT_EQ(enum_words<PrecisionMode>(), "fp32, fp16, bf16, fp8");
 }
 
 // ---------------------------------------------------------------- loss scaler

@@ -1,0 +1,27 @@
+#pragma once
+// Which linear modules take their products in FP8 under precision.mode fp8: those a glob of
+// precision.fp8_layers matches and no glob of precision.fp32_layers does (a module kept wholly in fp32
+// is in fp32). Under any other mode none is.
+#include <string>
+
+#include "core/name_globs.hpp"
+#include "precision/precision_config.hpp"
+
+namespace avtrain {
+
+class Fp8Layers {
+ public:
+  explicit Fp8Layers(const PrecisionConfig& config);
+  // Whether the linear module `linear` ("blocks.0.attn.qkv") multiplies in FP8; marks the globs of
+  // precision.fp8_layers that match it as used.
+  bool in_fp8(const std::string& linear);
+  // Under mode fp8, after every linear has been asked about: throws Error naming the first glob of
+  // precision.fp8_layers that matched none (a typo would otherwise leave layers in bf16 unseen).
+  void require_every_glob_used() const;
+
+ private:
+  bool fp8_mode_;
+  NameGlobs fp8_layers_, fp32_layers_;
+};
+
+}  // namespace avtrain
