@@ -20,35 +20,39 @@ void over_chunks(std::size_t n, F f) {
 }
 }  // namespace
 
-void CpuBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) {
+void CpuBackend::round_to(Output x, std::size_t n) {
+  const DType dtype = x.dtype();
   if (dtype == DType::f32) return;
+  auto* packed = static_cast<std::uint16_t*>(x.copy.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
     std::uint16_t* p = packed ? packed + lo : nullptr;
-    if (dtype == DType::f16) round_to_half(x + lo, p, m);
-    else round_to_bf16(x + lo, p, m);
+    if (dtype == DType::f16) round_to_half(x.values + lo, p, m);
+    else round_to_bf16(x.values + lo, p, m);
   });
 }
 
-void CpuBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) {
-  require(dtype != DType::f32, "internal: pack to fp32");
+void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
+  require(packed.dtype != DType::f32, "internal: pack to fp32");
+  auto* bits = static_cast<std::uint16_t*>(packed.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
-    if (dtype == DType::f16) floats_to_half(x + lo, packed + lo, m);
-    else floats_to_bf16(x + lo, packed + lo, m);
+    if (packed.dtype == DType::f16) floats_to_half(x + lo, bits + lo, m);
+    else floats_to_bf16(x + lo, bits + lo, m);
   });
 }
 
-void CpuBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) {
-  require(dtype != DType::f32, "internal: unpack from fp32");
+void CpuBackend::unpack(Operand packed, float* x, std::size_t n) {
+  require(packed.dtype != DType::f32, "internal: unpack from fp32");
+  const auto* bits = static_cast<const std::uint16_t*>(packed.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
-    if (dtype == DType::f16) half_to_floats(packed + lo, x + lo, m);
-    else bf16_to_floats(packed + lo, x + lo, m);
+    if (packed.dtype == DType::f16) half_to_floats(bits + lo, x + lo, m);
+    else bf16_to_floats(bits + lo, x + lo, m);
   });
 }
 
 const float* CpuBackend::widened(Operand x, std::size_t n, Buffer& scratch) {
   if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
   scratch.resize(n);
-  unpack(x.dtype, static_cast<const std::uint16_t*>(x.data), scratch.data(), n);
+  unpack(x, scratch.data(), n);
   return scratch.data();
 }
 
