@@ -742,6 +742,70 @@ TEST_F(CpuKernels, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
   }
 }
 
+// Ops that write an Output: given one in a 16-bit type (with its copy, or copy_only), the values and
+// the copy are the bits of the op into fp32 values then round_to with that copy; an fp32 Output is
+// the values alone, unrounded. bias_grad of a 16-bit operand is bias_grad of its widened values.
+TEST_F(CpuKernels, TypedOutputsGiveTheBitsOfTheFp32OpThenRoundTo) {
+  const int rows = 40, dim = 96, B = 3, L = 37, H = 2, hd = 8;
+  const std::size_t n = std::size_t(rows) * dim;
+  const auto x = random_floats(n, "typed.x", -2.0, 2.0);
+  const auto gamma = random_floats(dim, "typed.gamma", 0.5, 1.5), beta = random_floats(dim, "typed.beta");
+  std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+  for (int j = 30; j < L; ++j) mask[j] = 0;
+  const auto dctx = random_floats(std::size_t(B) * L * H * hd, "typed.dctx");
+  for (const DType t : {DType::bf16, DType::f16})
+    for (const bool only : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (only ? " copy_only" : " values and copy"));
+      const auto typed = [&](float* values, std::uint16_t* copy) {
+        return only ? copy_only(values, t, copy) : rounded(values, t, copy);
+      };
+      const auto reference = [&](std::vector<float>& values, std::vector<std::uint16_t>& copy) {
+        be->round_to(rounded(values.data(), t, copy.data()), values.size());
+      };
+      // LayerNorm, its rounding included.
+      std::vector<float> mean(rows), rstd(rows), y = poisoned(n), want = poisoned(n);
+      std::vector<std::uint16_t> y16(n, 0x7fff), want16(n);
+      be->layernorm_forward(x.data(), gamma.data(), beta.data(), typed(y.data(), y16.data()), mean.data(), rstd.data(),
+                            rows, dim, 1e-5f);
+      be->layernorm_forward(x.data(), gamma.data(), beta.data(), fp32_out(want.data()), mean.data(), rstd.data(),
+                            rows, dim, 1e-5f);
+      reference(want, want16);
+      EXPECT_TRUE(y16 == want16) << "layernorm_forward's copy";
+      EXPECT_EQ(y, want) << "layernorm_forward's values (the CPU writes them under copy_only too)";
+      // Attention forward and backward, ctx and dqkv rounded by the op.
+      auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "typed.qkv", -3.0, 3.0);
+      be->round_to(rounded(qkv.data(), t), qkv.size());
+      auto stats = poisoned(std::size_t(B) * H * L * 2);
+      std::vector<float> ctx = poisoned(dctx.size()), want_ctx = poisoned(dctx.size());
+      std::vector<std::uint16_t> ctx16(ctx.size(), 0x7fff), want_ctx16(ctx.size());
+      be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), nullptr, stats.data(),
+                            typed(ctx.data(), ctx16.data()), B, L, H, hd);
+      be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), nullptr, stats.data(),
+                            fp32_out(want_ctx.data()), B, L, H, hd);
+      reference(want_ctx, want_ctx16);
+      EXPECT_TRUE(ctx16 == want_ctx16) << "attention_forward's copy";
+      const auto probs = Backend::AttentionProbs::recomputed(mask.data(), stats.data(), DType::f32);
+      std::vector<float> dqkv = poisoned(qkv.size()), want_dqkv = poisoned(qkv.size());
+      std::vector<std::uint16_t> dqkv16(qkv.size(), 0x7fff), want_dqkv16(qkv.size());
+      be->attention_backward(DType::f32, fp32(qkv.data()), probs, dctx.data(), typed(dqkv.data(), dqkv16.data()), B,
+                             L, H, hd);
+      be->attention_backward(DType::f32, fp32(qkv.data()), probs, dctx.data(), fp32_out(want_dqkv.data()), B, L, H,
+                             hd);
+      EXPECT_NE(std::memcmp(want_dqkv.data(), dqkv.data(), dqkv.size() * sizeof(float)), 0) << "fp32: not rounded";
+      reference(want_dqkv, want_dqkv16);
+      EXPECT_TRUE(dqkv16 == want_dqkv16) << "attention_backward's copy";
+      // What a reader takes.
+      const Output out = typed(y.data(), y16.data());
+      EXPECT_EQ(out.result().data, only ? static_cast<const void*>(y16.data()) : static_cast<const void*>(y.data()));
+      EXPECT_EQ(out.result().dtype, only ? t : DType::f32);
+      // bias_grad of the copy: the bits of bias_grad of its values.
+      std::vector<float> db16(dim, 0.25f), db32(dim, 0.25f);
+      be->bias_grad(Operand{want16.data(), t}, db16.data(), rows, dim);
+      be->bias_grad(fp32(want.data()), db32.data(), rows, dim);
+      EXPECT_EQ(db16, db32) << "bias_grad of 16-bit patterns";
+    }
+}
+
 // ---------------------------------------------------------------- audio front end and video
 
 TEST_F(CpuKernels, FrameSignalWindowsOverlappingFrames) {
