@@ -939,7 +939,7 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     EXPECT_TRUE(close_l2(got_p, p, kHalf)) << "p";
     EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kHalf)) << "ctx";
     std::vector<float> rounded = got_p;
-    cpu().round_to(rounded(rounded.data(), t), rounded.size());
+    cpu().round_to(avtrain::rounded(rounded.data(), t), rounded.size());
     EXPECT_TRUE(rounded == got_p) << "p is not returned rounded to the compute type";
     EXPECT_EQ(nonzero_masked_probabilities(got_p, mask, s), 0u) << "probabilities of padded keys not exactly 0";
     DevF d_p_cpu(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
@@ -1602,7 +1602,7 @@ TEST_P(CudaFusedPasses, LinearForwardMatchesTheCpuAndItsCopyIsItsValues) {
     EXPECT_TRUE(close_l2(got, want, t == DType::f32 ? kF32 : kHalf));
     if (t == DType::f32) continue;
     std::vector<float> rounded = got;
-    cpu().round_to(rounded(rounded.data(), t), rounded.size());
+    cpu().round_to(avtrain::rounded(rounded.data(), t), rounded.size());
     EXPECT_TRUE(rounded == got) << "y not rounded to the type";
     std::vector<std::uint16_t> packed(got.size());
     cpu().pack(got.data(), {packed.data(), t}, got.size());
