@@ -181,6 +181,19 @@ TEST_F(CpuKernels, RoundPackAndUnpackGiveTheScalarConversions) {
   }
 }
 
+// pack and unpack convert between fp32 and a stored type: fp32 is not one (a copy is `copy`), and
+// round_to to fp32 leaves the values as they are.
+TEST_F(CpuKernels, PackAndUnpackRefuseFp32AndRoundToFp32IsNothing) {
+  std::vector<float> x = {1.0f + 1.0f / 1024, -3.0f}, y(2);
+  std::vector<std::uint16_t> bits(2);
+  EXPECT_THROW(be->pack(x.data(), {y.data(), DType::f32}, x.size()), Error);
+  EXPECT_THROW(be->unpack(fp32(x.data()), y.data(), x.size()), Error);
+  be->round_to(fp32_out(x.data()), x.size());
+  EXPECT_EQ(x[0], 1.0f + 1.0f / 1024);
+  be->round_to(rounded(x.data(), DType::bf16, bits.data()), x.size());
+  EXPECT_EQ(x[0], 1.0f) << "bf16 keeps 8 bits of significand";
+}
+
 TEST_F(CpuKernels, GemmFlopsCountsTwoMNKPerProduct) {
   const auto A = random_floats(6 * 4, "flops.A"), B = random_floats(4 * 5, "flops.B");
   std::vector<float> C(6 * 5 * 3);
