@@ -1,5 +1,5 @@
 #pragma once
-// The one kernel interface. Layers call only these ops; a backend (cpu/, later cuda/) implements
+// The one kernel interface. Layers call only these ops; a backend (cpu/, cuda/) implements
 // them. Pointers are to the backend's memory; every matrix is row-major. Ops that produce
 // parameter gradients ACCUMULATE (+=) into them, so micro-batches sum without extra passes.
 // Nothing here knows of layers, ranks or stages.
