@@ -154,11 +154,21 @@ void require_operand(Operand x, DType compute, const char* what) {
 
 }  // namespace
 
+// ctx in fp32, then rounded to its type (round_to); fused, a copy_only ctx in `compute` is written by
+// the engine as its 16-bit patterns alone.
 void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p,
-                                    float* row_stats, float* ctx, int B, int L, int H, int hd) {
+                                    float* row_stats, Output ctx_out, int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
   require_operand(qkv, compute, "qkv");
-  if (!p && fuses_attention(compute, hd)) return fused_forward(compute, qkv, key_mask, row_stats, ctx, nullptr, B, L, H, hd);
+  const std::size_t ctx_n = std::size_t(B) * L * H * hd;
+  if (!p && fuses_attention(compute, hd)) {
+    if (ctx_out.copy_only && ctx_out.copy.data && ctx_out.dtype() == compute)
+      return fused_forward(compute, qkv, key_mask, row_stats, nullptr,
+                           static_cast<std::uint16_t*>(ctx_out.copy.data), B, L, H, hd);
+    fused_forward(compute, qkv, key_mask, row_stats, ctx_out.values, nullptr, B, L, H, hd);
+    return round_to(ctx_out, ctx_n);
+  }
+  float* ctx = ctx_out.values;
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
@@ -178,7 +188,7 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
   float* s_scratch = reinterpret_cast<float*>(buf);
   auto* p16 = reinterpret_cast<std::uint16_t*>(buf + s_bytes);
   auto* qkv16 = reinterpret_cast<std::uint16_t*>(buf + s_bytes + p16_bytes);
-  if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);
+  if (pack_qkv) pack(static_cast<const float*>(qkv.data), {qkv16, compute}, qkv_n);
   const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
   const long long LL = (long long)L * L;
   for (int b0 = 0; b0 < B; b0 += group) {
@@ -202,15 +212,7 @@ void CudaBackend::attention_forward(DType compute, Operand qkv, const std::uint8
                  {at(q_in, (b0 + i) * sample_qkv + 2 * D, elem), 3 * D, hd},
                  {ctx + std::size_t(b0 + i) * L * D, D, hd}, H);
   }
-}
-
-void CudaBackend::attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats,
-                                       float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd) {
-  if (!fuses_attention(compute, hd))
-    return Backend::attention_forward_16(compute, qkv, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
-  if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
-  require_operand(qkv, compute, "qkv");
-  fused_forward(compute, qkv, key_mask, row_stats, nullptr, ctx16, B, L, H, hd);
+  round_to(ctx_out, ctx_n);
 }
 
 void CudaBackend::fused_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
@@ -222,7 +224,7 @@ void CudaBackend::fused_forward(DType compute, Operand qkv, const std::uint8_t* 
   const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
   if (qkv.dtype == DType::f32) {
     auto* packed = static_cast<std::uint16_t*>(scratch(qkv_n * sizeof(std::uint16_t)));
-    pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+    pack(static_cast<const float*>(qkv.data), {packed, compute}, qkv_n);
     qkv16 = packed;
   }
   flash_forward(compute, qkv16, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
@@ -230,16 +232,6 @@ void CudaBackend::fused_forward(DType compute, Operand qkv, const std::uint8_t* 
 
 bool CudaBackend::fuses_backward(DType compute, const AttentionProbs& probs, int hd) const {
   return probs.recompute() && probs.out.data && probs.kept_as == compute && fuses_attention(compute, hd);
-}
-
-void CudaBackend::attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
-                                        float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd) {
-  if (!fuses_backward(compute, probs, hd))
-    return Backend::attention_backward_16(compute, qkv, probs, dctx, dqkv, dqkv16, B, L, H, hd);
-  if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
-  require_operand(qkv, compute, "qkv");
-  require(probs.key_mask && probs.row_stats, "internal: attention recomputation without its statistics");
-  fused_backward(compute, qkv, probs, dctx, nullptr, dqkv16, B, L, H, hd);
 }
 
 void CudaBackend::fused_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
@@ -261,25 +253,35 @@ void CudaBackend::fused_backward(DType compute, Operand qkv, const AttentionProb
   const std::uint16_t* qkv16 = static_cast<const std::uint16_t*>(qkv.data);
   if (qkv_bytes) {
     auto* packed = reinterpret_cast<std::uint16_t*>(buf + o_bytes + dot_bytes);
-    pack(compute, static_cast<const float*>(qkv.data), packed, qkv_n);
+    pack(static_cast<const float*>(qkv.data), {packed, compute}, qkv_n);
     qkv16 = packed;
   }
-  pack(compute, dctx, o16, out_n);
+  pack(dctx, {o16, compute}, out_n);
   // Issued: S and dP twice (once per kernel), dV, dK, dQ.
   gemm_flops_ += 14.0 * B * H * double(L) * L * hd;
   flash_backward(compute, qkv16, probs.key_mask, probs.row_stats, probs.out, o16, dot, dqkv, dqkv16, B, L, H, hd);
 }
 
-// dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
+// dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q;
+// dqkv in fp32, then rounded to its type (round_to). Fused, a copy_only dqkv in `compute` is written
+// by the engine as its 16-bit patterns alone.
 void CudaBackend::attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
-                                     float* dqkv, int B, int L, int H, int hd) {
+                                     Output dqkv_out, int B, int L, int H, int hd) {
   if (B <= 0 || L <= 0 || H <= 0 || hd <= 0) return;
   require_operand(qkv, compute, "qkv");
   const bool recompute = probs.recompute();
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
   if (!recompute) require_operand(probs.p, compute, "p");
   const Operand p = probs.p;
-  if (fuses_backward(compute, probs, hd)) return fused_backward(compute, qkv, probs, dctx, dqkv, nullptr, B, L, H, hd);
+  const std::size_t dqkv_n = std::size_t(B) * L * 3 * H * hd;
+  if (fuses_backward(compute, probs, hd)) {
+    if (dqkv_out.copy_only && dqkv_out.copy.data && dqkv_out.dtype() == compute)
+      return fused_backward(compute, qkv, probs, dctx, nullptr, static_cast<std::uint16_t*>(dqkv_out.copy.data), B, L,
+                            H, hd);
+    fused_backward(compute, qkv, probs, dctx, dqkv_out.values, nullptr, B, L, H, hd);
+    return round_to(dqkv_out, dqkv_n);
+  }
+  float* dqkv = dqkv_out.values;
   const int D = H * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
@@ -311,8 +313,8 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
   auto* qkv16 = reinterpret_cast<std::uint16_t*>(next);
   next += qkv_bytes;
   auto* o16 = reinterpret_cast<std::uint16_t*>(next);
-  if (pack_qkv) pack(compute, static_cast<const float*>(qkv.data), qkv16, qkv_n);  // exact
-  if (packed) pack(compute, dctx, o16, out_n);                                     // rounded
+  if (pack_qkv) pack(static_cast<const float*>(qkv.data), {qkv16, compute}, qkv_n);  // exact
+  if (packed) pack(dctx, {o16, compute}, out_n);                                     // rounded
   const void* q_in = pack_qkv ? static_cast<const void*>(qkv16) : qkv.data;
   const void* o_in = packed ? static_cast<const void*>(o16) : dctx;
   const void* ds_in = packed ? static_cast<const void*>(ds16) : ds;
@@ -334,7 +336,7 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
           compute, packed ? p16 : nullptr);
       CUDA_CHECK_LAUNCH();
       if (probs.kept_as != compute && probs.kept_as != DType::f32)  // as the copy a layer keeps in that type
-        round_to(probs.kept_as, p32, nullptr, samples * sample_scores);
+        round_to(rounded(p32, probs.kept_as), samples * sample_scores);
       p_read.f32 = p32;
       p_in = packed ? static_cast<const void*>(p16) : p32;
     } else {
@@ -342,7 +344,7 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
       p_read = {p.dtype == DType::f32 ? static_cast<const float*>(p_in) : nullptr,
                 p.dtype == DType::f32 ? nullptr : static_cast<const std::uint16_t*>(p_in), p.dtype};
       if (pack_p) {  // exact: forward returned p rounded
-        pack(compute, static_cast<const float*>(p_in), p16, samples * sample_scores);
+        pack(static_cast<const float*>(p_in), {p16, compute}, samples * sample_scores);
         p_in = p16;
       }
     }
@@ -364,6 +366,7 @@ void CudaBackend::attention_backward(DType compute, Operand qkv, const Attention
                  {at(q_in, q0, elem), 3 * D, hd}, {dqkv + q0 + D, 3 * D, hd}, H);
     }
   }
+  round_to(dqkv_out, dqkv_n);
 }
 
 }  // namespace avtrain::cuda

@@ -192,12 +192,12 @@ void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, f
   if (pack_a || pack_b) {
     auto* packed = static_cast<std::uint16_t*>(scratch(a_bytes + b_bytes));
     if (pack_a) {
-      pack(compute, static_cast<const float*>(A.data), packed, na);
+      pack(static_cast<const float*>(A.data), {packed, compute}, na);
       A.data = packed;
     }
     if (pack_b) {
       auto* packed_b = reinterpret_cast<std::uint16_t*>(reinterpret_cast<char*>(packed) + a_bytes);
-      pack(compute, static_cast<const float*>(B.data), packed_b, nb);
+      pack(static_cast<const float*>(B.data), {packed_b, compute}, nb);
       B.data = packed_b;
     }
   }
@@ -215,7 +215,7 @@ std::string CudaBackend::gemm_engine(DType compute) const {
   if (compute == DType::f32)
     return options_.allow_tf32 ? "cuBLAS fp32 (TF32 tensor cores, fp32 accumulation)" : "cuBLAS fp32 (TF32 off)";
   const std::string engine = std::string("cuBLAS (") + dtype_name(compute) + " tensor cores, fp32 accumulation)";
-  return writes_16bit_outputs_only(compute) ? engine + "; linears through cuBLASLt epilogues" : engine;
+  return writes_copies_alone(compute) ? engine + "; linears through cuBLASLt epilogues" : engine;
 }
 
 }  // namespace avtrain::cuda

@@ -69,57 +69,44 @@ class CudaBackend final : public Backend {
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
             Operand B, int ldb, float beta, float* C, int ldc) override;
   std::string gemm_engine(DType compute) const override;
-  void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) override;
-  void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) override;
-  void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) override;
+  void round_to(Output x, std::size_t n) override;
+  void pack(const float* x, Target packed, std::size_t n) override;
+  void unpack(Operand packed, float* x, std::size_t n) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
   void scale(float* x, std::size_t n, float a) override;
   void fill_rows(float* y, const float* row, int rows, int cols) override;
-  void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
-  void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) override;
-  using Backend::bias_grad;
+  void bias_grad(Operand dy, float* dbias, int rows, int cols) override;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
   void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
-  float abs_max(const float* x, std::size_t n) override;
+  float abs_max(Operand x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
   void tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
                               TensorStats* result) override;
-  void abs_max_into(const float* x, std::size_t n, float* result) override;
+  void abs_max_into(Operand x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
-  float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;
-  void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) override;
-  using Backend::abs_max;
-  using Backend::abs_max_into;
 
-  void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
-                      int in, int out) override;
-  void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n) override;
-  void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n) override;
-  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16, float* g,
-                           std::uint16_t* g16, int rows, int in, int out) override;
-  void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
-                           std::size_t n) override;
+  // Under device.fused on sm_80 and later, copy_only outputs in a 16-bit type take cuBLASLt's epilogues
+  // (cublaslt_matmul.hpp): the 16-bit outputs written by the product with its bias, GELU from those;
+  // dW and db from one product.
+  void linear_forward(DType type, Operand x, Operand w, const float* bias, Output y, int rows, int in,
+                      int out) override;
+  void add_round(Output y, const float* x, std::size_t n) override;
+  void gelu_round(const float* x, Output y, std::size_t n) override;
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g, int rows, int in,
+                           int out) override;
+  void gelu_backward_round(const float* dy, Operand x, Output dx, std::size_t n) override;
   void accumulate_rounded(DType type, float* acc, float* x, std::size_t n) override;
-  // cuBLASLt's epilogues (cublaslt_matmul.hpp) under device.fused on sm_80 and later: the 16-bit
-  // outputs written by the product with its bias, GELU from those, dW and db from one product.
-  bool writes_16bit_outputs_only(DType type) const override;
-  void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
-                         int in, int out) override;
-  void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
-                              float* g, std::uint16_t* g16, int rows, int in, int out) override;
   void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                           float* dw_scratch, float* db_scratch, int rows, int in, int out) override;
-  void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
-                            std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) override;
   // Products taken through cuBLASLt so far (0 without device.fused), and why the last one it refused was.
   long long lt_products() const;
   std::string lt_refusal() const;
 
-  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, Output y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
   void layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,
                           const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
@@ -135,15 +122,11 @@ class CudaBackend final : public Backend {
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
   void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* row_stats,
-                         float* ctx, int B, int L, int H, int hd) override;
-  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                         Output ctx, int B, int L, int H, int hd) override;
+  // Fused, copy_only outputs in `compute` are written in place by the engines: cuDNN's O and dq/dk/dv,
+  // the own kernel's epilogues (cuda_flash_attention.cu).
+  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, Output dqkv,
                           int B, int L, int H, int hd) override;
-  // The fused engines' 16-bit outputs written in place: cuDNN's O and dq/dk/dv, the own kernel's
-  // epilogues (cuda_flash_attention.cu); where attention is not fused, the defaults.
-  void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
-                            std::uint16_t* ctx16, int B, int L, int H, int hd) override;
-  void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
-                             std::uint16_t* dqkv16, int B, int L, int H, int hd) override;
   bool fuses_attention(DType compute, int head_dim) const override;
   std::string attention_engine(DType compute, int head_dim) const override;
 
@@ -193,7 +176,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
-  // The fused path of attention_forward and attention_backward (and of their *_16 ops): cuDNN where it
+  // The fused path of attention_forward and attention_backward: cuDNN where it
   // takes the shape, else the own kernel; the output in fp32 (ctx, dqkv) or, where that is null, as
   // 16-bit patterns in `compute` (ctx16, dqkv16).
   void fused_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
@@ -226,6 +209,9 @@ class CudaBackend final : public Backend {
 
   // cuBLASLt with its workspace (taken from the arena on first use), where device.fused on sm_80+.
   LtMatmul* lt();
+  // Whether copy_only outputs in `type` are written alone (cuBLASLt's epilogues, LayerNorm's 16-bit
+  // pass): device.fused on sm_80 and later, a 16-bit type.
+  bool writes_copies_alone(DType type) const;
   // After cuBLASLt refused a product: rank 0 says so, once per kind of product and shape.
   void say_lt_refusal();
 

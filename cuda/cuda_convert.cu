@@ -38,25 +38,38 @@ __global__ void unpack_kernel(const std::uint16_t* packed, float* x, std::size_t
   for (std::size_t i = first_index(); i < n; i += grid_stride())
     x[i] = Format::widen(packed[i]);
 }
+// The conversions here are fp16's and bf16's; a storage type without one here is refused, not taken
+// for bf16.
+void require_sixteen_bits(DType t, const char* op) {
+  require(t == DType::f16 || t == DType::bf16, std::string("internal: ") + op + " to or from " + dtype_name(t));
+}
 }  // namespace
 
-void CudaBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) {
+void CudaBackend::round_to(Output out, std::size_t n) {
+  const DType dtype = out.dtype();
   if (dtype == DType::f32 || n == 0) return;
+  require_sixteen_bits(dtype, "round_to");
+  float* x = out.values;
+  auto* packed = static_cast<std::uint16_t*>(out.copy.data);
   if (dtype == DType::f16) round_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
   else round_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) {
-  require(dtype != DType::f32, "internal: pack to fp32");
+void CudaBackend::pack(const float* x, Target to, std::size_t n) {
+  const DType dtype = to.dtype;
+  require_sixteen_bits(dtype, "pack");
+  auto* packed = static_cast<std::uint16_t*>(to.data);
   if (n == 0) return;
   if (dtype == DType::f16) pack_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
   else pack_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(x, packed, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) {
-  require(dtype != DType::f32, "internal: unpack from fp32");
+void CudaBackend::unpack(Operand from, float* x, std::size_t n) {
+  const DType dtype = from.dtype;
+  require_sixteen_bits(dtype, "unpack");
+  const auto* packed = static_cast<const std::uint16_t*>(from.data);
   if (n == 0) return;
   if (dtype == DType::f16) unpack_kernel<Half><<<blocks_for(n), kThreads, 0, stream_>>>(packed, x, n);
   else unpack_kernel<BFloat16><<<blocks_for(n), kThreads, 0, stream_>>>(packed, x, n);

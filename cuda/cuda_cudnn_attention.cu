@@ -13,7 +13,8 @@
 //     remains: O widened to ctx (with the zeroing of empty samples), dctx narrowed to dO (as the own
 //     kernel's backward does), dq/dk/dv widened to dqkv (with the zeroing); qkv is read where it is
 //     (packed first only where it comes in fp32), forward's output as the layer kept it. Where the
-//     layer keeps only the 16-bit copies (attention_forward_16, attention_backward_16), cuDNN writes O
+//     layer keeps only the 16-bit copies (copy_only outputs of attention_forward and
+//     attention_backward), cuDNN writes O
 //     into ctx16 and dq/dk/dv into dqkv16 themselves (their layouts are the layers') and only the
 //     empty samples are zeroed there: no widening pass, and no rounding pass after it in the layer.
 #include <cmath>
@@ -156,7 +157,7 @@ void CudaBackend::cudnn_forward(DType compute, Operand qkv, const std::uint8_t* 
   auto* lse = reinterpret_cast<float*>(buf + at_lse);
   const void* qkv16 = qkv.data;
   if (qkv.dtype == DType::f32) {
-    pack(compute, static_cast<const float*>(qkv.data), reinterpret_cast<std::uint16_t*>(buf + at_qkv), qkv_n);
+    pack(static_cast<const float*>(qkv.data), {reinterpret_cast<std::uint16_t*>(buf + at_qkv), compute}, qkv_n);
     qkv16 = buf + at_qkv;
   }
   key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, masked_key_bias_bits(compute), bias, has_key);
@@ -190,19 +191,19 @@ void CudaBackend::cudnn_backward(DType compute, Operand qkv, const std::uint8_t*
   auto* dqkv16 = dqkv16_out ? dqkv16_out : reinterpret_cast<std::uint16_t*>(buf + at_dqkv);
   const void* qkv16 = qkv.data;
   if (qkv.dtype == DType::f32) {  // exact: q, k, v are values of the compute type
-    pack(compute, static_cast<const float*>(qkv.data), reinterpret_cast<std::uint16_t*>(buf + at_qkv), qkv_n);
+    pack(static_cast<const float*>(qkv.data), {reinterpret_cast<std::uint16_t*>(buf + at_qkv), compute}, qkv_n);
     qkv16 = buf + at_qkv;
   }
   const void* o16 = out.data;
   if (out.dtype == DType::f32) {  // rounded, as the layers' 16-bit copy of ctx would be
-    pack(compute, static_cast<const float*>(out.data), reinterpret_cast<std::uint16_t*>(buf + at_o), ctx_n);
+    pack(static_cast<const float*>(out.data), {reinterpret_cast<std::uint16_t*>(buf + at_o), compute}, ctx_n);
     o16 = buf + at_o;
   }
   key_bias_kernel<<<B, kThreads, 0, stream_>>>(key_mask, L, rows, masked_key_bias_bits(compute), bias, has_key);
   CUDA_CHECK_LAUNCH();
   stats_in_kernel<<<blocks_for(lse_n), kThreads, 0, stream_>>>(row_stats, lse, lse_n, std::size_t(H) * L, has_key);
   CUDA_CHECK_LAUNCH();
-  pack(compute, dctx, do16, ctx_n);  // rounded, as the unfused products take it
+  pack(dctx, {do16, compute}, ctx_n);  // rounded, as the unfused products take it
   cudnn_->backward(s, qkv16, bias, o16, do16, lse, dqkv16, buf + at_ws);
   deliver(stream_, dqkv16, dqkv16_out ? nullptr : dqkv, qkv_n, std::size_t(L) * 3 * D, has_key, compute == DType::bf16);
 }

@@ -29,7 +29,7 @@ __global__ void fill_rows_kernel(float* y, const float* row, std::size_t n, std:
 // order, then the lanes are added in a fixed tree, so the result has the same bits on every run.
 constexpr int kBiasColumns = 32, kBiasLanes = 32;
 
-// dy in fp32 or as 16-bit patterns read as their values (bias_grad_16): the same sums of the same values.
+// dy in fp32 or as 16-bit patterns read as their values: the same sums of the same values.
 __global__ void bias_grad_kernel(Operand dy, float* dbias, int rows, int cols) {
   __shared__ float partial[kBiasLanes][kBiasColumns + 1];  // +1: lanes of one column in distinct banks
   const int c = blockIdx.x * kBiasColumns + threadIdx.x;
@@ -80,17 +80,10 @@ void CudaBackend::fill_rows(float* y, const float* row, int rows, int cols) {
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
+void CudaBackend::bias_grad(Operand dy, float* dbias, int rows, int cols) {
   if (rows <= 0 || cols <= 0) return;
   const unsigned blocks = unsigned((cols + kBiasColumns - 1) / kBiasColumns);
-  bias_grad_kernel<<<blocks, dim3(kBiasColumns, kBiasLanes), 0, stream_>>>(fp32(dy), dbias, rows, cols);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) {
-  if (rows <= 0 || cols <= 0) return;
-  const unsigned blocks = unsigned((cols + kBiasColumns - 1) / kBiasColumns);
-  bias_grad_kernel<<<blocks, dim3(kBiasColumns, kBiasLanes), 0, stream_>>>(Operand{dy, dtype}, dbias, rows, cols);
+  bias_grad_kernel<<<blocks, dim3(kBiasColumns, kBiasLanes), 0, stream_>>>(dy, dbias, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 

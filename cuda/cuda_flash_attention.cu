@@ -15,8 +15,8 @@
 //
 // q, k, v are read where the qkv projection wrote them ([B, L, 3, H, hd], 16-bit), ctx written where the
 // output projection reads it ([B, L, H * hd]), dqkv in qkv's layout: no head-layout copies. ctx and dqkv
-// are written in fp32 or, for the layers that keep only their 16-bit copies (attention_forward_16,
-// attention_backward_16), as 16-bit patterns rounded in the epilogues (store_out): each dK, dV and dQ
+// are written in fp32 or, for the layers that keep only their 16-bit copies (copy_only outputs of
+// attention_forward and attention_backward), as 16-bit patterns rounded in the epilogues (store_out): each dK, dV and dQ
 // row is summed whole in one block's registers, so no fp32 scratch and no rounding pass are needed. The tensor
 // core products go through WMMA fragments (16 x 16 x 16, fp32 accumulators) on padded shared-memory
 // tiles.

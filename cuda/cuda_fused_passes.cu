@@ -6,8 +6,8 @@
 // takes its product with beta 0 and adds the bias in the rounding pass (no fill_rows pass, no read of
 // y by the product), which cuBLAS may sum in another order than the product with beta 1;
 // linear_gelu_forward is that linear_forward with the GELU in the same pass (its bits).
-// Where the layer reads only the 16-bit copies (writes_16bit_outputs_only), linear_forward_16 and
-// linear_gelu_forward_16 have cuBLASLt write the 16-bit output with its bias (no fp32 y at all), GELU
+// Where the layer reads only the 16-bit copies (copy_only outputs), linear_forward and
+// linear_gelu_forward have cuBLASLt write the 16-bit output with its bias (no fp32 y at all), GELU
 // read from that copy; linear_param_grads takes dW and db from one cuBLASLt product (BGRADB, no
 // bias_grad kernel) in 16 bits, added to the main grads from those (cublaslt_matmul.hpp).
 #include <cstdio>
@@ -21,6 +21,8 @@ namespace avtrain::cuda {
 
 namespace {
 
+std::uint16_t* bits_of(const Output& y) { return static_cast<std::uint16_t*>(y.copy.data); }
+
 // y[r, c] = round(y[r, c] + bias[c]) (bias may be null).
 __global__ void bias_round_kernel(DType type, float* y, const float* bias, std::uint16_t* y16, std::size_t n,
                                   std::size_t cols) {
@@ -31,12 +33,12 @@ __global__ void bias_round_kernel(DType type, float* y, const float* bias, std::
 }
 
 // The same, and g = round(gelu(y)) (the MLP's first layer and its activation in one pass).
-__global__ void bias_gelu_round_kernel(DType type, float* y, const float* bias, std::uint16_t* y16, float* g,
-                                       std::uint16_t* g16, std::size_t n, std::size_t cols) {
+__global__ void bias_gelu_round_kernel(DType type, float* y, const float* bias, std::uint16_t* y16, DType g_type,
+                                       float* g, std::uint16_t* g16, std::size_t n, std::size_t cols) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const float v = round_in(type, bias ? y[i] + bias[i % cols] : y[i], y16 ? y16 + i : nullptr);
     y[i] = v;
-    g[i] = round_in(type, gelu(v), g16 ? g16 + i : nullptr);
+    g[i] = round_in(g_type, gelu(v), g16 ? g16 + i : nullptr);
   }
 }
 
@@ -69,47 +71,72 @@ __global__ void accumulate_16_kernel(DType type, float* acc, const std::uint16_t
   for (std::size_t i = first_index(); i < n; i += grid_stride()) acc[i] += value_at(Operand{x16, type}, i);
 }
 
+const std::uint16_t* bits(Operand x) { return static_cast<const std::uint16_t*>(x.data); }
+
 }  // namespace
 
-void CudaBackend::linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
-                                 int rows, int in, int out) {
-  if (!options_.fused) return Backend::linear_forward(type, x, w, bias, y, y16, rows, in, out);
-  gemm(type, Trans::no, Trans::yes, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+// A copy_only y in the product's type: cuBLASLt writes its 16-bit copy with the bias (no fp32 y at all).
+void CudaBackend::linear_forward(DType type, Operand x, Operand w, const float* bias, Output y, int rows, int in,
+                                 int out) {
+  if (y.copy_only) {
+    if (writes_copies_alone(type) && y.copy.data && y.dtype() == type && x.dtype == type && w.dtype == type &&
+        lt()->linear_forward(stream_, type, bits(x), bits(w), bias, bits_of(y), rows, in, out)) {
+      gemm_flops_ += 2.0 * rows * in * out;
+      return;
+    }
+    say_lt_refusal();
+  }
+  if (!options_.fused) return Backend::linear_forward(type, x, w, bias, y, rows, in, out);
+  gemm(type, Trans::no, Trans::yes, rows, out, in, 1.0f, x, in, w, in, 0.0f, y.values, out);
   const std::size_t n = std::size_t(rows) * out;
-  if (n == 0 || (!bias && type == DType::f32)) return;
-  bias_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, y, bias, y16, n, std::size_t(out));
+  if (n == 0 || (!bias && y.dtype() == DType::f32)) return;
+  bias_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.dtype(), y.values, bias, bits_of(y), n,
+                                                             std::size_t(out));
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f,
-                                      std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in, int out) {
-  if (!options_.fused) return Backend::linear_gelu_forward(type, x, w, bias, f, f16, g, g16, rows, in, out);
-  gemm(type, Trans::no, Trans::yes, rows, out, in, 1.0f, x, in, w, in, 0.0f, f, out);
+// f and g copy_only in the product's type: f's copy from cuBLASLt, g's read from it.
+void CudaBackend::linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g,
+                                      int rows, int in, int out) {
+  if (f.copy_only && g.copy_only) {
+    if (writes_copies_alone(type) && f.copy.data && g.copy.data && f.dtype() == type && g.dtype() == type &&
+        x.dtype == type && w.dtype == type &&
+        lt()->linear_forward(stream_, type, bits(x), bits(w), bias, bits_of(f), rows, in, out)) {
+      gemm_flops_ += 2.0 * rows * in * out;
+      const std::size_t n = std::size_t(rows) * out;
+      gelu_16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, bits_of(f), bits_of(g), n);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+    say_lt_refusal();
+  }
+  if (!options_.fused) return Backend::linear_gelu_forward(type, x, w, bias, f, g, rows, in, out);
+  gemm(type, Trans::no, Trans::yes, rows, out, in, 1.0f, x, in, w, in, 0.0f, f.values, out);
   const std::size_t n = std::size_t(rows) * out;
   if (n == 0) return;
-  bias_gelu_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, f, bias, f16, g, g16, n, std::size_t(out));
+  bias_gelu_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(f.dtype(), f.values, bias, bits_of(f), g.dtype(),
+                                                                  g.values, bits_of(g), n, std::size_t(out));
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
-                                      std::size_t n) {
-  if (!options_.fused) return Backend::gelu_backward_round(type, dy, x, dx, dx16, n);
+void CudaBackend::gelu_backward_round(const float* dy, Operand x, Output dx, std::size_t n) {
+  if (!options_.fused) return Backend::gelu_backward_round(dy, x, dx, n);
   if (n == 0) return;
-  gelu_backward_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, dy, x, dx, dx16, n);
+  gelu_backward_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dx.dtype(), dy, x, dx.values, bits_of(dx), n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n) {
-  if (!options_.fused) return Backend::add_round(type, y, x, y16, n);
+void CudaBackend::add_round(Output y, const float* x, std::size_t n) {
+  if (!options_.fused) return Backend::add_round(y, x, n);
   if (n == 0) return;
-  add_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, y, x, y16, n);
+  add_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.dtype(), y.values, x, bits_of(y), n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n) {
-  if (!options_.fused) return Backend::gelu_round(type, x, y, y16, n);
+void CudaBackend::gelu_round(const float* x, Output y, std::size_t n) {
+  if (!options_.fused) return Backend::gelu_round(x, y, n);
   if (n == 0) return;
-  gelu_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, x, y, y16, n);
+  gelu_round_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.dtype(), x, y.values, bits_of(y), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -144,46 +171,14 @@ void CudaBackend::say_lt_refusal() {
 long long CudaBackend::lt_products() const { return lt_ ? lt_->products() : 0; }
 std::string CudaBackend::lt_refusal() const { return lt_ ? lt_->last_refusal() : "device.fused is off or the GPU is older than sm_80"; }
 
-bool CudaBackend::writes_16bit_outputs_only(DType type) const {
-  return options_.fused && lt_ && type != DType::f32;
-}
-
-namespace {
-const std::uint16_t* bits(Operand x) { return static_cast<const std::uint16_t*>(x.data); }
-}  // namespace
-
-void CudaBackend::linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
-                                    int rows, int in, int out) {
-  if (writes_16bit_outputs_only(type) && y16 && x.dtype == type && w.dtype == type &&
-      lt()->linear_forward(stream_, type, bits(x), bits(w), bias, y16, rows, in, out)) {
-    gemm_flops_ += 2.0 * rows * in * out;
-    return;
-  }
-  say_lt_refusal();
-  linear_forward(type, x, w, bias, y, y16, rows, in, out);
-}
-
-void CudaBackend::linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f,
-                                         std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in,
-                                         int out) {
-  if (writes_16bit_outputs_only(type) && f16 && g16 && x.dtype == type && w.dtype == type &&
-      lt()->linear_forward(stream_, type, bits(x), bits(w), bias, f16, rows, in, out)) {
-    gemm_flops_ += 2.0 * rows * in * out;
-    const std::size_t n = std::size_t(rows) * out;
-    gelu_16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(type, f16, g16, n);
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  say_lt_refusal();
-  linear_gelu_forward(type, x, w, bias, f, f16, g, g16, rows, in, out);
-}
+bool CudaBackend::writes_copies_alone(DType type) const { return options_.fused && lt_ && type != DType::f32; }
 
 // dW and db in the module's type from one product (BGRADB), written as 16-bit patterns into the
 // scratch the layer gives (half of dw_scratch's bytes, half of db_scratch's), then added to the main
 // grads: acc += round(x) as accumulate_rounded, reading 2 bytes an element where it read 4.
 void CudaBackend::linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                                      float* dw_scratch, float* db_scratch, int rows, int in, int out) {
-  if (writes_16bit_outputs_only(type) && dy.dtype == type && x.dtype == type) {
+  if (writes_copies_alone(type) && dy.dtype == type && x.dtype == type) {
     auto* dw16 = reinterpret_cast<std::uint16_t*>(dw_scratch);
     auto* db16 = db ? reinterpret_cast<std::uint16_t*>(db_scratch) : nullptr;
     if (lt()->weight_grad(stream_, type, bits(dy), bits(x), dw16, db16, rows, in, out)) {

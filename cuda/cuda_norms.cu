@@ -265,23 +265,21 @@ unsigned column_blocks(int cols) { return unsigned((cols + 255) / 256); }
 
 }  // namespace
 
-void CudaBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+// y in fp32, then rounded to its type (round_to). Under device.fused, a copy_only y's 16-bit copy
+// alone in the normalising pass (no fp32 y, no rounding pass).
+void CudaBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, Output y, float* mean,
                                     float* rstd, int rows, int dim, float eps) {
   if (rows <= 0) return;
+  if (y.copy_only && y.copy.data && writes_copies_alone(y.dtype())) {
+    layernorm_forward_kernel<true><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+        x, gamma, beta, y.values, mean, rstd, rows, dim, eps, y.dtype(), static_cast<std::uint16_t*>(y.copy.data));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   layernorm_forward_kernel<false><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-      x, gamma, beta, y, mean, rstd, rows, dim, eps, DType::f32, nullptr);
+      x, gamma, beta, y.values, mean, rstd, rows, dim, eps, DType::f32, nullptr);
   CUDA_CHECK_LAUNCH();
-}
-
-// Under device.fused, the 16-bit output alone in the normalising pass (no fp32 y, no rounding pass).
-void CudaBackend::layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
-                                       std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) {
-  if (!writes_16bit_outputs_only(type) || !y16)
-    return Backend::layernorm_forward_16(type, x, gamma, beta, y, y16, mean, rstd, rows, dim, eps);
-  if (rows <= 0) return;
-  layernorm_forward_kernel<true><<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-      x, gamma, beta, y, mean, rstd, rows, dim, eps, type, y16);
-  CUDA_CHECK_LAUNCH();
+  round_to(y, std::size_t(rows) * dim);
 }
 
 void CudaBackend::layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,

@@ -169,15 +169,11 @@ float abs_max_of_bits(std::uint32_t bits) {
 }
 }  // namespace
 
-float CudaBackend::abs_max(const float* x, std::size_t n) { return abs_max_of_bits(reduce(*this, x, n, AbsMaxBits{})); }
-
-// The same passes over the widened values: the fp32 values' bits.
-float CudaBackend::abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) {
-  return abs_max_of_bits(reduce(*this, Widened16{dtype, x}, n, AbsMaxBits{}));
-}
-
-void CudaBackend::abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) {
-  if (n) enqueue_reduce(*this, Widened16{dtype, x}, n, AbsMaxBits{}, MaxBitsInto{reinterpret_cast<std::uint32_t*>(result)});
+// A 16-bit copy: the same passes over the widened values, the fp32 values' bits.
+float CudaBackend::abs_max(Operand x, std::size_t n) {
+  if (x.dtype == DType::f32)
+    return abs_max_of_bits(reduce(*this, static_cast<const float*>(x.data), n, AbsMaxBits{}));
+  return abs_max_of_bits(reduce(*this, Widened16{x.dtype, static_cast<const std::uint16_t*>(x.data)}, n, AbsMaxBits{}));
 }
 
 // One tensor is the many-tensor pass over one span: the two give the same bits.
@@ -188,8 +184,11 @@ Backend::TensorStats CudaBackend::tensor_stats(const float* x, std::size_t n, fl
   return stats;
 }
 
-void CudaBackend::abs_max_into(const float* x, std::size_t n, float* result) {
-  if (n) enqueue_reduce(*this, x, n, AbsMaxBits{}, MaxBitsInto{reinterpret_cast<std::uint32_t*>(result)});
+void CudaBackend::abs_max_into(Operand x, std::size_t n, float* result) {
+  if (!n) return;
+  const MaxBitsInto into{reinterpret_cast<std::uint32_t*>(result)};
+  if (x.dtype == DType::f32) enqueue_reduce(*this, static_cast<const float*>(x.data), n, AbsMaxBits{}, into);
+  else enqueue_reduce(*this, Widened16{x.dtype, static_cast<const std::uint16_t*>(x.data)}, n, AbsMaxBits{}, into);
 }
 
 void CudaBackend::sum_squares_into(const float* x, std::size_t n, double* result) {

@@ -1,5 +1,5 @@
 #pragma once
-// The one kernel interface. Layers call only these ops; a backend (cpu/, later cuda/) implements
+// The one kernel interface. Layers call only these ops; a backend (cpu/, cuda/) implements
 // them. Pointers are to the backend's memory; every matrix is row-major. Ops that produce
 // parameter gradients ACCUMULATE (+=) into them, so micro-batches sum without extra passes.
 // Nothing here knows of layers, ranks or stages.
@@ -15,12 +15,42 @@ namespace avtrain {
 
 enum class Trans { no, yes };
 
-// A matrix operand in its storage type: fp32 values, or fp16/bf16 bit patterns.
+// A tensor an op reads, in its storage type: fp32 values, or fp16/bf16 bit patterns. `scale` is for
+// the types that carry a per-tensor scale (an fp32 in tensor memory); null for fp32, fp16 and bf16.
 struct Operand {
   const void* data;
   DType dtype;
+  const float* scale = nullptr;
 };
 inline Operand fp32(const float* x) { return {x, DType::f32}; }
+
+// A tensor an op writes in its storage type: the writable Operand (`scale` as there).
+struct Target {
+  void* data;
+  DType dtype;
+  float* scale = nullptr;
+};
+
+// What an op that rounds its results writes: their fp32 values, rounded to `copy.dtype` (fp32: not
+// rounded), and, where copy.data is not null, the same values in that storage type (fp16/bf16: their
+// bit patterns) in the same pass. `copy_only`: the caller reads the copy alone, so the values are the
+// op's scratch, undefined after: a backend may write the copy without them (CUDA under device.fused:
+// cuBLASLt's and the fused attention's 16-bit outputs), with the bits rounding the values would give.
+struct Output {
+  float* values;
+  Target copy{nullptr, DType::f32};
+  bool copy_only = false;
+  DType dtype() const { return copy.dtype; }
+  Operand read_copy() const { return {copy.data, copy.dtype, copy.scale}; }
+  // What a reader of the result takes: the copy where the op was asked for it alone, else the values.
+  Operand result() const { return copy_only ? read_copy() : fp32(values); }
+};
+// Values in fp32 (nothing rounded, no copy).
+inline Output fp32_out(float* values) { return {values, {nullptr, DType::f32}, false}; }
+// Values rounded to `type`, and its copy written to `copy` when that is not null.
+inline Output rounded(float* values, DType type, void* copy = nullptr) { return {values, {copy, type}, false}; }
+// The copy in `type` alone (not fp32): `scratch` the op's fp32 scratch.
+inline Output copy_only(float* scratch, DType type, void* copy) { return {scratch, {copy, type}, true}; }
 
 class Backend : public TensorMemory {
  public:
@@ -70,26 +100,27 @@ class Backend : public TensorMemory {
   virtual std::string gemm_engine(DType compute) const = 0;
 
   // ---- storage conversions (round to nearest even, subnormals, overflow to inf, NaN kept)
-  // x rounded to `dtype` in place; the 16-bit patterns also written to packed unless it is null.
-  virtual void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) = 0;
-  virtual void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) = 0;
-  virtual void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) = 0;
+  // x.values rounded to x's type in place; its copy also written unless copy.data is null.
+  virtual void round_to(Output x, std::size_t n) = 0;
+  // x's fp32 values stored in `packed`'s type (not fp32), and back.
+  virtual void pack(const float* x, Target packed, std::size_t n) = 0;
+  virtual void unpack(Operand packed, float* x, std::size_t n) = 0;
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;
   virtual void add(float* y, const float* x, std::size_t n) = 0;              // y += x
   virtual void scale(float* x, std::size_t n, float a) = 0;                   // x *= a
   virtual void fill_rows(float* y, const float* row, int rows, int cols) = 0; // y[r,:] = row
-  virtual void bias_grad(const float* dy, float* dbias, int rows, int cols) = 0;  // dbias += sum_r dy[r,:]
-  // The same of 16-bit patterns (fp16 or bf16) read as their values: the bits bias_grad gives those
-  // values in fp32 (widening is exact). bias_grad of an Operand: either, by its storage type.
-  virtual void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) = 0;
-  void bias_grad(Operand dy, float* dbias, int rows, int cols);
+  // dbias += sum_r dy[r,:]; dy's values in fp32 or its stored copy read as it is (widening is exact:
+  // a 16-bit copy gives the bits its fp32 values give).
+  virtual void bias_grad(Operand dy, float* dbias, int rows, int cols) = 0;
   virtual void gelu_forward(const float* x, float* y, std::size_t n) = 0;     // exact (erf) GELU
   // dx = dy * gelu'(x); x in fp32 (dx may be x) or a kept 16-bit copy read as it is (exact).
   virtual void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) = 0;
   virtual double sum_squares(const float* x, std::size_t n) = 0;
-  virtual float abs_max(const float* x, std::size_t n) = 0;
+  // The largest |x| (NaN where any is NaN); x in fp32 or a stored copy read as its values (widening
+  // is exact: the bits its fp32 values give; NaN stays NaN, inf inf).
+  virtual float abs_max(Operand x, std::size_t n) = 0;
   // One pass of the numbers layers.csv reports for a gradient tensor.
   struct TensorStats {
     double sum_squares = 0;
@@ -110,72 +141,49 @@ class Backend : public TensorMemory {
                                       TensorStats* result) = 0;
   // Folded into a result in the backend's memory without returning to the host, so a device runs
   // on; the result is read back once per step. *result = max(*result, |max| of x), NaN when either
-  // is NaN (as abs_max; *result starts at 0 or above); *result += sum_squares(x) (the same bits as
-  // sum_squares, added once).
-  virtual void abs_max_into(const float* x, std::size_t n, float* result) = 0;
+  // is NaN (as abs_max, x as it takes it; *result starts at 0 or above); *result += sum_squares(x)
+  // (the same bits as sum_squares, added once).
+  virtual void abs_max_into(Operand x, std::size_t n, float* result) = 0;
   virtual void sum_squares_into(const float* x, std::size_t n, double* result) = 0;
-  // abs_max and abs_max_into of 16-bit patterns (fp16 or bf16) read as their values: the bits the two
-  // give the fp32 values the patterns hold (widening is exact; NaN stays NaN, inf inf).
-  virtual float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) = 0;
-  virtual void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) = 0;
-  // Either, by the operand's storage type.
-  float abs_max(Operand x, std::size_t n);
-  void abs_max_into(Operand x, std::size_t n, float* result);
 
   // ---- fused passes: one op for what the layers would otherwise do in several passes over memory.
   // Each default runs the separate ops (their bits); a backend may fuse them (CUDA: device.fused).
-  // `type` is a module's type: results are rounded to it, their 16-bit patterns also written to the
-  // `*16` pointer when that is not null (fp32: nothing rounded, nothing written there).
+  // Results go to an Output: rounded to its type, its copy written where it has one (fp32: nothing
+  // rounded, nothing written there); where it is copy_only, the backend may write the copy alone.
   // The linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T (+ bias), products in `type`,
-  // rounded. Default: fill_rows (the bias), gemm with beta 1, round_to.
-  virtual void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
-                              int rows, int in, int out);
-  // y = round(y + x) (a residual). Default: add, round_to.
-  virtual void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n);
+  // rounded to y's type. Default: fill_rows (the bias), gemm with beta 1, round_to.
+  virtual void linear_forward(DType type, Operand x, Operand w, const float* bias, Output y, int rows, int in,
+                              int out);
+  // y = round(y + x) (a residual; y.values read and written). Default: add, round_to.
+  virtual void add_round(Output y, const float* x, std::size_t n);
   // y = round(gelu(x)). Default: gelu_forward, round_to.
-  virtual void gelu_round(DType type, const float* x, float* y, std::uint16_t* y16, std::size_t n);
+  virtual void gelu_round(const float* x, Output y, std::size_t n);
   // A linear layer with a GELU after it (the MLP's first layer): f = linear_forward's y, then
-  // g = round(gelu(f)). Default: linear_forward, gelu_round.
-  virtual void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
-                                   float* g, std::uint16_t* g16, int rows, int in, int out);
-  // The gradient at a GELU's input in `type`: dx = round(dy * gelu'(x)) (x as gelu_backward takes it;
-  // dx may be dy). Default: gelu_backward, round_to.
-  virtual void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
-                                   std::size_t n);
+  // g = round(gelu(f)). Default: linear_forward, gelu_round (g from f's values; where f is copy_only,
+  // its values are still written by the default's linear_forward).
+  virtual void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g, int rows,
+                                   int in, int out);
+  // The gradient at a GELU's input: dx = round(dy * gelu'(x)) (x as gelu_backward takes it; dx.values
+  // may be dy). Default: gelu_backward, round_to.
+  virtual void gelu_backward_round(const float* dy, Operand x, Output dx, std::size_t n);
   // acc += round(x) (a micro-batch's gradient in the module's type added to the fp32 main grads);
   // x is scratch: left rounded or as it was. Default: round_to, add.
   virtual void accumulate_rounded(DType type, float* acc, float* x, std::size_t n);
-  // Outputs in 16 bits only. True where linear_forward_16, linear_gelu_forward_16 and layernorm_forward_16
-  // in `type` write only the 16-bit copies (the fp32 buffers they are given are their scratch, undefined
-  // after), so a layer that reads only those copies (products, statistics through abs_max_into of an
-  // Operand) should call them. Default false: the layers call linear_forward, linear_gelu_forward and
-  // LayerNorm's layernorm_forward and round_to as they always have.
-  virtual bool writes_16bit_outputs_only(DType /*type*/) const { return false; }
-  // linear_forward with y16 (not null) its output: y is scratch (rows x out floats). Default:
-  // linear_forward (y written too).
-  virtual void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16,
-                                 int rows, int in, int out);
-  // linear_gelu_forward with f16 and g16 (not null) its outputs: f and g are scratch. Default:
-  // linear_gelu_forward.
-  virtual void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f,
-                                      std::uint16_t* f16, float* g, std::uint16_t* g16, int rows, int in, int out);
-  // layernorm_forward, then y rounded to `type` with its patterns written to y16 (not null); y is
-  // scratch where writes_16bit_outputs_only(type). Default: layernorm_forward, round_to.
-  virtual void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
-                                    std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps);
   // The linear layer's parameter gradients from a micro-batch: dW[out, in] += dy^T x and, when db is not
   // null, db[out] += the column sums of dy. dy[rows, out] comes as dy_values (fp32) and as dy, the
   // operand the product reads (its 16-bit copy or dy_values). fp32: the product accumulates into dW
   // (beta 1) and bias_grad into db. 16-bit types: both are taken in `type` into dw_scratch (out x in
   // floats) and db_scratch (out floats), then added as accumulate_rounded (acc += round(x)). dy_values
-  // may be null where dy is 16-bit and its fp32 values were never written (fused attention's dqkv16):
-  // db then from dy's patterns (bias_grad_16, the same bits). Default: those separate ops.
+  // may be null where dy is 16-bit and its fp32 values were never written (a copy_only output, fused
+  // attention's dqkv): db then from dy's patterns (bias_grad of that operand, the same bits). Default:
+  // those separate ops.
   virtual void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                                   float* dw_scratch, float* db_scratch, int rows, int in, int out);
 
   // ---- normalisation; statistics always in fp32
-  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                                 float* mean, float* rstd, int rows, int dim, float eps) = 0;
+  // LayerNorm over the last dimension, y rounded to its type (its copy written where it has one).
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, Output y, float* mean,
+                                 float* rstd, int rows, int dim, float eps) = 0;
   // x as forward read it: fp32, or a kept 16-bit copy read as it is (exact).
   virtual void layernorm_backward(const float* dy, Operand x, const float* gamma,
                                   const float* mean, const float* rstd, float* dx, float* dgamma,
@@ -206,8 +214,9 @@ class Backend : public TensorMemory {
   // `compute`), or is null: then no L x L tensor outlives the head it belongs to (on a GPU, a group
   // of samples' scratch). row_stats[B, H, L, 2], when not null, gets each query row's softmax
   // statistics: the largest scaled score over the valid keys and 1 / the sum of their exponentials.
+  // ctx is rounded to its type (its copy written where it has one); copy_only: see below.
   virtual void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p,
-                                 float* row_stats, float* ctx, int B, int L, int H, int hd) = 0;
+                                 float* row_stats, Output ctx, int B, int L, int H, int hd) = 0;
   // What backward reads the probabilities from: p as forward returned it (kept), or p recomputed from
   // q, k, the mask and forward's row statistics (the same scores, the same exponentials, the same
   // roundings: the same bits), then rounded to `kept_as` as a copy kept in that type would have been.
@@ -237,22 +246,17 @@ class Backend : public TensorMemory {
   // for). Its row_stats may hold (lse, 1) instead of (max, 1 / sum): the same
   // probabilities, exp(s - max) / sum = exp(s - lse); a backward reads what its forward wrote.
   virtual std::string attention_engine(DType /*compute*/, int /*head_dim*/) const { return {}; }
-  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated).
-  virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
-                                  float* dqkv, int B, int L, int H, int hd) = 0;
-  // Fused attention with 16-bit outputs alone (the layers call these where fuses_attention and
-  // writes_16bit_outputs_only hold): the output's and the gradient's 16-bit patterns in `compute` (bf16
-  // or fp16), the bits round_to(compute) of attention_forward's ctx and attention_backward's dqkv would
-  // give (a sample without a valid key: 0), written where the output projection and the qkv projection's
-  // backward read them; ctx and dqkv are the ops' fp32 scratch ([B, L, H*hd] and [B, L, 3, H, hd]
-  // floats), undefined after. Forward keeps no p (row_stats as attention_forward's with p null).
-  // Defaults: attention_forward / attention_backward into the scratch, then round_to; CUDA writes the
-  // patterns from its engines (cuDNN's O and dq/dk/dv in place, the own kernel's epilogues): no pass
+  // dctx[B, L, H*hd] -> dqkv[B, L, 3, H, hd] (written, not accumulated), rounded to its type (its copy
+  // written where it has one).
+  // Outputs copy_only in `compute` (bf16 or fp16; the layers ask for them where attention is fused and
+  // its products are in qkv's type): the output's and the gradient's copies, the bits round_to of ctx
+  // and dqkv would give (a sample without a valid key: 0), written where the output projection and the
+  // qkv projection's backward read them; the values are the ops' scratch, undefined after. The CPU
+  // writes the values and rounds them; CUDA, where attention runs fused (forward given no p), writes
+  // the copies from its engines (cuDNN's O and dq/dk/dv in place, the own kernel's epilogues): no pass
   // widening them to fp32 and none rounding them back.
-  virtual void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats,
-                                    float* ctx, std::uint16_t* ctx16, int B, int L, int H, int hd);
-  virtual void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
-                                     float* dqkv, std::uint16_t* dqkv16, int B, int L, int H, int hd);
+  virtual void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx,
+                                  Output dqkv, int B, int L, int H, int hd) = 0;
 
   // ---- audio front end (no parameters, forward only)
   // frames[B, T, win] = audio[b, t*hop + i] * window[i]

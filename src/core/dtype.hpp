@@ -13,7 +13,15 @@ constexpr EnumNames<DType, 3> enum_names(DType) {
   return {{{DType::f32, "fp32"}, {DType::f16, "fp16"}, {DType::bf16, "bf16"}}};
 }
 
-inline std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+// Bytes an element takes in storage.
+inline std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
+  }
+  return 4;
+}
 inline const char* dtype_name(DType t) { return enum_name(t); }
 
 }  // namespace avtrain

@@ -123,7 +123,7 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<HeadState&>(state_base);
   const int B = flow.B, L = flow.L, D = D_, rows = B * L, Ta = flow.audio_tokens;
   const std::size_t n = std::size_t(rows) * D;
-  be_.round_to(cls_.dtype(), st.dlogits.data(), nullptr, st.dlogits.size());
+  be_.round_to(rounded(st.dlogits.data(), cls_.dtype()), st.dlogits.size());
   Buffer& dz = ws_[kZ];
   dz.resize(std::size_t(B) * 2 * D);
   cls_.backward(be_, st.z.operand(), st.dlogits.data(), dz.data(), B);
@@ -139,7 +139,7 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   be_.fill(dy.data(), n, 0.0f);
   be_.masked_mean_pool_backward(st.dpa.data(), flow.token_mask.data(), dy.data(), B, L, D, 0, Ta);
   be_.masked_mean_pool_backward(st.dpv.data(), flow.token_mask.data(), dy.data(), B, L, D, Ta, L);
-  be_.round_to(ln_.dtype(), dy.data(), nullptr, n);
+  be_.round_to(rounded(dy.data(), ln_.dtype()), n);
   flow.dx.resize(n);
   ln_.backward(be_, st.x.operand(), dy.data(), st.mean.data(), st.rstd.data(), flow.dx.data(), rows);
   note_gradient(be_, flow, ln_.module(), flow.dx.data(), n);

@@ -106,7 +106,7 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   Buffer& audio = ws_[kAudio];
   audio.resize(na);
   be_.gelu_forward(bn_values, audio.data(), na);
-  be_.round_to(bn_.dtype(), audio.data(), nullptr, na);
+  be_.round_to(rounded(audio.data(), bn_.dtype()), na);
   note_activation(be_, flow, bn_.module(), audio.data(), na);
 
   // Video branch.
@@ -129,7 +129,7 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   flow.x.resize(std::size_t(B) * L * D);
   be_.embed_forward(audio.data(), video.data(), params_.value(pos_), params_.value(modality_), flow.x.data(), B, Ta,
                     L, D);
-  be_.round_to(embed_dtype_, flow.x.data(), nullptr, flow.x.size());
+  be_.round_to(rounded(flow.x.data(), embed_dtype_), flow.x.size());
   flow.x_dtype = embed_dtype_;
   note_activation(be_, flow, "embed", flow.x.data(), flow.x.size());
 }
@@ -138,7 +138,7 @@ void AVInput::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<AVInputState&>(state_base);
   const int B = flow.B, D = D_, Ta = g_.audio_tokens, Nv = g_.video_tokens, L = g_.tokens;
   const std::size_t na = std::size_t(B) * Ta * D, nv = std::size_t(B) * Nv * D;
-  be_.round_to(embed_dtype_, flow.dx.data(), nullptr, flow.dx.size());
+  be_.round_to(rounded(flow.dx.data(), embed_dtype_), flow.dx.size());
   Buffer& d_audio = ws_[kAudio];
   Buffer& d_video = ws_[kVideo];
   d_audio.resize(na);
@@ -146,20 +146,20 @@ void AVInput::backward(Flow& flow, LayerState& state_base) {
   be_.embed_backward(flow.dx.data(), d_audio.data(), d_video.data(), params_.grad(pos_), params_.grad(modality_), B,
                      Ta, L, D);
   be_.mask_rows(d_video.data(), st.video_mask.data(), B * Nv, D);
-  be_.round_to(patch_.dtype(), d_video.data(), nullptr, nv);
+  be_.round_to(rounded(d_video.data(), patch_.dtype()), nv);
   patch_.backward(be_, st.patches.operand(), d_video.data(), nullptr, B * Nv);
 
-  be_.round_to(bn_.dtype(), d_audio.data(), nullptr, na);
+  be_.round_to(rounded(d_audio.data(), bn_.dtype()), na);
   Buffer& d_bn = ws_[kLogmel];
   d_bn.resize(na);
   be_.gelu_backward(d_audio.data(), st.bn_out.operand(), d_bn.data(), na);
-  be_.round_to(bn_.dtype(), d_bn.data(), nullptr, na);
+  be_.round_to(rounded(d_bn.data(), bn_.dtype()), na);
   note_gradient(be_, flow, bn_.module() + " (GELU)", d_bn.data(), na);
   const float* conv_out = st.conv_out.load(be_, ws_[kConv]);
   Buffer& d_conv = d_audio;  // d_audio has been read
   bn_.backward(be_, conv_out, st.audio_mask.data(), d_bn.data(), st.bn_mean.data(), st.bn_rstd.data(),
                d_conv.data(), B * Ta);
-  be_.round_to(conv_.dtype(), d_conv.data(), nullptr, na);
+  be_.round_to(rounded(d_conv.data(), conv_.dtype()), na);
   note_gradient(be_, flow, bn_.module(), d_conv.data(), na);
   conv_.backward(be_, st.col.operand(), d_conv.data(), nullptr, B, g_.frames);
 }

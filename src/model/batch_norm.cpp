@@ -21,7 +21,7 @@ void BatchNorm1d::forward(Backend& be, const float* x, const std::uint8_t* row_m
     be.batchnorm_forward_eval(x, row_mask, params_.value(gamma_), params_.value(beta_),
                               params_.value(running_mean_), params_.value(running_var_), y, rows, ch_, eps_);
   }
-  be.round_to(dtype_, y, nullptr, std::size_t(rows) * ch_);
+  be.round_to(rounded(y, dtype_), std::size_t(rows) * ch_);
 }
 
 void BatchNorm1d::fold_running_stats(Backend& be, const std::function<void(float*, std::size_t)>& combine,
@@ -42,7 +42,7 @@ void BatchNorm1d::backward(Backend& be, const float* x, const std::uint8_t* row_
                            const float* mean, const float* rstd, float* dx, int rows) {
   be.batchnorm_backward(dy, x, row_mask, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),
                         params_.grad(beta_), rows, ch_);
-  be.round_to(dtype_, dx, nullptr, std::size_t(rows) * ch_);
+  be.round_to(rounded(dx, dtype_), std::size_t(rows) * ch_);
 }
 
 }  // namespace avtrain

@@ -11,7 +11,7 @@ void Conv1d::forward(Backend& be, const float* x, Buffer& col, float* y, int B, 
   const int To = output_length(T);
   col.resize(std::size_t(B) * To * col_width());
   be.im2col_1d(x, col.data(), B, T, in_, kernel_, stride_, pad_, To);
-  be.round_to(dtype(), col.data(), nullptr, col.size());
+  be.round_to(rounded(col.data(), dtype()), col.size());
   linear_.forward(be, fp32(col.data()), y, B * To);
 }
 
@@ -24,7 +24,7 @@ void Conv1d::backward(Backend& be, Operand col, const float* dy, float* dx, int 
   dcol_.resize(std::size_t(B) * To * col_width());
   linear_.backward(be, col, dy, dcol_.data(), B * To);
   be.col2im_1d(dcol_.data(), dx, B, T, in_, kernel_, stride_, pad_, To);
-  be.round_to(dtype(), dx, nullptr, std::size_t(B) * T * in_);
+  be.round_to(rounded(dx, dtype()), std::size_t(B) * T * in_);
 }
 
 }  // namespace avtrain

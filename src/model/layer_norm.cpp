@@ -8,22 +8,15 @@ LayerNorm::LayerNorm(ParamStore& params, std::string module, int dim, DType dtyp
   beta_ = params.add(module_, "bias", {dim}, Init::zeros, 0, false);
 }
 
-void LayerNorm::forward(Backend& be, const float* x, float* y, float* mean, float* rstd, int rows, std::uint16_t* y16) {
+void LayerNorm::forward(Backend& be, const float* x, Output y, float* mean, float* rstd, int rows) {
   be.layernorm_forward(x, params_.value(gamma_), params_.value(beta_), y, mean, rstd, rows, dim_, eps_);
-  be.round_to(dtype_, y, y16, std::size_t(rows) * dim_);
-}
-
-void LayerNorm::forward_16(Backend& be, const float* x, float* scratch, float* mean, float* rstd, int rows,
-                           std::uint16_t* y16) {
-  be.layernorm_forward_16(dtype_, x, params_.value(gamma_), params_.value(beta_), scratch, y16, mean, rstd, rows, dim_,
-                          eps_);
 }
 
 void LayerNorm::backward(Backend& be, Operand x, const float* dy, const float* mean, const float* rstd, float* dx,
                          int rows) {
   be.layernorm_backward(dy, x, params_.value(gamma_), mean, rstd, dx, params_.grad(gamma_),
                         params_.grad(beta_), rows, dim_);
-  be.round_to(dtype_, dx, nullptr, std::size_t(rows) * dim_);
+  be.round_to(rounded(dx, dtype_), std::size_t(rows) * dim_);
 }
 
 }  // namespace avtrain

@@ -187,7 +187,7 @@ void ParamStore::refresh(Backend& be, FlatPart part) {
     const CopyTarget to = copy_target(p, mine);
     if (!to.data) continue;
     if (to.type == DType::f32) be.copy(to.data, from, mine.size() * sizeof(float));
-    else be.pack(to.type, from, static_cast<std::uint16_t*>(to.data), mine.size());
+    else be.pack(from, {to.data, to.type}, mine.size());
   }
 }
 

@@ -16,26 +16,28 @@ class SavedTensor {
   const float* keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, false); }
   // Rounds `values` to `dtype` in place, then keeps them (one pass for 16-bit types).
   const float* round_and_keep(Backend& be, Buffer& values, DType dtype) { return take(be, values, dtype, true); }
-  // Keeps `values` as `write(packed)` leaves them: an op that rounds them to `dtype` and writes their
-  // 16-bit patterns to `packed` as it goes (no pass of its own; null for fp32, then swapped in).
+  // Keeps `values` as `write(y)` leaves them: an op that writes the Output y, `values` rounded to
+  // `dtype` with this tensor's copy in the same pass (no pass of its own; fp32: no copy, the values
+  // swapped in). `copy_only` (16-bit types): the op may write the copy alone, `values` its scratch.
   template <typename Write>
-  const float* keep_written(Buffer& values, DType dtype, Write&& write) {
+  const float* keep_written(Buffer& values, DType dtype, bool copy_only, Write&& write) {
     dtype_ = dtype;
     size_ = values.size();
     if (dtype == DType::f32) {
-      write(static_cast<std::uint16_t*>(nullptr));
+      write(fp32_out(values.data()));
       std::swap(f32_, values);
       return f32_.data();
     }
     packed_.resize(size_);
-    write(packed_.data());
+    write(copy_only ? avtrain::copy_only(values.data(), dtype, packed_.data())
+                    : rounded(values.data(), dtype, packed_.data()));
     return values.data();
   }
   // The values in fp32: this tensor's own storage, or unpacked into `scratch`.
   const float* load(Backend& be, Buffer& scratch) const {
     if (dtype_ == DType::f32) return f32_.data();
     scratch.resize(size_);
-    be.unpack(dtype_, packed_.data(), scratch.data(), size_);
+    be.unpack(operand(), scratch.data(), size_);
     return scratch.data();
   }
   // As a matrix operand, in its stored type.
@@ -55,8 +57,8 @@ class SavedTensor {
       return f32_.data();
     }
     packed_.resize(size_);
-    if (round) be.round_to(dtype, values.data(), packed_.data(), size_);
-    else be.pack(dtype, values.data(), packed_.data(), size_);
+    if (round) be.round_to(rounded(values.data(), dtype, packed_.data()), size_);
+    else be.pack(values.data(), {packed_.data(), dtype}, size_);
     return values.data();
   }
 

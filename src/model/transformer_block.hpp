@@ -40,15 +40,16 @@ class TransformerBlock final : public Layer {
   static DType attention_products(DType qkv) { return qkv == DType::bf16 ? DType::bf16 : DType::f32; }
   DType attention_products() const { return attention_products(qkv_.dtype()); }
   bool fused_attention() const { return attention_fused(be_, qkv_.dtype(), hd_); }
-  // Fused attention that writes ctx's and dqkv's 16-bit copies alone (Backend::attention_forward_16,
-  // attention_backward_16): where it is fused and the backend writes 16-bit outputs only in qkv's type.
-  bool attention_16_only() const;
-  // dy (+ plus, when not null) rounded to the type of the module it is the output gradient of and,
-  // in a 16-bit type, its patterns written to the workspace's 16-bit copy in the same pass (returned;
-  // null in fp32): the module's two products read it without packing dy each.
-  const std::uint16_t* round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus = nullptr);
-  // The workspace's 16-bit copy for an output gradient of `layer` (null in fp32).
-  std::uint16_t* grad16(const Linear& layer, std::size_t count);
+  // Whether attention's outputs are asked for as copies alone (copy_only ctx and dqkv): where it is
+  // fused and its products are in qkv's type, so the fused engines may write the 16-bit copies
+  // themselves and the block reads only those.
+  bool attention_copy_only() const;
+  // The output gradient of `layer` at dy, to be rounded to the module's type: in a 16-bit type with
+  // the workspace's 16-bit copy as its copy (the module's two products read it without packing dy
+  // each; copy_only: the copy alone is the result), in fp32 the values alone.
+  Output grad_output(const Linear& layer, float* dy, std::size_t count, bool copy_only = false);
+  // dy (+ plus, when not null) rounded so (grad_output), in one pass; returns the Output.
+  Output round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus = nullptr);
   State& recomputed_state();
   // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
   // `out`, the block's output goes there and each module's output is noted (the forward proper);

@@ -128,7 +128,7 @@ double DistributedOptimizer::working_sum_squares() {
   double sum = 0;
   for (std::size_t begin = 0; begin < working.size(); begin += kChunk) {
     const std::size_t n = std::min(kChunk, working.size() - begin);
-    be_.unpack(params_.working_type(), working.data() + begin, scratch.data(), n);
+    be_.unpack({working.data() + begin, params_.working_type()}, scratch.data(), n);
     sum += be_.tensor_stats(scratch.data(), n, 0.0f).sum_squares;
   }
   return sum;

@@ -44,7 +44,7 @@ void GradBuckets::launch(Bucket& b) {
   be_.scale(g, n, 1.0f / float(group_.size()));
   void* travels = g;
   if (wire_ != DType::f32) {
-    be_.pack(wire_, g, b.wire.data(), n);
+    be_.pack(g, {b.wire.data(), wire_}, n);
     travels = b.wire.data();
   }
   b.request = scatter_ ? group_.reduce_scatter_async(travels, b.parts, wire_)
@@ -75,7 +75,7 @@ void GradBuckets::finish(const std::function<void(std::size_t)>& waiting_for) {
     // Under ZeRO only this replica's part holds sums.
     const std::size_t lo = scatter_ ? b.parts[std::size_t(group_.rank())] : 0;
     const std::size_t hi = scatter_ ? b.parts[std::size_t(group_.rank()) + 1] : b.end - b.begin;
-    if (hi > lo) be_.unpack(wire_, b.wire.data() + lo, grads_ + b.begin + lo, hi - lo);
+    if (hi > lo) be_.unpack({b.wire.data() + lo, wire_}, grads_ + b.begin + lo, hi - lo);
   }
 }
 

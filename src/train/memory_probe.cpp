@@ -15,7 +15,7 @@ namespace {
 // forward's time (its outputs keep whatever their memory held).
 class SizesOnlyBackend final : public CpuBackend {
  public:
-  void attention_forward(DType, Operand, const std::uint8_t*, float*, float*, float*, int, int, int, int) override {}
+  void attention_forward(DType, Operand, const std::uint8_t*, float*, float*, Output, int, int, int, int) override {}
 };
 
 // A micro-batch with every sample at full length: what the memory estimate runs.

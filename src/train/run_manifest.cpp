@@ -146,7 +146,9 @@ void RunManifest::log_layout(std::ostream& log, const StagePlan& plan, const std
   if (policy_.compute() != DType::f32)
     log << "[rank 0] precision " << dtype_name(policy_.compute()) << ", loss scaling " << loss_scaling
         << ", attention " << attention_path() << "\n";
-  if (policy_.compute() != DType::f32 && be_.writes_16bit_outputs_only(policy_.compute()))
+  // The products' engine names the epilogues where the linears take them (CUDA under device.fused).
+  if (policy_.compute() != DType::f32 &&
+      be_.gemm_engine(policy_.compute()).find("cuBLASLt epilogues") != std::string::npos)
     log << "[rank 0] linear layers: cuBLASLt epilogues (16-bit outputs with their bias, bias gradients)\n";
   log << "[rank 0] parameter memory of rank " << topo.rank << ": " << parameter_memory << "\n";
 }

@@ -35,7 +35,7 @@ void StageLink::send_activation(const Flow& flow) {
     tokens = o.tokens.data(), bytes = o.tokens.bytes();
   } else {
     o.packed.resize(n);
-    be_.pack(flow.x_dtype, flow.x.data(), o.packed.data(), n);
+    be_.pack(flow.x.data(), {o.packed.data(), flow.x_dtype}, n);
     tokens = o.packed.data(), bytes = o.packed.bytes();
   }
   const int next = act_.rank() + 1;
@@ -70,7 +70,7 @@ void StageLink::recv_activation(Flow& flow) {
   act_.group_end();
   got_mask.wait();
   got_tokens.wait();
-  if (!f32) be_.unpack(flow.x_dtype, packed_in_.data(), flow.x.data(), n);
+  if (!f32) be_.unpack({packed_in_.data(), flow.x_dtype}, flow.x.data(), n);
 }
 
 void StageLink::send_gradient(const Flow& flow) {

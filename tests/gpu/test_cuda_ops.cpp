@@ -194,10 +194,10 @@ HostOperand make_operand(Backend& cpu, std::size_t n, const std::string& key, DT
   HostOperand op{store, normal(n, key), {}};
   if (store != DType::f32) {
     op.b16.resize(n);
-    cpu.pack(store, op.f32.data(), op.b16.data(), n);
+    cpu.pack(op.f32.data(), {op.b16.data(), store}, n);
     op.f32.clear();
   } else if (compute != DType::f32) {
-    cpu.round_to(compute, op.f32.data(), nullptr, n);
+    cpu.round_to(rounded(op.f32.data(), compute), n);
   }
   return op;
 }
@@ -356,10 +356,10 @@ TEST_P(CudaConvert, PackGivesTheCpuBitsIncludingOverflowSubnormalsInfAndNaN) {
   const DType t = GetParam();
   const auto x = conversion_inputs();
   std::vector<std::uint16_t> want(x.size());
-  cpu().pack(t, x.data(), want.data(), x.size());
+  cpu().pack(x.data(), {want.data(), t}, x.size());
   DevF dx(gpu(), x);
   DeviceBuffer<std::uint16_t> dp(gpu(), std::vector<std::uint16_t>(x.size(), poison16(t)));
-  gpu().pack(t, dx, dp, x.size());
+  gpu().pack(dx, {dp, t}, x.size());
   EXPECT_TRUE(same_bits(dp.download(), want));
 }
 
@@ -368,16 +368,16 @@ TEST_P(CudaConvert, RoundToGivesTheCpuBitsInPlaceAndPacked) {
   const auto x = conversion_inputs();
   std::vector<float> want = x;
   std::vector<std::uint16_t> want_packed(x.size());
-  cpu().round_to(t, want.data(), want_packed.data(), x.size());
+  cpu().round_to(rounded(want.data(), t, want_packed.data()), x.size());
   {
     DevF dx(gpu(), x);
     DeviceBuffer<std::uint16_t> dp(gpu(), std::vector<std::uint16_t>(x.size(), poison16(t)));
-    gpu().round_to(t, dx, dp, x.size());
+    gpu().round_to(rounded(dx, t, dp), x.size());
     EXPECT_TRUE(same_bits(bits(dx.download()), bits(want))) << "rounded values";
     EXPECT_TRUE(same_bits(dp.download(), want_packed)) << "packed patterns";
   }
   DevF dx(gpu(), x);
-  gpu().round_to(t, dx, nullptr, x.size());
+  gpu().round_to(rounded(dx, t), x.size());
   EXPECT_TRUE(same_bits(bits(dx.download()), bits(want))) << "rounded values, no packed output";
 }
 
@@ -386,10 +386,10 @@ TEST_P(CudaConvert, UnpackGivesTheCpuBitsForEverySixteenBitPattern) {
   std::vector<std::uint16_t> p(65536 + 4465);  // every pattern, then more: 70001 in all
   for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::uint16_t(i * 40503u);  // odd multiplier: a permutation
   std::vector<float> want(p.size());
-  cpu().unpack(t, p.data(), want.data(), p.size());
+  cpu().unpack({p.data(), t}, want.data(), p.size());
   DeviceBuffer<std::uint16_t> dp(gpu(), p);
   DevF dx(gpu(), from_bits(std::vector<std::uint32_t>(p.size(), kPoison32)));
-  gpu().unpack(t, dp, dx, p.size());
+  gpu().unpack({dp, t}, dx, p.size());
   EXPECT_TRUE(same_bits(bits(dx.download()), bits(want)));
 }
 
@@ -476,8 +476,8 @@ TEST_F(CudaOps, BiasGradAccumulatesColumnSums) {
     const auto dy = normal(sz(rows, cols), "bias_grad.dy");
     std::vector<float> want = normal(cols, "bias_grad.db");
     DevF ddy(gpu(), dy), ddb(gpu(), want);
-    cpu().bias_grad(dy.data(), want.data(), rows, cols);
-    gpu().bias_grad(ddy, ddb, rows, cols);
+    cpu().bias_grad(fp32(dy.data()), want.data(), rows, cols);
+    gpu().bias_grad(fp32(ddy), ddb, rows, cols);
     EXPECT_TRUE(close_l2(ddb.download(), want, kF32)) << rows << " x " << cols;
   }
 }
@@ -490,16 +490,16 @@ TEST_F(CudaOps, BiasGrad16IsBiasGradOfTheWidenedValues) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(rows) + " x " + std::to_string(cols));
       auto dy = normal(sz(rows, cols), "bias_grad16.dy");
       std::vector<std::uint16_t> dy16(dy.size());
-      cpu().round_to(t, dy.data(), dy16.data(), dy.size());
+      cpu().round_to(rounded(dy.data(), t, dy16.data()), dy.size());
       const auto db0 = normal(cols, "bias_grad16.db");
       std::vector<float> want = db0, cpu16 = db0;
-      cpu().bias_grad(dy.data(), want.data(), rows, cols);
+      cpu().bias_grad(fp32(dy.data()), want.data(), rows, cols);
       cpu().bias_grad(Operand{dy16.data(), t}, cpu16.data(), rows, cols);
       EXPECT_TRUE(cpu16 == want) << "CPU: not the bits of the widened values";
       DevF ddy(gpu(), dy), ddb(gpu(), db0), ddb16(gpu(), db0);
       DeviceBuffer<std::uint16_t> ddy16(gpu(), dy16);
-      gpu().bias_grad(ddy, ddb, rows, cols);
-      gpu().bias_grad_16(t, ddy16, ddb16, rows, cols);
+      gpu().bias_grad(fp32(ddy), ddb, rows, cols);
+      gpu().bias_grad(Operand{ddy16, t}, ddb16, rows, cols);
       EXPECT_TRUE(ddb16.download() == ddb.download()) << "GPU: not the bits of the widened values";
       EXPECT_TRUE(close_l2(ddb16.download(), want, kF32));
     }
@@ -534,7 +534,7 @@ TEST_F(CudaOps, AbsMaxIsExactlyTheCpuValue) {
     auto x = normal(n, "abs_max");
     x[n / 2] = -7.25f;  // the largest magnitude is negative
     DevF dx(gpu(), x);
-    EXPECT_EQ(gpu().abs_max(dx, n), cpu().abs_max(x.data(), n)) << "n " << n;
+    EXPECT_EQ(gpu().abs_max(fp32(dx), n), cpu().abs_max(fp32(x.data()), n)) << "n " << n;
   }
 }
 
@@ -544,12 +544,12 @@ TEST_F(CudaOps, AbsMaxIsInfinityForMinusInfinityAndNaNForANaNBesideIt) {
   x[12345] = -kInf;
   {
     DevF dx(gpu(), x);
-    EXPECT_EQ(gpu().abs_max(dx, n), kInf);
+    EXPECT_EQ(gpu().abs_max(fp32(dx), n), kInf);
   }
   x[n - 1] = -kNaN;
   DevF dx(gpu(), x);
-  EXPECT_TRUE(std::isnan(cpu().abs_max(x.data(), n)));
-  EXPECT_TRUE(std::isnan(gpu().abs_max(dx, n)));
+  EXPECT_TRUE(std::isnan(cpu().abs_max(fp32(x.data()), n)));
+  EXPECT_TRUE(std::isnan(gpu().abs_max(fp32(dx), n)));
 }
 
 // Zeros, -0, tiny values below the threshold, the threshold itself, subnormals, ordinary values.
@@ -692,9 +692,9 @@ TEST_F(CudaOps, AbsMaxIntoAndSumSquaresIntoFoldIntoDeviceResultsAsCpu) {
   float cmax = 0.25f;
   double csum = 2.0;
   for (std::size_t len : {n / 2, n}) {
-    gpu().abs_max_into(dx, len, dmax);
+    gpu().abs_max_into(fp32(dx), len, dmax);
     gpu().sum_squares_into(dx, len, dsum);
-    cpu().abs_max_into(x.data(), len, &cmax);
+    cpu().abs_max_into(fp32(x.data()), len, &cmax);
     cpu().sum_squares_into(x.data(), len, &csum);
   }
   EXPECT_EQ(dmax.download()[0], 9.5f);
@@ -702,8 +702,8 @@ TEST_F(CudaOps, AbsMaxIntoAndSumSquaresIntoFoldIntoDeviceResultsAsCpu) {
   EXPECT_TRUE(close_scalar(dsum.download()[0], csum, kF32));
   x[5] = kNaN;
   DevF dnan(gpu(), x);
-  gpu().abs_max_into(dnan, n, dmax);
-  gpu().abs_max_into(dx, 10, dmax);
+  gpu().abs_max_into(fp32(dnan), n, dmax);
+  gpu().abs_max_into(fp32(dx), 10, dmax);
   EXPECT_TRUE(std::isnan(dmax.download()[0])) << "NaN is found and then kept";
 }
 
@@ -723,11 +723,10 @@ TEST_F(CudaOps, LayerNormForwardMatchesCpu) {
   for (auto [rows, dim] : kLayerNormShapes) {
     const LayerNormInputs in(rows, dim);
     std::vector<float> y = nans(in.x.size()), mean = nans(rows), rstd = nans(rows);
-    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows,
-                            dim, 1e-5f);
+    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), fp32_out(y.data()), mean.data(), rstd.data(), rows, dim, 1e-5f);
     DevF dx(gpu(), in.x), dg(gpu(), in.gamma), db(gpu(), in.beta);
     DevF dy(gpu(), nans(in.x.size())), dmean(gpu(), nans(rows)), drstd(gpu(), nans(rows));
-    gpu().layernorm_forward(dx, dg, db, dy, dmean, drstd, rows, dim, 1e-5f);
+    gpu().layernorm_forward(dx, dg, db, fp32_out(dy), dmean, drstd, rows, dim, 1e-5f);
     SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(dim));
     EXPECT_TRUE(close_l2(dy.download(), y, kF32)) << "y";
     EXPECT_TRUE(close_l2(dmean.download(), mean, kF32)) << "mean";
@@ -739,8 +738,7 @@ TEST_F(CudaOps, LayerNormBackwardMatchesCpuAndAccumulatesParameterGrads) {
   for (auto [rows, dim] : kLayerNormShapes) {
     const LayerNormInputs in(rows, dim);
     std::vector<float> y(in.x.size()), mean(rows), rstd(rows);
-    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows,
-                            dim, 1e-5f);
+    cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), fp32_out(y.data()), mean.data(), rstd.data(), rows, dim, 1e-5f);
     std::vector<float> dx = nans(in.x.size()), dgamma = normal(dim, "ln.dgamma"), dbeta = normal(dim, "ln.dbeta");
     DevF d_dy(gpu(), in.dy), d_x(gpu(), in.x), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
     DevF d_dx(gpu(), dx), d_dgamma(gpu(), dgamma), d_dbeta(gpu(), dbeta);
@@ -760,14 +758,13 @@ TEST_F(CudaOps, GeluAndLayerNormBackwardRead16BitInputsAsTheirValues) {
   const int rows = 517, dim = 128;
   const LayerNormInputs in(rows, dim);
   std::vector<float> y(in.x.size()), mean(rows), rstd(rows);
-  cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), mean.data(), rstd.data(), rows, dim,
-                          1e-5f);
+  cpu().layernorm_forward(in.x.data(), in.gamma.data(), in.beta.data(), fp32_out(y.data()), mean.data(), rstd.data(), rows, dim, 1e-5f);
   const std::size_t n = in.x.size();
   for (const DType t : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(t));
     std::vector<float> x = in.x;
     std::vector<std::uint16_t> x_bits(n);
-    cpu().round_to(t, x.data(), x_bits.data(), n);
+    cpu().round_to(rounded(x.data(), t, x_bits.data()), n);
     DevF d_x(gpu(), x), d_dy(gpu(), in.dy), d_g(gpu(), in.gamma), d_mean(gpu(), mean), d_rstd(gpu(), rstd);
     DeviceBuffer<std::uint16_t> d_bits(gpu(), x_bits);
     const Operand as_values = fp32(d_x), as_patterns{d_bits.get(), t};
@@ -890,10 +887,10 @@ TEST_F(CudaOps, AttentionForwardMatchesCpuWithPaddedKeysExactlyZero) {
     const auto mask = key_mask(s);
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd));
-    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(DType::f32, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
+    gpu().attention_forward(DType::f32, fp32(d_qkv), d_mask, d_p, nullptr, fp32_out(d_ctx), B, L, H, hd);
     const auto got_p = d_p.download();
     SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L) + " H " + std::to_string(H) + " hd " +
                  std::to_string(hd));
@@ -910,10 +907,10 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpuWithPaddedKeys) {
     const auto qkv = normal(sz(B, L, 3 * H, hd), "attention.qkv", 1.5);
     const auto dctx = normal(sz(B, L, H, hd), "attention.dctx");
     std::vector<float> p(sz(B, H, L, L)), ctx(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-    cpu().attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+    cpu().attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(DType::f32, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(DType::f32, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kF32))
         << "B " << B << " L " << L << " H " << H << " hd " << hd;
   }
@@ -930,31 +927,31 @@ TEST_P(CudaAttention16, ForwardAndBackwardMatchCpuInTheComputeType) {
     SCOPED_TRACE("B " + std::to_string(B) + " L " + std::to_string(L));
     const auto mask = key_mask(s);
     auto qkv = normal(sz(B, L, 3 * H, hd), "attention16.qkv", 1.5);
-    cpu().round_to(t, qkv.data(), nullptr, qkv.size());  // the contract: q, k, v exact in the type
+    cpu().round_to(rounded(qkv.data(), t), qkv.size());  // the contract: q, k, v exact in the type
     const auto dctx = normal(sz(B, L, H, hd), "attention16.dctx");
     std::vector<float> p = nans(sz(B, H, L, L)), ctx = nans(sz(B, L, H, hd)), dqkv = nans(qkv.size());
-    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-    cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
+    cpu().attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+    cpu().attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
     DevU8 d_mask(gpu(), mask);
     DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(p.size())), d_ctx(gpu(), nans(ctx.size()));
-    gpu().attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
+    gpu().attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, fp32_out(d_ctx), B, L, H, hd);
     const auto got_p = d_p.download();
     EXPECT_TRUE(close_l2(got_p, p, kHalf)) << "p";
     EXPECT_TRUE(close_l2(d_ctx.download(), ctx, kHalf)) << "ctx";
     std::vector<float> rounded = got_p;
-    cpu().round_to(t, rounded.data(), nullptr, rounded.size());
+    cpu().round_to(avtrain::rounded(rounded.data(), t), rounded.size());
     EXPECT_TRUE(rounded == got_p) << "p is not returned rounded to the compute type";
     EXPECT_EQ(nonzero_masked_probabilities(got_p, mask, s), 0u) << "probabilities of padded keys not exactly 0";
     DevF d_p_cpu(gpu(), p), d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size()));
-    gpu().attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p_cpu)), d_dctx, d_dqkv, B, L, H, hd);
+    gpu().attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p_cpu)), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
     EXPECT_TRUE(close_l2(d_dqkv.download(), dqkv, kHalf)) << "dqkv";
     // qkv and p handed over as 16-bit patterns (a layer's saved copies) are read as they are.
     DeviceBuffer<std::uint16_t> d_qkv16(gpu(), qkv.size()), d_p16(gpu(), p.size());
-    gpu().pack(t, d_qkv, d_qkv16, qkv.size());
-    gpu().pack(t, d_p_cpu, d_p16, p.size());
+    gpu().pack(d_qkv, {d_qkv16, t}, qkv.size());
+    gpu().pack(d_p_cpu, {d_p16, t}, p.size());
     DevF d_p_again(gpu(), nans(p.size())), d_ctx_again(gpu(), nans(ctx.size())), d_dqkv_again(gpu(), nans(qkv.size()));
-    gpu().attention_forward(t, {d_qkv16.get(), t}, d_mask, d_p_again, nullptr, d_ctx_again, B, L, H, hd);
-    gpu().attention_backward(t, {d_qkv16.get(), t}, Backend::AttentionProbs::kept({d_p16.get(), t}), d_dctx, d_dqkv_again, B, L, H, hd);
+    gpu().attention_forward(t, {d_qkv16.get(), t}, d_mask, d_p_again, nullptr, fp32_out(d_ctx_again), B, L, H, hd);
+    gpu().attention_backward(t, {d_qkv16.get(), t}, Backend::AttentionProbs::kept({d_p16.get(), t}), d_dctx, fp32_out(d_dqkv_again), B, L, H, hd);
     // The same operands, packed beforehand: the same products on the same values, so the same bits.
     EXPECT_TRUE(d_p_again.download() == got_p) << "p from 16-bit qkv";
     EXPECT_TRUE(d_ctx_again.download() == d_ctx.download()) << "ctx from 16-bit qkv";
@@ -973,23 +970,21 @@ TEST_F(CudaOps, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
                    std::to_string(L));
       const auto mask = key_mask(s);
       auto qkv = normal(sz(B, L, 3 * H, hd), "attention_recompute.qkv", 1.5);
-      cpu().round_to(compute, qkv.data(), nullptr, qkv.size());
+      cpu().round_to(rounded(qkv.data(), compute), qkv.size());
       const auto dctx = normal(sz(B, L, H, hd), "attention_recompute.dctx");
       DevU8 d_mask(gpu(), mask);
       DevF d_qkv(gpu(), qkv), d_p(gpu(), nans(sz(B, H, L, L))), d_ctx(gpu(), nans(dctx.size()));
       DevF d_ctx_again(gpu(), nans(dctx.size())), d_stats(gpu(), nans(sz(B, H, L, 2)));
-      gpu().attention_forward(compute, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
-      gpu().attention_forward(compute, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx_again, B, L, H, hd);
+      gpu().attention_forward(compute, fp32(d_qkv), d_mask, d_p, nullptr, fp32_out(d_ctx), B, L, H, hd);
+      gpu().attention_forward(compute, fp32(d_qkv), d_mask, nullptr, d_stats, fp32_out(d_ctx_again), B, L, H, hd);
       EXPECT_TRUE(d_ctx_again.download() == d_ctx.download()) << "ctx without p kept";
       std::vector<float> stats = nans(sz(B, H, L, 2)), ctx = nans(dctx.size());
-      cpu().attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
+      cpu().attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), fp32_out(ctx.data()), B, L, H, hd);
       EXPECT_TRUE(close_l2(d_stats.download(), stats, kF32)) << "row statistics";
-      gpu().round_to(kept_as, d_p, nullptr, sz(B, H, L, L));  // as the layer keeps it
+      gpu().round_to(rounded(d_p, kept_as), sz(B, H, L, L));  // as the layer keeps it
       DevF d_dctx(gpu(), dctx), d_dqkv(gpu(), nans(qkv.size())), d_dqkv_again(gpu(), nans(qkv.size()));
-      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H,
-                               hd);
-      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, kept_as),
-                               d_dctx, d_dqkv_again, B, L, H, hd);
+      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
+      gpu().attention_backward(compute, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, kept_as), d_dctx, fp32_out(d_dqkv_again), B, L, H, hd);
       EXPECT_TRUE(d_dqkv_again.download() == d_dqkv.download()) << "dqkv with p recomputed";
     }
   }
@@ -1052,22 +1047,21 @@ bool no_valid_key(const std::vector<std::uint8_t>& mask, int b, int L) {
 // that cuDNN keeps, (-inf, 0) where no key is valid), ctx and every gradient exactly 0 in a sample
 // without a valid key and padded keys' dk, dv exactly 0, the same bits twice, and qkv in fp32 (packed
 // inside) the same bits as its 16-bit copy. qkv and the kept ctx reach the engine as 16-bit copies,
-// as the layer hands them over. attention_forward_16 and attention_backward_16 (the 16-bit copies of
-// ctx and dqkv alone) give exactly the patterns of the fp32 outputs rounded (pack), the same row
+// as the layer hands them over. attention_forward and attention_backward with copy_only outputs (the
+// 16-bit copies of ctx and dqkv alone) give exactly the patterns of the fp32 outputs rounded (pack), the same row
 // statistics, and, widened, the CPU's results to the type's rounding; their fp32 scratch may be
 // anything. `name` keys the random inputs.
 void expect_fused_attention_matches_cpu(Backend& engine, DType t, const AttentionShape& s,
                                         const std::vector<std::uint8_t>& mask, const std::string& name, bool as_lse) {
   const auto [B, L, H, hd] = s;
   auto qkv = normal(sz(B, L, 3 * H, hd), name + ".qkv", 1.5);
-  g_cpu->round_to(t, qkv.data(), nullptr, qkv.size());
+  g_cpu->round_to(rounded(qkv.data(), t), qkv.size());
   const auto dctx = normal(sz(B, L, H, hd), name + ".dctx");
   // The CPU, unfused: p kept, then backward from it; the row statistics from a second forward.
   std::vector<float> p(sz(B, H, L, L)), ctx(dctx.size()), stats(sz(B, H, L, 2)), dqkv(qkv.size());
-  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx.data(), B, L, H, hd);
-  g_cpu->attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
-                           dqkv.data(), B, L, H, hd);
+  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+  g_cpu->attention_forward(t, fp32(qkv.data()), mask.data(), nullptr, stats.data(), fp32_out(ctx.data()), B, L, H, hd);
+  g_cpu->attention_backward(t, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
   if (as_lse)  // the CPU's (max, 1 / sum) as (max - log(1 / sum), 1); (-inf, 0) where no key is valid
     for (std::size_t r = 0; r < stats.size() / 2; ++r) {
       const bool none = stats[2 * r + 1] == 0.0f;
@@ -1078,16 +1072,15 @@ void expect_fused_attention_matches_cpu(Backend& engine, DType t, const Attentio
   DevU8 d_mask(engine, mask);
   DevF d_qkv(engine, qkv), d_dctx(engine, dctx);
   DeviceBuffer<std::uint16_t> d_qkv16(engine, qkv.size()), d_ctx16(engine, ctx.size());
-  engine.pack(t, d_qkv, d_qkv16, qkv.size());
+  engine.pack(d_qkv, {d_qkv16, t}, qkv.size());
   struct Result {
     std::vector<float> ctx, stats, dqkv;
   };
   const auto run = [&](Operand qkv_in) {
     DevF d_ctx(engine, nans(ctx.size())), d_stats(engine, nans(stats.size())), d_dqkv(engine, nans(qkv.size()));
-    engine.attention_forward(t, qkv_in, d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
-    engine.pack(t, d_ctx, d_ctx16, ctx.size());  // the layer keeps ctx rounded to its type
-    engine.attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
-                              d_dctx, d_dqkv, B, L, H, hd);
+    engine.attention_forward(t, qkv_in, d_mask, nullptr, d_stats, fp32_out(d_ctx), B, L, H, hd);
+    engine.pack(d_ctx, {d_ctx16, t}, ctx.size());  // the layer keeps ctx rounded to its type
+    engine.attention_backward(t, qkv_in, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
     return Result{d_ctx.download(), d_stats.download(), d_dqkv.download()};
   };
   const Result got = run({d_qkv16.get(), t});
@@ -1102,20 +1095,18 @@ void expect_fused_attention_matches_cpu(Backend& engine, DType t, const Attentio
     DeviceBuffer<std::uint16_t> d_ctx16_only(engine, std::vector<std::uint16_t>(ctx.size(), 0x7fff));
     DeviceBuffer<std::uint16_t> d_dqkv16_only(engine, std::vector<std::uint16_t>(qkv.size(), 0x7fff));
     DeviceBuffer<std::uint16_t> d_dqkv16_rounded(engine, qkv.size());
-    engine.attention_forward_16(t, {d_qkv16.get(), t}, d_mask, d_stats, d_ctx_scratch, d_ctx16_only, B, L, H, hd);
-    engine.attention_backward_16(t, {d_qkv16.get(), t},
-                                 Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16_only.get(), t}), d_dctx,
-                                 d_dqkv_scratch, d_dqkv16_only, B, L, H, hd);
-    engine.pack(t, d_dqkv, d_dqkv16_rounded, qkv.size());
+    engine.attention_forward(t, {d_qkv16.get(), t}, d_mask, nullptr, d_stats, copy_only(d_ctx_scratch, t, d_ctx16_only), B, L, H, hd);
+    engine.attention_backward(t, {d_qkv16.get(), t}, Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16_only.get(), t}), d_dctx, copy_only(d_dqkv_scratch, t, d_dqkv16_only), B, L, H, hd);
+    engine.pack(d_dqkv, {d_dqkv16_rounded, t}, qkv.size());
     DevF d_ctx(engine, got.ctx);
-    engine.pack(t, d_ctx, d_ctx16, ctx.size());
+    engine.pack(d_ctx, {d_ctx16, t}, ctx.size());
     const auto ctx16 = d_ctx16_only.download(), dqkv16 = d_dqkv16_only.download();
     EXPECT_TRUE(ctx16 == d_ctx16.download()) << "ctx16: not the bits of ctx rounded";
-    EXPECT_TRUE(d_stats.download() == got.stats) << "row statistics of attention_forward_16";
+    EXPECT_TRUE(d_stats.download() == got.stats) << "row statistics of the copy_only forward";
     EXPECT_TRUE(dqkv16 == d_dqkv16_rounded.download()) << "dqkv16: not the bits of dqkv rounded";
     std::vector<float> ctx_wide(ctx16.size()), dqkv_wide(dqkv16.size());
-    g_cpu->unpack(t, ctx16.data(), ctx_wide.data(), ctx_wide.size());
-    g_cpu->unpack(t, dqkv16.data(), dqkv_wide.data(), dqkv_wide.size());
+    g_cpu->unpack({ctx16.data(), t}, ctx_wide.data(), ctx_wide.size());
+    g_cpu->unpack({dqkv16.data(), t}, dqkv_wide.data(), dqkv_wide.size());
     EXPECT_TRUE(close_l2(ctx_wide, ctx, kHalf)) << "ctx16 widened";
     EXPECT_TRUE(close_l2(dqkv_wide, dqkv, kHalf)) << "dqkv16 widened";
   }
@@ -1153,21 +1144,20 @@ TEST_P(CudaFusedAttention, KeptProbabilitiesTakeTheUnfusedPath) {
   const auto [B, L, H, hd] = s;
   const auto mask = fused_key_mask(s);
   auto qkv = normal(sz(B, L, 3 * H, hd), "fused_attention.kept.qkv", 1.5);
-  cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+  cpu().round_to(rounded(qkv.data(), t), qkv.size());
   const auto dctx = normal(sz(B, L, H, hd), "fused_attention.kept.dctx");
   std::vector<std::vector<float>> outs;
   for (Backend* be : {&gpu(), &fused()}) {
     DevU8 d_mask(*be, mask);
     DevF d_qkv(*be, qkv), d_dctx(*be, dctx), d_p(*be, nans(sz(B, H, L, L))), d_ctx(*be, nans(dctx.size()));
     DevF d_stats(*be, nans(sz(B, H, L, 2))), d_dqkv(*be, nans(qkv.size())), d_dqkv_re(*be, nans(qkv.size()));
-    be->attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, d_ctx, B, L, H, hd);
-    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, d_dqkv, B, L, H, hd);
+    be->attention_forward(t, fp32(d_qkv), d_mask, d_p, nullptr, fp32_out(d_ctx), B, L, H, hd);
+    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::kept(fp32(d_p)), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
     // The statistics from the unfused forward on both (the fused one's differ in their last bits).
     be->synchronize();
-    gpu().attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
+    gpu().attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, fp32_out(d_ctx), B, L, H, hd);
     gpu().synchronize();
-    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t), d_dctx, d_dqkv_re, B,
-                           L, H, hd);
+    be->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t), d_dctx, fp32_out(d_dqkv_re), B, L, H, hd);
     outs.push_back(d_p.download());
     outs.push_back(d_dqkv.download());
     outs.push_back(d_dqkv_re.download());
@@ -1233,7 +1223,7 @@ TEST_P(CudnnFusedAttention, TheOwnBackwardReadsCudnnRowStatistics) {
   const auto [B, L, H, hd] = s;
   const auto mask = two_segment_key_mask(s);
   auto qkv = normal(sz(B, L, 3 * H, hd), "cudnn_attention.stats.qkv", 1.5);
-  cpu().round_to(t, qkv.data(), nullptr, qkv.size());
+  cpu().round_to(rounded(qkv.data(), t), qkv.size());
   const auto dctx = normal(sz(B, L, H, hd), "cudnn_attention.stats.dctx");
   std::vector<std::vector<float>> dqkv;
   for (Backend* forward : {g_fused.get(), g_cudnn.get()}) {
@@ -1241,11 +1231,10 @@ TEST_P(CudnnFusedAttention, TheOwnBackwardReadsCudnnRowStatistics) {
     DevF d_qkv(*forward, qkv), d_dctx(*forward, dctx), d_ctx(*forward, nans(dctx.size()));
     DevF d_stats(*forward, nans(sz(B, H, L, 2))), d_dqkv(*forward, nans(qkv.size()));
     DeviceBuffer<std::uint16_t> d_ctx16(*forward, dctx.size());
-    forward->attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, d_ctx, B, L, H, hd);
-    forward->pack(t, d_ctx, d_ctx16, dctx.size());
+    forward->attention_forward(t, fp32(d_qkv), d_mask, nullptr, d_stats, fp32_out(d_ctx), B, L, H, hd);
+    forward->pack(d_ctx, {d_ctx16, t}, dctx.size());
     forward->synchronize();
-    g_fused->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}),
-                                d_dctx, d_dqkv, B, L, H, hd);
+    g_fused->attention_backward(t, fp32(d_qkv), Backend::AttentionProbs::recomputed(d_mask, d_stats, t, {d_ctx16.get(), t}), d_dctx, fp32_out(d_dqkv), B, L, H, hd);
     g_fused->synchronize();
     dqkv.push_back(d_dqkv.download());
   }
@@ -1564,7 +1553,7 @@ TEST_P(CudaFusedPasses, ElementwisePassesGiveTheBitsOfTheSeparateOps) {
   // gelu_backward_round's x as a kept copy: values exact in the type, and their patterns.
   std::vector<float> x_kept = x;
   std::vector<std::uint16_t> x_bits(n);
-  cpu().round_to(t == DType::f32 ? DType::bf16 : t, x_kept.data(), x_bits.data(), n);
+  cpu().round_to(rounded(x_kept.data(), t == DType::f32 ? DType::bf16 : t, x_bits.data()), n);
   for (const bool copy : {false, true}) {
     SCOPED_TRACE(copy ? "with the 16-bit copy" : "without a copy");
     std::vector<std::vector<float>> got[2];
@@ -1577,12 +1566,12 @@ TEST_P(CudaFusedPasses, ElementwisePassesGiveTheBitsOfTheSeparateOps) {
       std::uint16_t* y16 = copy && t != DType::f32 ? d_y16.get() : nullptr;
       std::uint16_t* g16 = copy && t != DType::f32 ? d_g16.get() : nullptr;
       std::uint16_t* dx16 = copy && t != DType::f32 ? d_dx16.get() : nullptr;
-      be.add_round(t, d_y, d_x, y16, n);
-      be.gelu_round(t, d_x, d_g, g16, n);
+      be.add_round(rounded(d_y, t, y16), d_x, n);
+      be.gelu_round(d_x, rounded(d_g, t, g16), n);
       be.accumulate_rounded(t, d_acc, d_scratch, n);
-      be.gelu_backward_round(t, d_dx, fp32(d_kept), d_dx, dx16, n);  // in place, as the block runs it
+      be.gelu_backward_round(d_dx, fp32(d_kept), rounded(d_dx, t, dx16), n);  // in place, as the block runs it
       const Operand x_patterns{d_x_bits.get(), t == DType::f32 ? DType::bf16 : t};
-      be.gelu_backward_round(t, d_dy, x_patterns, d_dx_of_bits, nullptr, n);
+      be.gelu_backward_round(d_dy, x_patterns, rounded(d_dx_of_bits, t), n);
       got[k] = {d_y.download(), d_g.download(), d_acc.download(), d_dx.download(), d_dx_of_bits.download()};
       bits[k] = {d_y16.download(), d_g16.download(), d_dx16.download()};
     }
@@ -1599,26 +1588,24 @@ TEST_P(CudaFusedPasses, LinearForwardMatchesTheCpuAndItsCopyIsItsValues) {
   const DType t = GetParam();
   const int rows = 1049, in = 200, out = 328;
   auto x = normal(sz(rows, in), "fused_linear.x"), w = normal(sz(out, in), "fused_linear.w", 0.1);
-  cpu().round_to(t, x.data(), nullptr, x.size());  // operands exact in the type
-  cpu().round_to(t, w.data(), nullptr, w.size());
+  cpu().round_to(rounded(x.data(), t), x.size());  // operands exact in the type
+  cpu().round_to(rounded(w.data(), t), w.size());
   const auto bias = normal(out, "fused_linear.b");
   for (const bool with_bias : {true, false}) {
     SCOPED_TRACE(with_bias ? "with a bias" : "without a bias");
     std::vector<float> want = nans(sz(rows, out));
-    cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, want.data(), nullptr,
-                         rows, in, out);
+    cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, rounded(want.data(), t), rows, in, out);
     DevF d_x(*g_fused, x), d_w(*g_fused, w), d_b(*g_fused, bias), d_y(*g_fused, nans(want.size()));
     DeviceBuffer<std::uint16_t> d_y16(*g_fused, want.size());
-    g_fused->linear_forward(t, fp32(d_x), fp32(d_w), with_bias ? d_b.get() : nullptr, d_y,
-                            t == DType::f32 ? nullptr : d_y16.get(), rows, in, out);
+    g_fused->linear_forward(t, fp32(d_x), fp32(d_w), with_bias ? d_b.get() : nullptr, rounded(d_y, t, t == DType::f32 ? nullptr : d_y16.get()), rows, in, out);
     const auto got = d_y.download();
     EXPECT_TRUE(close_l2(got, want, t == DType::f32 ? kF32 : kHalf));
     if (t == DType::f32) continue;
     std::vector<float> rounded = got;
-    cpu().round_to(t, rounded.data(), nullptr, rounded.size());
+    cpu().round_to(avtrain::rounded(rounded.data(), t), rounded.size());
     EXPECT_TRUE(rounded == got) << "y not rounded to the type";
     std::vector<std::uint16_t> packed(got.size());
-    cpu().pack(t, got.data(), packed.data(), got.size());
+    cpu().pack(got.data(), {packed.data(), t}, got.size());
     EXPECT_TRUE(packed == d_y16.download()) << "the 16-bit copy is not y's patterns";
   }
 }
@@ -1627,8 +1614,8 @@ TEST_P(CudaFusedPasses, LinearGeluForwardIsLinearForwardThenGeluRoundBitForBit) 
   const DType t = GetParam();
   const int rows = 517, in = 96, out = 384;
   auto x = normal(sz(rows, in), "fused_linear_gelu.x"), w = normal(sz(out, in), "fused_linear_gelu.w", 0.1);
-  cpu().round_to(t, x.data(), nullptr, x.size());
-  cpu().round_to(t, w.data(), nullptr, w.size());
+  cpu().round_to(rounded(x.data(), t), x.size());
+  cpu().round_to(rounded(w.data(), t), w.size());
   const auto bias = normal(out, "fused_linear_gelu.b");
   const std::size_t n = sz(rows, out);
   Backend& be = *g_fused;
@@ -1641,10 +1628,10 @@ TEST_P(CudaFusedPasses, LinearGeluForwardIsLinearForwardThenGeluRoundBitForBit) 
     std::uint16_t* f16 = t == DType::f32 ? nullptr : d_f16.get();
     std::uint16_t* g16 = t == DType::f32 ? nullptr : d_g16.get();
     if (k == 0) {
-      be.linear_forward(t, fp32(d_x), fp32(d_w), d_b, d_f, f16, rows, in, out);
-      be.gelu_round(t, d_f, d_g, g16, n);
+      be.linear_forward(t, fp32(d_x), fp32(d_w), d_b, rounded(d_f, t, f16), rows, in, out);
+      be.gelu_round(d_f, rounded(d_g, t, g16), n);
     } else {
-      be.linear_gelu_forward(t, fp32(d_x), fp32(d_w), d_b, d_f, f16, d_g, g16, rows, in, out);
+      be.linear_gelu_forward(t, fp32(d_x), fp32(d_w), d_b, rounded(d_f, t, f16), rounded(d_g, t, g16), rows, in, out);
     }
     values[k] = {d_f.download(), d_g.download()};
     patterns[k] = {d_f16.download(), d_g16.download()};
@@ -1681,12 +1668,12 @@ class CudaEpilogues : public CudaOps, public ::testing::WithParamInterface<DType
   // Values exact in t (fp32) and their patterns.
   static std::vector<float> exact(DType t, std::vector<float> x, std::vector<std::uint16_t>& patterns) {
     patterns.resize(x.size());
-    cpu().round_to(t, x.data(), patterns.data(), x.size());
+    cpu().round_to(rounded(x.data(), t, patterns.data()), x.size());
     return x;
   }
   static std::vector<float> widen(DType t, const std::vector<std::uint16_t>& patterns) {
     std::vector<float> x(patterns.size());
-    cpu().unpack(t, patterns.data(), x.data(), x.size());
+    cpu().unpack({patterns.data(), t}, x.data(), x.size());
     return x;
   }
   // A device copy of the patterns, `offset` elements into its buffer (2-byte misalignment when odd).
@@ -1707,12 +1694,17 @@ class CudaEpilogues : public CudaOps, public ::testing::WithParamInterface<DType
   };
 };
 
+// Where copy_only outputs are written alone (cuBLASLt's epilogues), the products' engine says so
+// (the run's log and run.json read it there).
 TEST_P(CudaEpilogues, OnlyTheFusedBackendWritesSixteenBitOutputsAlone) {
   const DType t = GetParam();
-  EXPECT_FALSE(gpu().writes_16bit_outputs_only(t)) << "without device.fused";
-  EXPECT_FALSE(cpu().writes_16bit_outputs_only(t)) << "the CPU";
-  EXPECT_FALSE(fused().writes_16bit_outputs_only(DType::f32)) << "fp32";
-  EXPECT_TRUE(fused().writes_16bit_outputs_only(t)) << "device.fused on an sm_80+ GPU: " << fused_cuda().lt_refusal();
+  const auto epilogues = [](const Backend& be, DType type) {
+    return be.gemm_engine(type).find("cuBLASLt epilogues") != std::string::npos;
+  };
+  EXPECT_FALSE(epilogues(gpu(), t)) << "without device.fused";
+  EXPECT_FALSE(epilogues(cpu(), t)) << "the CPU";
+  EXPECT_FALSE(epilogues(fused(), DType::f32)) << "fp32";
+  EXPECT_TRUE(epilogues(fused(), t)) << "device.fused on an sm_80+ GPU: " << fused_cuda().lt_refusal();
 }
 
 TEST_P(CudaEpilogues, LinearForward16MatchesTheCpuAndRepeatsBitForBit) {
@@ -1728,16 +1720,14 @@ TEST_P(CudaEpilogues, LinearForward16MatchesTheCpuAndRepeatsBitForBit) {
         const auto w = exact(t, normal(sz(s.out, s.in), "lt_forward.w", 0.1), w16);
         const auto bias = normal(s.out, "lt_forward.b");
         std::vector<float> want = nans(sz(s.rows, s.out));
-        cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, want.data(),
-                             nullptr, s.rows, s.in, s.out);
+        cpu().linear_forward(t, fp32(x.data()), fp32(w.data()), with_bias ? bias.data() : nullptr, rounded(want.data(), t), s.rows, s.in, s.out);
         Patterns d_x(fused(), x16, offset), d_w(fused(), w16, 0);
         DevF d_b(fused(), bias), d_scratch(fused(), nans(want.size()));
         std::vector<std::uint16_t> got16[2];
         const long long before = fused_cuda().lt_products();
         for (int k = 0; k < 2; ++k) {
           Patterns d_y16(fused(), std::vector<std::uint16_t>(want.size(), 0x7fff), offset);
-          fused().linear_forward_16(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, with_bias ? d_b.get() : nullptr,
-                                    d_scratch, d_y16.get(), s.rows, s.in, s.out);
+          fused().linear_forward(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, with_bias ? d_b.get() : nullptr, copy_only(d_scratch, t, d_y16.get()), s.rows, s.in, s.out);
           got16[k] = d_y16.download();
         }
         EXPECT_TRUE(close_l2(widen(t, got16[0]), want, kHalf));
@@ -1769,16 +1759,14 @@ TEST_P(CudaEpilogues, LinearGeluForward16TakesGeluOfTheSixteenBitOutput) {
     const auto bias = normal(s.out, "lt_gelu.b");
     const std::size_t n = sz(s.rows, s.out);
     std::vector<float> want_f = nans(n), want_g = nans(n);
-    cpu().linear_gelu_forward(t, fp32(x.data()), fp32(w.data()), bias.data(), want_f.data(), nullptr, want_g.data(),
-                              nullptr, s.rows, s.in, s.out);
+    cpu().linear_gelu_forward(t, fp32(x.data()), fp32(w.data()), bias.data(), rounded(want_f.data(), t), rounded(want_g.data(), t), s.rows, s.in, s.out);
     DeviceBuffer<std::uint16_t> d_x(fused(), x16), d_w(fused(), w16);
     DevF d_b(fused(), bias), d_f(fused(), nans(n)), d_g(fused(), nans(n));
     std::vector<std::uint16_t> f16[2], g16[2];
     for (int k = 0; k < 2; ++k) {
       DeviceBuffer<std::uint16_t> d_f16(fused(), std::vector<std::uint16_t>(n, 0x7fff)),
           d_g16(fused(), std::vector<std::uint16_t>(n, 0x7fff));
-      fused().linear_gelu_forward_16(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, d_b, d_f, d_f16, d_g, d_g16,
-                                     s.rows, s.in, s.out);
+      fused().linear_gelu_forward(t, Operand{d_x.get(), t}, Operand{d_w.get(), t}, d_b, copy_only(d_f, t, d_f16), copy_only(d_g, t, d_g16), s.rows, s.in, s.out);
       f16[k] = d_f16.download();
       g16[k] = d_g16.download();
     }
@@ -1787,7 +1775,7 @@ TEST_P(CudaEpilogues, LinearGeluForward16TakesGeluOfTheSixteenBitOutput) {
     EXPECT_TRUE(f16[0] == f16[1] && g16[0] == g16[1]) << "not the same bits twice";
     DevF d_f_values(fused(), widen(t, f16[0])), d_g_ref(fused(), nans(n));
     DeviceBuffer<std::uint16_t> d_g16_ref(fused(), n);
-    gpu().gelu_round(t, d_f_values, d_g_ref, d_g16_ref, n);
+    gpu().gelu_round(d_f_values, rounded(d_g_ref, t, d_g16_ref), n);
     EXPECT_TRUE(same_bits(g16[0], d_g16_ref.download())) << "g is not round(gelu(f)) of the 16-bit f";
   }
 }
@@ -1854,10 +1842,10 @@ TEST_P(CudaEpilogues, LayerNormForward16GivesTheBitsOfLayerNormThenRound) {
       DevF d_mean(be, nans(rows)), d_rstd(be, nans(rows));
       DeviceBuffer<std::uint16_t> d_y16(be, std::vector<std::uint16_t>(x.size(), 0x7fff));
       if (k == 0) {
-        be.layernorm_forward(d_x, d_gamma, d_beta, d_y, d_mean, d_rstd, rows, dim, 1e-5f);
-        be.round_to(t, d_y, d_y16, x.size());
+        be.layernorm_forward(d_x, d_gamma, d_beta, fp32_out(d_y), d_mean, d_rstd, rows, dim, 1e-5f);
+        be.round_to(rounded(d_y, t, d_y16), x.size());
       } else {
-        be.layernorm_forward_16(t, d_x, d_gamma, d_beta, d_y, d_y16, d_mean, d_rstd, rows, dim, 1e-5f);
+        be.layernorm_forward(d_x, d_gamma, d_beta, copy_only(d_y, t, d_y16), d_mean, d_rstd, rows, dim, 1e-5f);
       }
       patterns[k] = d_y16.download();
       stats[k] = d_mean.download();
@@ -1878,7 +1866,7 @@ TEST_P(CudaEpilogues, AbsMaxOfSixteenBitCopiesIsTheCpuValueOfTheRoundedValues) {
     if (n > 1) x[n / 2] = t == DType::f16 ? -70000.0f : 2.5e38f;  // fp16: inf
     x = exact(t, x, x16);
     DeviceBuffer<std::uint16_t> d_x16(fused(), x16);
-    const float want = cpu().abs_max(x.data(), n);
+    const float want = cpu().abs_max(fp32(x.data()), n);
     EXPECT_EQ(bits_of(fused().abs_max(Operand{d_x16.get(), t}, n)), bits_of(want)) << "n " << n;
     DevF d_slot(fused(), std::vector<float>{0.25f});
     fused().abs_max_into(Operand{d_x16.get(), t}, n, d_slot);
@@ -1975,11 +1963,11 @@ TEST_F(CudaOps, ReductionsGiveIdenticalBitsWhenRunTwice) {
   const auto init = normal(cols, "determinism.init");
   DevF d_dy(gpu(), dy), d_x(gpu(), x), d_g(gpu(), gamma), d_b(gpu(), beta);
   DevF d_y(gpu(), nans(dy.size())), d_mean(gpu(), nans(rows)), d_rstd(gpu(), nans(rows));
-  gpu().layernorm_forward(d_x, d_g, d_b, d_y, d_mean, d_rstd, rows, cols, 1e-5f);
+  gpu().layernorm_forward(d_x, d_g, d_b, fp32_out(d_y), d_mean, d_rstd, rows, cols, 1e-5f);
 
   auto bias_grad = [&] {
     DevF db(gpu(), init);
-    gpu().bias_grad(d_dy, db, rows, cols);
+    gpu().bias_grad(fp32(d_dy), db, rows, cols);
     return bits(db.download());
   };
   EXPECT_TRUE(same_bits(bias_grad(), bias_grad())) << "bias_grad";

@@ -136,8 +136,8 @@ TEST_P(CpuGemm16, MatchesReferenceOfTheRoundedValues) {
   std::vector<float> B = random_floats(std::size_t(tb == Trans::no ? K : N) * ldb, "gemm16.B");
   const auto C0 = random_floats(std::size_t(M) * ldc, "gemm16.C");
   std::vector<std::uint16_t> A16(A.size());
-  be->round_to(dtype, A.data(), A16.data(), A.size());
-  be->round_to(dtype, B.data(), nullptr, B.size());
+  be->round_to(rounded(A.data(), dtype, A16.data()), A.size());
+  be->round_to(rounded(B.data(), dtype), B.size());
   std::vector<float> C = beta == 0.0f ? poisoned(C0.size()) : C0;
   be->gemm(dtype, ta, tb, M, N, K, 0.5f, Operand{A16.data(), dtype}, lda, fp32(B.data()), ldb, beta, C.data(), ldc);
   std::vector<double> want;
@@ -167,9 +167,9 @@ TEST_F(CpuKernels, RoundPackAndUnpackGiveTheScalarConversions) {
   for (DType t : {DType::f16, DType::bf16}) {
     std::vector<float> r = x, back(x.size());
     std::vector<std::uint16_t> packed(x.size()), packed2(x.size());
-    be->round_to(t, r.data(), packed.data(), r.size());
-    be->pack(t, x.data(), packed2.data(), x.size());
-    be->unpack(t, packed.data(), back.data(), back.size());
+    be->round_to(rounded(r.data(), t, packed.data()), r.size());
+    be->pack(x.data(), {packed2.data(), t}, x.size());
+    be->unpack({packed.data(), t}, back.data(), back.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const std::uint16_t want = t == DType::f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
       const float value = t == DType::f16 ? half_to_float(want) : bf16_to_float(want);
@@ -179,6 +179,19 @@ TEST_F(CpuKernels, RoundPackAndUnpackGiveTheScalarConversions) {
       ASSERT_EQ(float_bits(back[i]), float_bits(value)) << x[i];
     }
   }
+}
+
+// pack and unpack convert between fp32 and a stored type: fp32 is not one (a copy is `copy`), and
+// round_to to fp32 leaves the values as they are.
+TEST_F(CpuKernels, PackAndUnpackRefuseFp32AndRoundToFp32IsNothing) {
+  std::vector<float> x = {1.0f + 1.0f / 1024, -3.0f}, y(2);
+  std::vector<std::uint16_t> bits(2);
+  EXPECT_THROW(be->pack(x.data(), {y.data(), DType::f32}, x.size()), Error);
+  EXPECT_THROW(be->unpack(fp32(x.data()), y.data(), x.size()), Error);
+  be->round_to(fp32_out(x.data()), x.size());
+  EXPECT_EQ(x[0], 1.0f + 1.0f / 1024);
+  be->round_to(rounded(x.data(), DType::bf16, bits.data()), x.size());
+  EXPECT_EQ(x[0], 1.0f) << "bf16 keeps 8 bits of significand";
 }
 
 TEST_F(CpuKernels, GemmFlopsCountsTwoMNKPerProduct) {
@@ -206,7 +219,7 @@ TEST_F(CpuKernels, BiasGradAccumulatesColumnSumsAcrossColumnBands) {
   const auto dy = random_floats(std::size_t(rows) * cols, "bias_grad.dy");
   const auto db0 = random_floats(cols, "bias_grad.db");
   auto db = db0;
-  be->bias_grad(dy.data(), db.data(), rows, cols);
+  be->bias_grad(fp32(dy.data()), db.data(), rows, cols);
   std::vector<double> want(cols);
   for (int c = 0; c < cols; ++c) {
     want[c] = db0[c];
@@ -265,20 +278,20 @@ TEST(VectorMath, ErfAbsoluteErrorBelow3e7OverMinus6To6) {
 TEST_F(CpuKernels, AbsMaxIsTheLargestMagnitude) {
   auto x = random_floats(1000, "abs_max");
   x[417] = -3.25f;
-  EXPECT_EQ(be->abs_max(x.data(), x.size()), 3.25f);
+  EXPECT_EQ(be->abs_max(fp32(x.data()), x.size()), 3.25f);
 }
 
 TEST_F(CpuKernels, AbsMaxOfAllNegativeInputIsTheMostNegativeMagnitude) {
   auto x = random_floats(100, "abs_max.negative", -2.0, -0.5);
   x[3] = -2.5f;
-  EXPECT_EQ(be->abs_max(x.data(), x.size()), 2.5f);
+  EXPECT_EQ(be->abs_max(fp32(x.data()), x.size()), 2.5f);
 }
 
 TEST_F(CpuKernels, AbsMaxOfPlusOrMinusInfinityIsInfinity) {
   for (float inf : {kInf, -kInf}) {
     auto x = random_floats(100, "abs_max.inf");
     x[50] = inf;
-    EXPECT_EQ(be->abs_max(x.data(), x.size()), kInf) << inf;
+    EXPECT_EQ(be->abs_max(fp32(x.data()), x.size()), kInf) << inf;
   }
 }
 
@@ -289,30 +302,30 @@ TEST_F(CpuKernels, AbsMaxIsNaNWhenANaNIsAnywhereEvenBesideInfinity) {
       auto x = random_floats(n, "abs_max.nan");
       x[n / 3] = -kInf;
       x[at] = -kNaN;
-      EXPECT_TRUE(std::isnan(be->abs_max(x.data(), n))) << "n " << n << " NaN at " << at;
+      EXPECT_TRUE(std::isnan(be->abs_max(fp32(x.data()), n))) << "n " << n << " NaN at " << at;
     }
 }
 
 TEST_F(CpuKernels, AbsMaxOfNothingIsZero) {
   const float unused = 5.0f;
-  EXPECT_EQ(be->abs_max(&unused, 0), 0.0f);
+  EXPECT_EQ(be->abs_max(fp32(&unused), 0), 0.0f);
 }
 
 TEST_F(CpuKernels, AbsMaxIntoFoldsTheLargestMagnitudeAndKeepsNaN) {
   auto x = random_floats(1000, "abs_max_into");
   x[9] = -3.5f;
   float result = 0.0f;
-  be->abs_max_into(x.data(), 500, &result);
-  EXPECT_EQ(result, be->abs_max(x.data(), 500));
-  be->abs_max_into(x.data(), x.size(), &result);
+  be->abs_max_into(fp32(x.data()), 500, &result);
+  EXPECT_EQ(result, be->abs_max(fp32(x.data()), 500));
+  be->abs_max_into(fp32(x.data()), x.size(), &result);
   EXPECT_EQ(result, 3.5f);
   result = 7.0f;
-  be->abs_max_into(x.data(), x.size(), &result);
+  be->abs_max_into(fp32(x.data()), x.size(), &result);
   EXPECT_EQ(result, 7.0f) << "a larger result already there stays";
   x[700] = kNaN;
-  be->abs_max_into(x.data(), x.size(), &result);
+  be->abs_max_into(fp32(x.data()), x.size(), &result);
   EXPECT_TRUE(std::isnan(result));
-  be->abs_max_into(x.data(), 10, &result);
+  be->abs_max_into(fp32(x.data()), 10, &result);
   EXPECT_TRUE(std::isnan(result)) << "a NaN result stays NaN";
 }
 
@@ -324,18 +337,18 @@ TEST_F(CpuKernels, AbsMaxOfSixteenBitPatternsGivesTheBitsOfTheirRoundedValues) {
       auto x = random_floats(n, "abs_max_16", -3.0, 3.0);
       x[n / 2] = dtype == DType::f16 ? 70000.0f : -2.5e38f;  // fp16 overflows to inf; bf16 stays finite
       std::vector<std::uint16_t> packed(n);
-      be->round_to(dtype, x.data(), packed.data(), n);
+      be->round_to(rounded(x.data(), dtype, packed.data()), n);
       const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
-      EXPECT_EQ(be->abs_max(Operand{packed.data(), dtype}, n), be->abs_max(x.data(), n)) << what;
-      EXPECT_EQ(be->abs_max_16(dtype, packed.data(), n - 1), be->abs_max(x.data(), n - 1)) << what;
+      EXPECT_EQ(be->abs_max(Operand{packed.data(), dtype}, n), be->abs_max(fp32(x.data()), n)) << what;
+      EXPECT_EQ(be->abs_max(Operand{packed.data(), dtype}, n - 1), be->abs_max(fp32(x.data()), n - 1)) << what;
       float into16 = 0.5f, into32 = 0.5f;
       be->abs_max_into(Operand{packed.data(), dtype}, n, &into16);
-      be->abs_max_into(x.data(), n, &into32);
+      be->abs_max_into(fp32(x.data()), n, &into32);
       EXPECT_EQ(into16, into32) << what;
       x[3] = kNaN;
-      be->round_to(dtype, x.data(), packed.data(), n);
+      be->round_to(rounded(x.data(), dtype, packed.data()), n);
       EXPECT_TRUE(std::isnan(be->abs_max(Operand{packed.data(), dtype}, n))) << what;
-      be->abs_max_into_16(dtype, packed.data(), n, &into16);
+      be->abs_max_into(Operand{packed.data(), dtype}, n, &into16);
       EXPECT_TRUE(std::isnan(into16)) << what;
     }
   const float values[] = {0.5f, -4.0f};
@@ -413,7 +426,7 @@ TEST_F(CpuKernels, LayerNormForwardMatchesReference) {
   const auto x = random_floats(std::size_t(rows) * dim, "ln.x", 2.0, 5.0);  // mean far from 0
   const auto gamma = random_floats(dim, "ln.gamma", 0.5, 1.5), beta = random_floats(dim, "ln.beta");
   auto y = poisoned(x.size()), mean = poisoned(rows), rstd = poisoned(rows);
-  be->layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, dim, eps);
+  be->layernorm_forward(x.data(), gamma.data(), beta.data(), fp32_out(y.data()), mean.data(), rstd.data(), rows, dim, eps);
   std::vector<double> want_y, want_mean, want_rstd;
   for (int r = 0; r < rows; ++r) {
     const float* xr = x.data() + std::size_t(r) * dim;
@@ -442,20 +455,20 @@ TEST_F(CpuKernels, GeluAndLayerNormBackwardRead16BitInputsAsTheirValues) {
     SCOPED_TRACE(dtype_name(t));
     std::vector<float> x = x0, y(n), mean(rows), rstd(rows);
     std::vector<std::uint16_t> x_bits(n);
-    be->round_to(t, x.data(), x_bits.data(), n);
-    be->layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, dim, 1e-5f);
+    be->round_to(rounded(x.data(), t, x_bits.data()), n);
+    be->layernorm_forward(x.data(), gamma.data(), beta.data(), fp32_out(y.data()), mean.data(), rstd.data(), rows, dim, 1e-5f);
     std::vector<float> results[2];
     for (int k = 0; k < 2; ++k) {
       const Operand xin = k == 0 ? fp32(x.data()) : Operand{x_bits.data(), t};
       std::vector<float> gdx(n), gdx_rounded(n), ldx(n), dgamma(dim, 0.5f), dbeta(dim, 0.25f);
       std::vector<std::uint16_t> gdx16(n);
       be->gelu_backward(dy.data(), xin, gdx.data(), n);
-      be->gelu_backward_round(t, dy.data(), xin, gdx_rounded.data(), gdx16.data(), n);
+      be->gelu_backward_round(dy.data(), xin, rounded(gdx_rounded.data(), t, gdx16.data()), n);
       be->layernorm_backward(dy.data(), xin, gamma.data(), mean.data(), rstd.data(), ldx.data(), dgamma.data(),
                              dbeta.data(), rows, dim);
       std::vector<float> rounded = gdx;
       std::vector<std::uint16_t> rounded16(n);
-      be->round_to(t, rounded.data(), rounded16.data(), n);
+      be->round_to(avtrain::rounded(rounded.data(), t, rounded16.data()), n);
       EXPECT_EQ(std::memcmp(rounded.data(), gdx_rounded.data(), n * sizeof(float)), 0) << "gelu_backward_round";
       EXPECT_TRUE(rounded16 == gdx16) << "gelu_backward_round's patterns";
       for (const auto* part : {&gdx, &ldx, &dgamma, &dbeta}) results[k].insert(results[k].end(), part->begin(), part->end());
@@ -612,7 +625,7 @@ TEST_F(CpuKernels, AttentionForwardMatchesReferenceAndGivesMaskedKeysExactlyZero
   const std::vector<std::uint8_t> mask = {1, 1, 0, 1, 0, 0, 1,  1, 1, 1, 1, 1, 1, 1,  0, 0, 0, 1, 0, 0, 0};
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention.qkv", -2.0, 2.0);
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(std::size_t(B) * L * H * hd);
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   EXPECT_TRUE(all_close(p, ref.p, 1e-7, 2e-6));
@@ -634,9 +647,8 @@ TEST_F(CpuKernels, AttentionInBlocksOfRowsMatchesReference) {
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_blocks.qkv", -2.0, 2.0);
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_blocks.dctx");
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
-                         dqkv.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   ref.backward(qkv, dctx);
@@ -651,8 +663,8 @@ TEST_F(CpuKernels, AttentionBackwardMatchesReference) {
   const auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_backward.qkv", -2.0, 2.0);
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_backward.dctx");
   auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), dqkv = poisoned(qkv.size());
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), dqkv.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
   ref.backward(qkv, dctx);
@@ -663,15 +675,15 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   const int B = 2, L = 9, H = 2, hd = 8;
   const std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
   auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_bf16.qkv", -2.0, 2.0);
-  be->round_to(DType::bf16, qkv.data(), nullptr, qkv.size());  // exact in bf16, as the layers give it
+  be->round_to(rounded(qkv.data(), DType::bf16), qkv.size());  // exact in bf16, as the layers give it
   const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_bf16.dctx");
   auto p32 = poisoned(std::size_t(B) * H * L * L), ctx32 = poisoned(dctx.size()), dqkv32 = poisoned(qkv.size());
   auto p16 = p32, ctx16 = ctx32, dqkv16 = dqkv32;
-  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p32.data(), nullptr, ctx32.data(), B, L, H, hd);
-  be->attention_forward(DType::bf16, fp32(qkv.data()), mask.data(), p16.data(), nullptr, ctx16.data(), B, L, H, hd);
+  be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), p32.data(), nullptr, fp32_out(ctx32.data()), B, L, H, hd);
+  be->attention_forward(DType::bf16, fp32(qkv.data()), mask.data(), p16.data(), nullptr, fp32_out(ctx16.data()), B, L, H, hd);
   // The scores are the same product (q, k exact); p is then rounded, and P V takes the rounded p.
   auto rounded = p32;
-  be->round_to(DType::bf16, rounded.data(), nullptr, rounded.size());
+  be->round_to(avtrain::rounded(rounded.data(), DType::bf16), rounded.size());
   EXPECT_EQ(p16, rounded);
   AttentionReference ref{B, L, H, hd, {}, {}, {}};
   ref.forward(qkv, mask);
@@ -686,8 +698,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
                 double(rounded[ref.p_at(b, h, i, j)]) * qkv[(std::size_t(b) * L + j) * 3 * D + 2 * D + h * hd + c];
   EXPECT_TRUE(all_close(ctx16, want_ctx, 1e-6, 2e-6));
   // Backward: dctx and dS rounded on their way in; close to fp32, and not the same bits.
-  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p32.data())), dctx.data(), dqkv32.data(), B, L, H, hd);
-  be->attention_backward(DType::bf16, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p16.data())), dctx.data(), dqkv16.data(), B, L, H, hd);
+  be->attention_backward(DType::f32, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p32.data())), dctx.data(), fp32_out(dqkv32.data()), B, L, H, hd);
+  be->attention_backward(DType::bf16, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p16.data())), dctx.data(), fp32_out(dqkv16.data()), B, L, H, hd);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < dqkv32.size(); ++i) {
     diff += (double(dqkv16[i]) - dqkv32[i]) * (double(dqkv16[i]) - dqkv32[i]);
@@ -700,8 +712,8 @@ TEST_F(CpuKernels, AttentionInBf16TakesRoundedProbabilitiesIntoItsProducts) {
   floats_to_bf16(qkv.data(), qkv_bits.data(), qkv.size());
   floats_to_bf16(p16.data(), p_bits.data(), p16.size());
   auto p_again = poisoned(p16.size()), ctx_again = poisoned(ctx16.size()), dqkv_again = poisoned(qkv.size());
-  be->attention_forward(DType::bf16, {qkv_bits.data(), DType::bf16}, mask.data(), p_again.data(), nullptr, ctx_again.data(), B, L, H, hd);
-  be->attention_backward(DType::bf16, {qkv_bits.data(), DType::bf16}, Backend::AttentionProbs::kept({p_bits.data(), DType::bf16}), dctx.data(), dqkv_again.data(), B, L, H, hd);
+  be->attention_forward(DType::bf16, {qkv_bits.data(), DType::bf16}, mask.data(), p_again.data(), nullptr, fp32_out(ctx_again.data()), B, L, H, hd);
+  be->attention_backward(DType::bf16, {qkv_bits.data(), DType::bf16}, Backend::AttentionProbs::kept({p_bits.data(), DType::bf16}), dctx.data(), fp32_out(dqkv_again.data()), B, L, H, hd);
   EXPECT_EQ(p_again, p16);
   EXPECT_EQ(ctx_again, ctx16);
   EXPECT_EQ(dqkv_again, dqkv16);
@@ -723,26 +735,88 @@ TEST_F(CpuKernels, AttentionRecomputedFromRowStatisticsGivesTheSameBits) {
     SCOPED_TRACE(std::string("L ") + std::to_string(L) + ", products " + dtype_name(compute) + ", kept " +
                  dtype_name(kept_as));
     auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "attention_recompute.qkv", -3.0, 3.0);
-    be->round_to(compute, qkv.data(), nullptr, qkv.size());
+    be->round_to(rounded(qkv.data(), compute), qkv.size());
     const auto dctx = random_floats(std::size_t(B) * L * H * hd, "attention_recompute.dctx");
     auto p = poisoned(std::size_t(B) * H * L * L), ctx = poisoned(dctx.size()), ctx_again = ctx;
     auto stats = poisoned(std::size_t(B) * H * L * 2);
-    be->attention_forward(compute, fp32(qkv.data()), mask.data(), p.data(), nullptr, ctx.data(), B, L, H, hd);
-    be->attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), ctx_again.data(), B, L, H, hd);
+    be->attention_forward(compute, fp32(qkv.data()), mask.data(), p.data(), nullptr, fp32_out(ctx.data()), B, L, H, hd);
+    be->attention_forward(compute, fp32(qkv.data()), mask.data(), nullptr, stats.data(), fp32_out(ctx_again.data()), B, L, H, hd);
     EXPECT_EQ(ctx_again, ctx);
     // A row with no valid key: max -inf, 1 / sum 0.
     EXPECT_EQ(stats[(std::size_t(1) * H * L) * 2], -std::numeric_limits<float>::infinity());
     EXPECT_EQ(stats[(std::size_t(1) * H * L) * 2 + 1], 0.0f);
-    be->round_to(kept_as, p.data(), nullptr, p.size());  // as the layer keeps it
+    be->round_to(rounded(p.data(), kept_as), p.size());  // as the layer keeps it
     auto dqkv = poisoned(qkv.size()), dqkv_again = dqkv;
-    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(),
-                           dqkv.data(), B, L, H, hd);
+    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::kept(fp32(p.data())), dctx.data(), fp32_out(dqkv.data()), B, L, H, hd);
     const double flops_before = be->gemm_flops();
-    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::recomputed(mask.data(), stats.data(), kept_as),
-                           dctx.data(), dqkv_again.data(), B, L, H, hd);
+    be->attention_backward(compute, fp32(qkv.data()), Backend::AttentionProbs::recomputed(mask.data(), stats.data(), kept_as), dctx.data(), fp32_out(dqkv_again.data()), B, L, H, hd);
     EXPECT_EQ(dqkv_again, dqkv);
     EXPECT_EQ(be->gemm_flops() - flops_before, 10.0 * B * H * L * L * hd);  // the scores once more
   }
+}
+
+// Ops that write an Output: given one in a 16-bit type (with its copy, or copy_only), the values and
+// the copy are the bits of the op into fp32 values then round_to with that copy; an fp32 Output is
+// the values alone, unrounded. bias_grad of a 16-bit operand is bias_grad of its widened values.
+TEST_F(CpuKernels, TypedOutputsGiveTheBitsOfTheFp32OpThenRoundTo) {
+  const int rows = 40, dim = 96, B = 3, L = 37, H = 2, hd = 8;
+  const std::size_t n = std::size_t(rows) * dim;
+  const auto x = random_floats(n, "typed.x", -2.0, 2.0);
+  const auto gamma = random_floats(dim, "typed.gamma", 0.5, 1.5), beta = random_floats(dim, "typed.beta");
+  std::vector<std::uint8_t> mask(std::size_t(B) * L, 1);
+  for (int j = 30; j < L; ++j) mask[j] = 0;
+  const auto dctx = random_floats(std::size_t(B) * L * H * hd, "typed.dctx");
+  for (const DType t : {DType::bf16, DType::f16})
+    for (const bool only : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (only ? " copy_only" : " values and copy"));
+      const auto typed = [&](float* values, std::uint16_t* copy) {
+        return only ? copy_only(values, t, copy) : rounded(values, t, copy);
+      };
+      const auto reference = [&](std::vector<float>& values, std::vector<std::uint16_t>& copy) {
+        be->round_to(rounded(values.data(), t, copy.data()), values.size());
+      };
+      // LayerNorm, its rounding included.
+      std::vector<float> mean(rows), rstd(rows), y = poisoned(n), want = poisoned(n);
+      std::vector<std::uint16_t> y16(n, 0x7fff), want16(n);
+      be->layernorm_forward(x.data(), gamma.data(), beta.data(), typed(y.data(), y16.data()), mean.data(), rstd.data(),
+                            rows, dim, 1e-5f);
+      be->layernorm_forward(x.data(), gamma.data(), beta.data(), fp32_out(want.data()), mean.data(), rstd.data(),
+                            rows, dim, 1e-5f);
+      reference(want, want16);
+      EXPECT_TRUE(y16 == want16) << "layernorm_forward's copy";
+      EXPECT_EQ(y, want) << "layernorm_forward's values (the CPU writes them under copy_only too)";
+      // Attention forward and backward, ctx and dqkv rounded by the op.
+      auto qkv = random_floats(std::size_t(B) * L * 3 * H * hd, "typed.qkv", -3.0, 3.0);
+      be->round_to(rounded(qkv.data(), t), qkv.size());
+      auto stats = poisoned(std::size_t(B) * H * L * 2);
+      std::vector<float> ctx = poisoned(dctx.size()), want_ctx = poisoned(dctx.size());
+      std::vector<std::uint16_t> ctx16(ctx.size(), 0x7fff), want_ctx16(ctx.size());
+      be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), nullptr, stats.data(),
+                            typed(ctx.data(), ctx16.data()), B, L, H, hd);
+      be->attention_forward(DType::f32, fp32(qkv.data()), mask.data(), nullptr, stats.data(),
+                            fp32_out(want_ctx.data()), B, L, H, hd);
+      reference(want_ctx, want_ctx16);
+      EXPECT_TRUE(ctx16 == want_ctx16) << "attention_forward's copy";
+      const auto probs = Backend::AttentionProbs::recomputed(mask.data(), stats.data(), DType::f32);
+      std::vector<float> dqkv = poisoned(qkv.size()), want_dqkv = poisoned(qkv.size());
+      std::vector<std::uint16_t> dqkv16(qkv.size(), 0x7fff), want_dqkv16(qkv.size());
+      be->attention_backward(DType::f32, fp32(qkv.data()), probs, dctx.data(), typed(dqkv.data(), dqkv16.data()), B,
+                             L, H, hd);
+      be->attention_backward(DType::f32, fp32(qkv.data()), probs, dctx.data(), fp32_out(want_dqkv.data()), B, L, H,
+                             hd);
+      EXPECT_NE(std::memcmp(want_dqkv.data(), dqkv.data(), dqkv.size() * sizeof(float)), 0) << "fp32: not rounded";
+      reference(want_dqkv, want_dqkv16);
+      EXPECT_TRUE(dqkv16 == want_dqkv16) << "attention_backward's copy";
+      // What a reader takes.
+      const Output out = typed(y.data(), y16.data());
+      EXPECT_EQ(out.result().data, only ? static_cast<const void*>(y16.data()) : static_cast<const void*>(y.data()));
+      EXPECT_EQ(out.result().dtype, only ? t : DType::f32);
+      // bias_grad of the copy: the bits of bias_grad of its values.
+      std::vector<float> db16(dim, 0.25f), db32(dim, 0.25f);
+      be->bias_grad(Operand{want16.data(), t}, db16.data(), rows, dim);
+      be->bias_grad(fp32(want.data()), db32.data(), rows, dim);
+      EXPECT_EQ(db16, db32) << "bias_grad of 16-bit patterns";
+    }
 }
 
 // ---------------------------------------------------------------- audio front end and video

@@ -130,8 +130,8 @@ TEST_F(OneDnnGemm, BackendBandsGiveTheWidenedProduct) {
   for (float& v : A) v = u(rng);
   for (float& v : B) v = u(rng);
   std::vector<std::uint16_t> A16(A.size());
-  be->round_to(DType::bf16, A.data(), A16.data(), A.size());
-  be->round_to(DType::bf16, B.data(), nullptr, B.size());
+  be->round_to(rounded(A.data(), DType::bf16, A16.data()), A.size());
+  be->round_to(rounded(B.data(), DType::bf16), B.size());
   std::vector<float> want(std::size_t(M) * N), one(want.size()), two(want.size());
   be->gemm(Trans::no, Trans::yes, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, want.data(), N);  // fp32 sgemm
   for (auto [threads, out] : {std::pair{1, &one}, std::pair{2, &two}}) {

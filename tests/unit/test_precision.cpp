@@ -209,8 +209,8 @@ BlockRun run_block(const PrecisionPolicy& policy, std::unique_ptr<Backend> be = 
   fill_random(x0, std::size_t(B) * L * D, 7, "x");
   fill_random(r, x0.size(), 8, "r");
   const DType in = policy.of("blocks.0.ln1");
-  be->round_to(in, x0.data(), nullptr, x0.size());
-  be->round_to(in, r.data(), nullptr, r.size());
+  be->round_to(rounded(x0.data(), in), x0.size());
+  be->round_to(rounded(r.data(), in), r.size());
   Flow flow;
   flow.B = B, flow.L = L, flow.audio_tokens = 4;
   std::vector<std::uint8_t> key_mask(std::size_t(B) * L, 1);
@@ -279,47 +279,41 @@ TEST_P(BlockInSixteenBits, AFullyFp32ListedBlockIsTheFp32Block) {
   EXPECT_EQ(listed.state_bytes, ref.state_bytes);
 }
 
-// The CPU standing in for a backend that writes 16-bit outputs alone (CUDA under device.fused): the
-// *_16 ops run the separate ops, then poison the fp32 buffers they were given (their scratch) with
-// NaN, so a layer that still read them would show it in its outputs, gradients or statistics.
-// With fused_attention, it also claims fused attention in 16-bit products (the CPU's unfused attention
-// gives the same bits with p kept or recomputed) and runs attention_forward_16 / attention_backward_16
-// as their defaults, poisoning their fp32 scratch (ctx, dqkv) after.
+// The CPU standing in for a backend that writes copy_only outputs' copies alone (CUDA under
+// device.fused): given a copy_only output, an op runs as the CPU's, then poisons the output's fp32
+// values (its scratch) with NaN, so a layer that still read them would show it in its outputs,
+// gradients or statistics. With fused_attention, it also claims fused attention in 16-bit products
+// (the CPU's unfused attention gives the same bits with p kept or recomputed), so the layers ask
+// attention_forward / attention_backward for copy_only ctx and dqkv, poisoned the same way.
 class SixteenBitOutputsOnly final : public CpuBackend {
  public:
   explicit SixteenBitOutputsOnly(bool fused_attention = false) : fused_attention_(fused_attention) {}
-  bool writes_16bit_outputs_only(DType type) const override { return type != DType::f32; }
   bool fuses_attention(DType compute, int) const override { return fused_attention_ && compute != DType::f32; }
-  void attention_forward_16(DType compute, Operand qkv, const std::uint8_t* key_mask, float* row_stats, float* ctx,
-                            std::uint16_t* ctx16, int B, int L, int H, int hd) override {
-    CpuBackend::attention_forward_16(compute, qkv, key_mask, row_stats, ctx, ctx16, B, L, H, hd);
-    fill(ctx, std::size_t(B) * L * H * hd, NAN);
-    ++attention_calls;
+  void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* row_stats,
+                         Output ctx, int B, int L, int H, int hd) override {
+    CpuBackend::attention_forward(compute, qkv, key_mask, p, row_stats, ctx, B, L, H, hd);
+    if (poison(ctx, std::size_t(B) * L * H * hd)) ++attention_calls;
   }
-  void attention_backward_16(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
-                             std::uint16_t* dqkv16, int B, int L, int H, int hd) override {
-    CpuBackend::attention_backward_16(compute, qkv, probs, dctx, dqkv, dqkv16, B, L, H, hd);
-    fill(dqkv, std::size_t(B) * L * 3 * H * hd, NAN);
-    ++attention_calls;
+  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, Output dqkv,
+                          int B, int L, int H, int hd) override {
+    CpuBackend::attention_backward(compute, qkv, probs, dctx, dqkv, B, L, H, hd);
+    if (poison(dqkv, std::size_t(B) * L * 3 * H * hd)) ++attention_calls;
   }
-  void linear_forward_16(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
-                         int in, int out) override {
-    CpuBackend::linear_forward_16(type, x, w, bias, y, y16, rows, in, out);
-    fill(y, std::size_t(rows) * out, NAN);
-    ++calls;
+  void linear_forward(DType type, Operand x, Operand w, const float* bias, Output y, int rows, int in,
+                      int out) override {
+    CpuBackend::linear_forward(type, x, w, bias, y, rows, in, out);
+    if (poison(y, std::size_t(rows) * out)) ++calls;
   }
-  void linear_gelu_forward_16(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
-                              float* g, std::uint16_t* g16, int rows, int in, int out) override {
-    CpuBackend::linear_gelu_forward_16(type, x, w, bias, f, f16, g, g16, rows, in, out);
-    fill(f, std::size_t(rows) * out, NAN);
-    fill(g, std::size_t(rows) * out, NAN);
-    ++calls;
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g, int rows, int in,
+                           int out) override {
+    CpuBackend::linear_gelu_forward(type, x, w, bias, f, g, rows, in, out);
+    const bool f_poisoned = poison(f, std::size_t(rows) * out), g_poisoned = poison(g, std::size_t(rows) * out);
+    if (f_poisoned && g_poisoned) ++calls;
   }
-  void layernorm_forward_16(DType type, const float* x, const float* gamma, const float* beta, float* y,
-                            std::uint16_t* y16, float* mean, float* rstd, int rows, int dim, float eps) override {
-    CpuBackend::layernorm_forward_16(type, x, gamma, beta, y, y16, mean, rstd, rows, dim, eps);
-    fill(y, std::size_t(rows) * dim, NAN);
-    ++calls;
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, Output y, float* mean, float* rstd,
+                         int rows, int dim, float eps) override {
+    CpuBackend::layernorm_forward(x, gamma, beta, y, mean, rstd, rows, dim, eps);
+    if (poison(y, std::size_t(rows) * dim)) ++calls;
   }
   int* calls_out = nullptr;
   int* attention_calls_out = nullptr;
@@ -330,11 +324,19 @@ class SixteenBitOutputsOnly final : public CpuBackend {
   }
 
  private:
+  // A copy_only output's values (its scratch) poisoned; whether it was one.
+  bool poison(const Output& y, std::size_t n) {
+    if (!y.copy_only) return false;
+    EXPECT_NE(y.copy.data, nullptr);
+    EXPECT_NE(y.dtype(), DType::f32);
+    fill(y.values, n, NAN);
+    return true;
+  }
   bool fused_attention_;
 };
 
-// Where the backend keeps only the 16-bit copies of LayerNorm's outputs, qkv (bf16: attention's
-// products read it), f1 and g, the block reads nothing else: the same bits, statistics included.
+// Where the backend writes only the 16-bit copies of LayerNorm's outputs, qkv (bf16: attention's
+// products read it), f1 and g (the outputs the block asks for copy_only), the block reads nothing else: the same bits, statistics included.
 TEST_P(BlockInSixteenBits, ReadsOnlyTheSixteenBitCopiesWhereTheBackendWritesNothingElse) {
   const DType t = GetParam();
   for (const Recompute recompute : {Recompute::none, Recompute::attention, Recompute::blocks}) {

@@ -145,7 +145,7 @@ Flow activation(Backend& be, DType dtype, unsigned seed) {
   const std::vector<float> x = random_values(kValues, seed);
   f.x.resize(kValues);
   std::copy(x.begin(), x.end(), f.x.data());
-  if (dtype != DType::f32) be.round_to(dtype, f.x.data(), nullptr, kValues);
+  if (dtype != DType::f32) be.round_to(rounded(f.x.data(), dtype), kValues);
   return f;
 }
 

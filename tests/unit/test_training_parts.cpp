@@ -244,7 +244,7 @@ TEST(ClipGradients, AdamWStepWithAFactorIsScaleThenStepThenRefreshBitForBit) {
       // The working copies are the new masters, packed.
       std::vector<std::uint16_t> packed(a_store.info(0).size);
       if (working != DType::f32) {
-        be->pack(working, a_store.value(0), packed.data(), packed.size());
+        be->pack(a_store.value(0), {packed.data(), working}, packed.size());
         EXPECT_EQ(std::memcmp(a_store.working().data(), packed.data(), packed.size() * 2), 0) << step;
       }
     }

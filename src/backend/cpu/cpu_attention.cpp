@@ -102,8 +102,9 @@ void block_softmax_again(DType compute, float* s, const std::uint8_t* mask, cons
 }  // namespace
 
 void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std::uint8_t* key_mask, float* p,
-                                   float* row_stats, float* ctx, int B, int L, int H, int hd) {
+                                   float* row_stats, Output ctx_out, int B, int L, int H, int hd) {
   const int D = H * hd, R = rows_per_block(L);
+  float* ctx = ctx_out.values;
   std::vector<float> unpacked;
   const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -129,13 +130,15 @@ void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std
         }
       }
   }
+  round_to(ctx_out, std::size_t(B) * L * D);
 }
 
 // Per block of rows: dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;
 // dK += scale dS^T Q.
 void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const AttentionProbs& probs, const float* dctx,
-                                    float* dqkv, int B, int L, int H, int hd) {
+                                    Output dqkv_out, int B, int L, int H, int hd) {
   const int D = H * hd, R = rows_per_block(L);
+  float* dqkv = dqkv_out.values;
   const bool recompute = probs.recompute();
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
   std::vector<float> qkv_values, p_values;
@@ -199,6 +202,7 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
         }
       }
   }
+  round_to(dqkv_out, std::size_t(B) * L * 3 * D);
 }
 
 }  // namespace avtrain

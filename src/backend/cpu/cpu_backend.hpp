@@ -10,7 +10,7 @@ namespace avtrain {
 // costs more than the second core saves.
 inline constexpr std::size_t kParallelMinElements = 16384;
 
-// Not final: tests derive stand-ins from it (a backend that writes 16-bit outputs alone, test_precision).
+// Not final: tests derive stand-ins from it (a backend that writes copy_only outputs alone, test_precision).
 class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -30,34 +30,28 @@ class CpuBackend : public Backend {
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
             Operand B, int ldb, float beta, float* C, int ldc) override;
   std::string gemm_engine(DType compute) const override;
-  void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) override;
-  void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) override;
-  void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) override;
+  void round_to(Output x, std::size_t n) override;
+  void pack(const float* x, Target packed, std::size_t n) override;
+  void unpack(Operand packed, float* x, std::size_t n) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
   void scale(float* x, std::size_t n, float a) override;
   void fill_rows(float* y, const float* row, int rows, int cols) override;
-  void bias_grad(const float* dy, float* dbias, int rows, int cols) override;
-  void bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) override;
-  using Backend::bias_grad;
+  void bias_grad(Operand dy, float* dbias, int rows, int cols) override;
   void gelu_forward(const float* x, float* y, std::size_t n) override;
   void gelu_backward(const float* dy, Operand x, float* dx, std::size_t n) override;
   double sum_squares(const float* x, std::size_t n) override;
-  float abs_max(const float* x, std::size_t n) override;
+  float abs_max(Operand x, std::size_t n) override;
   TensorStats tensor_stats(const float* x, std::size_t n, float threshold) override;
   void tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) override;
   void tensor_stats_many_into(const float* x, const Span* spans, int count, float threshold,
                               TensorStats* result) override;
   void update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) override;
-  void abs_max_into(const float* x, std::size_t n, float* result) override;
+  void abs_max_into(Operand x, std::size_t n, float* result) override;
   void sum_squares_into(const float* x, std::size_t n, double* result) override;
-  float abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) override;
-  void abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) override;
-  using Backend::abs_max;
-  using Backend::abs_max_into;
 
-  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, Output y, float* mean,
                          float* rstd, int rows, int dim, float eps) override;
   void layernorm_backward(const float* dy, Operand x, const float* gamma, const float* mean,
                           const float* rstd, float* dx, float* dgamma, float* dbeta, int rows,
@@ -73,8 +67,8 @@ class CpuBackend : public Backend {
                           float* dgamma, float* dbeta, int rows, int ch) override;
 
   void attention_forward(DType compute, Operand qkv, const std::uint8_t* key_mask, float* p, float* row_stats,
-                         float* ctx, int B, int L, int H, int hd) override;
-  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, float* dqkv,
+                         Output ctx, int B, int L, int H, int hd) override;
+  void attention_backward(DType compute, Operand qkv, const AttentionProbs& probs, const float* dctx, Output dqkv,
                           int B, int L, int H, int hd) override;
 
   void frame_signal(const float* audio, const float* window, float* frames, int B, std::int64_t A,

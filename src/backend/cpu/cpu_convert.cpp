@@ -9,6 +9,12 @@ namespace avtrain {
 namespace {
 constexpr std::size_t kChunk = 8192;  // a multiple of every vector width
 
+// The conversions here are fp16's and bf16's; a storage type without one here is refused, not taken
+// for bf16.
+void require_sixteen_bits(DType t, const char* op) {
+  require(t == DType::f16 || t == DType::bf16, std::string("internal: ") + op + " to or from " + dtype_name(t));
+}
+
 template <typename F>
 void over_chunks(std::size_t n, F f) {
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
@@ -20,35 +26,40 @@ void over_chunks(std::size_t n, F f) {
 }
 }  // namespace
 
-void CpuBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) {
+void CpuBackend::round_to(Output x, std::size_t n) {
+  const DType dtype = x.dtype();
   if (dtype == DType::f32) return;
+  require_sixteen_bits(dtype, "round_to");
+  auto* packed = static_cast<std::uint16_t*>(x.copy.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
     std::uint16_t* p = packed ? packed + lo : nullptr;
-    if (dtype == DType::f16) round_to_half(x + lo, p, m);
-    else round_to_bf16(x + lo, p, m);
+    if (dtype == DType::f16) round_to_half(x.values + lo, p, m);
+    else round_to_bf16(x.values + lo, p, m);
   });
 }
 
-void CpuBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) {
-  require(dtype != DType::f32, "internal: pack to fp32");
+void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
+  require_sixteen_bits(packed.dtype, "pack");
+  auto* bits = static_cast<std::uint16_t*>(packed.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
-    if (dtype == DType::f16) floats_to_half(x + lo, packed + lo, m);
-    else floats_to_bf16(x + lo, packed + lo, m);
+    if (packed.dtype == DType::f16) floats_to_half(x + lo, bits + lo, m);
+    else floats_to_bf16(x + lo, bits + lo, m);
   });
 }
 
-void CpuBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) {
-  require(dtype != DType::f32, "internal: unpack from fp32");
+void CpuBackend::unpack(Operand packed, float* x, std::size_t n) {
+  require_sixteen_bits(packed.dtype, "unpack");
+  const auto* bits = static_cast<const std::uint16_t*>(packed.data);
   over_chunks(n, [&](std::size_t lo, std::size_t m) {
-    if (dtype == DType::f16) half_to_floats(packed + lo, x + lo, m);
-    else bf16_to_floats(packed + lo, x + lo, m);
+    if (packed.dtype == DType::f16) half_to_floats(bits + lo, x + lo, m);
+    else bf16_to_floats(bits + lo, x + lo, m);
   });
 }
 
 const float* CpuBackend::widened(Operand x, std::size_t n, Buffer& scratch) {
   if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
   scratch.resize(n);
-  unpack(x.dtype, static_cast<const std::uint16_t*>(x.data), scratch.data(), n);
+  unpack(x, scratch.data(), n);
   return scratch.data();
 }
 

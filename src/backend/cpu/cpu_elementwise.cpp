@@ -29,8 +29,10 @@ void CpuBackend::fill_rows(float* y, const float* row, int rows, int cols) {
   for (int r = 0; r < rows; ++r) std::memcpy(y + std::size_t(r) * cols, row, sizeof(float) * cols);
 }
 
-// Each thread sums a band of columns over all rows.
-void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
+// Each thread sums a band of columns over all rows; a stored copy is first widened (exactly) into
+// scratch, so it gives the bits of its fp32 values.
+void CpuBackend::bias_grad(Operand dy_in, float* dbias, int rows, int cols) {
+  const float* dy = widened(dy_in, std::size_t(rows) * cols, operand_x_);
   constexpr int band = 64;
 #pragma omp parallel for schedule(static) if (std::size_t(rows) * cols >= kParallelMinElements)
   for (int c0 = 0; c0 < cols; c0 += band) {
@@ -90,8 +92,10 @@ double ordered_sum_squares(const float* x, std::size_t n) {
 double CpuBackend::sum_squares(const float* x, std::size_t n) { return ordered_sum_squares(x, n); }
 
 // On the bit patterns of |x|: integer order is float order for non-negative floats, and every NaN
-// pattern lies above +inf, so one integer max finds the largest magnitude and any NaN at once.
-float CpuBackend::abs_max(const float* x, std::size_t n) {
+// pattern lies above +inf, so one integer max finds the largest magnitude and any NaN at once. A
+// stored copy is first widened (exactly) into scratch: the bits of its fp32 values.
+float CpuBackend::abs_max(Operand x_in, std::size_t n) {
+  const float* x = widened(x_in, n, operand_x_);
   std::uint32_t m = 0;
 #pragma omp parallel for simd reduction(max : m) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
@@ -132,25 +136,11 @@ void CpuBackend::update_gate(const TensorStats* stats, const UpdateRule& rule, f
   decide_update(stats, rule, gate);
 }
 
-void CpuBackend::abs_max_into(const float* x, std::size_t n, float* result) {
+void CpuBackend::abs_max_into(Operand x, std::size_t n, float* result) {
   const float m = abs_max(x, n);
   *result = std::isnan(m) || std::isnan(*result) ? NAN : std::max(*result, m);
 }
 
 void CpuBackend::sum_squares_into(const float* x, std::size_t n, double* result) { *result += sum_squares(x, n); }
-
-// The patterns widened (exactly) into scratch, then the fp32 sum: its bits by construction.
-void CpuBackend::bias_grad_16(DType dtype, const std::uint16_t* dy, float* dbias, int rows, int cols) {
-  bias_grad(widened({dy, dtype}, std::size_t(rows) * cols, operand_x_), dbias, rows, cols);
-}
-
-// The patterns widened (exactly) into scratch, then the fp32 maximum: its bits by construction.
-float CpuBackend::abs_max_16(DType dtype, const std::uint16_t* x, std::size_t n) {
-  return abs_max(widened({x, dtype}, n, operand_x_), n);
-}
-
-void CpuBackend::abs_max_into_16(DType dtype, const std::uint16_t* x, std::size_t n, float* result) {
-  abs_max_into(widened({x, dtype}, n, operand_x_), n, result);
-}
 
 }  // namespace avtrain

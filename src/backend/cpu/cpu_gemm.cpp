@@ -68,7 +68,7 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
     auto narrow = [&](Operand op, std::size_t n, Buffer16& scratch) -> const std::uint16_t* {
       if (op.dtype == DType::bf16) return static_cast<const std::uint16_t*>(op.data);
       scratch.resize(n);
-      pack(DType::bf16, static_cast<const float*>(op.data), scratch.data(), n);  // exact: the values are bf16
+      pack(static_cast<const float*>(op.data), {scratch.data(), DType::bf16}, n);  // exact: the values are bf16
       return scratch.data();
     };
     const std::uint16_t* a = narrow(A, na, packed_a_);

@@ -7,8 +7,9 @@
 
 namespace avtrain {
 
-void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, Output y_out,
                                    float* mean, float* rstd, int rows, int dim, float eps) {
+  float* y = y_out.values;
 #pragma omp parallel for schedule(static) if (std::size_t(rows) * dim >= kParallelMinElements)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * dim;
@@ -23,6 +24,7 @@ void CpuBackend::layernorm_forward(const float* x, const float* gamma, const flo
     mean[r] = mu;
     rstd[r] = rs;
   }
+  round_to(y_out, std::size_t(rows) * dim);
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma
