@@ -84,6 +84,22 @@ class Fragments(unittest.TestCase):
         self.assertGreater(plan.cost_key((BF16,) * 4), plan.cost_key((BF16, BF16, BF16, FP32)))
 
 
+class DeckSteps(unittest.TestCase):
+    """The verification's steps for the cost line: the options' last --steps, else the deck's."""
+
+    def steps(self, deck, extra=()):
+        import types
+        return pp.deck_steps(types.SimpleNamespace(deck=os.path.join(os.path.dirname(HERE), "inputs", deck),
+                                                   extra=list(extra)))
+
+    def test_deck_then_options(self):
+        self.assertEqual(self.steps("ci.ini"), 40)
+        self.assertEqual(self.steps("quickstart.ini"), 300)
+        self.assertEqual(self.steps("ci.ini", ["--steps", "7", "--train.steps", "9"]), 9)
+        self.assertEqual(self.steps("ci.ini", ["--train.steps=11"]), 11)
+        self.assertIsNone(self.steps("no-such-deck.ini"))
+
+
 def report(metric_worst, layers=(), end_ratio=0.0, effects=(), limit=4.0, judged=True):
     return {"metrics": {"loss": {"worst": metric_worst}},
             "layers": [{"name": n, "worst": w} for n, w in layers],

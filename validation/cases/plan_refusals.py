@@ -51,6 +51,7 @@ def main():
     refused(common + ["--target", "fp16"], "--target: invalid choice: 'fp16'")
     refused(common + ["--target", "fp32"], "--target: invalid choice: 'fp32'")
     refused(common + ["--bogus"], "unrecognized arguments: --bogus")
+    refused([deck, "--data", shards, "--out", "runs/a,b"], "--out runs/a,b: no commas or spaces")
     refused(common, "not built", env=dict(env, AVTRAIN="/no/such/avtrain"))
     refused(common + ["--", "--model.width", "0"], "avtrain refuses the deck: .*model.width")
 
