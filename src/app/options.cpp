@@ -273,6 +273,13 @@ void bind(OptionTable& t, RunConfig& c) {
         "dynamic scaling: overflowing steps before the scale backs off", kAtLeast1);
   t.add(P, "precision.min_scale", &c.precision.min_scale,
         "dynamic scaling: an overflow at this scale stops the run", kPositive);
+  t.add(P, "precision.master_weights", &c.precision.master_weights,
+        "fp32: fp32 master weights beside the 16-bit working copies; none (bf16 only): the bf16 weights are the "
+        "parameters, AdamW's update computed in fp32 and written back as precision.weight_rounding says (4 bytes "
+        "less per parameter of a bf16 module's weight matrix; biases and norms keep fp32)");
+  t.add(P, "precision.weight_rounding", &c.precision.weight_rounding,
+        "with master_weights none: how the update is written back to the bf16 weights; stochastic: unbiased, its "
+        "random bits keyed by (train.seed, step, parameter, element), so repeatable under any layout");
   t.add(P, "precision.detect_anomaly", &c.precision.detect_anomaly,
         "check every module's output, forward and backward; stop at the first inf/NaN naming step, module, "
         "direction", "detect-anomaly");
@@ -472,6 +479,14 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (!vm.count("data.reader_threads") || vm["data.reader_threads"].defaulted())
     c.data.reader_threads = default_reader_threads(c.device.backend == DeviceBackend::cpu, c.train.threads);
   table.check();
+  if (c.precision.master_weights == MasterWeights::none && c.precision.mode != DType::bf16)
+    throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
+                (c.precision.mode == DType::f32 ? "fp32 weights are their own masters"
+                                                : "fp16 needs fp32 masters: its loss-scaled updates underflow") +
+                ")");
+  if (c.precision.weight_rounding == Rounding::stochastic && c.precision.master_weights != MasterWeights::none)
+    throw Error("option precision.weight_rounding = stochastic: needs precision.master_weights none (with fp32 "
+                "masters the bf16 copy is rounded to nearest from them)");
   table.dump(parsed.resolved);
   return parsed;
 }

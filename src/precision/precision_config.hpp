@@ -6,6 +6,7 @@
 
 #include "core/dtype.hpp"
 #include "core/enum_names.hpp"
+#include "core/stochastic_round.hpp"
 
 namespace avtrain {
 
@@ -36,6 +37,13 @@ inline std::optional<LossScale> LossScale::parse(const std::string& text) {
 
 inline std::string LossScale::text() const { return kind == Kind::fixed ? written : enum_name(kind); }
 
+// precision.master_weights: fp32 masters beside the 16-bit working copies, or none (bf16 only: the
+// bf16 weights are the parameters, updated in fp32 and written back as precision.weight_rounding says).
+enum class MasterWeights : unsigned char { fp32, none };
+constexpr EnumNames<MasterWeights, 2> enum_names(MasterWeights) {
+  return {{{MasterWeights::fp32, "fp32"}, {MasterWeights::none, "none"}}};
+}
+
 struct PrecisionConfig {
   DType mode = DType::f32;          // the compute type of matrix products and activations
   std::string fp32_layers;          // comma-separated globs over module names kept wholly in fp32
@@ -47,6 +55,8 @@ struct PrecisionConfig {
   int hysteresis = 1;
   double min_scale = 1;             // dynamic: an overflow at this scale stops the run
   bool detect_anomaly = false;      // check every layer's output, forward and backward
+  MasterWeights master_weights = MasterWeights::fp32;
+  Rounding weight_rounding = Rounding::nearest;  // master_weights none: how an update is written to the bf16 weights
 };
 
 }  // namespace avtrain
