@@ -482,7 +482,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (c.precision.master_weights == MasterWeights::none && c.precision.mode != DType::bf16)
     throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
                 (c.precision.mode == DType::f32 ? "fp32 weights are their own masters"
-                                                : "fp16 needs fp32 masters: its loss-scaled updates underflow") +
+                                                : "fp16 keeps fp32 masters: the rounding written here is to bf16, and fp16's 5-bit exponent would lose small weights and updates") +
                 ")");
   if (c.precision.weight_rounding == Rounding::stochastic && c.precision.master_weights != MasterWeights::none)
     throw Error("option precision.weight_rounding = stochastic: needs precision.master_weights none (with fp32 "
