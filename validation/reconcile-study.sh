@@ -7,7 +7,8 @@
 # segment check as --null pairs (docs/reconcile.md, "Offsets: the segment check").
 #
 #   validation/reconcile-study.sh DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3]
-#       [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
+#       [--candidates bf16,fp16 (also fp32; bf16-sr, bf16-rn: bf16 without fp32 masters, stochastic
+#       or nearest rounding of the update)] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
 #       [-- AVTRAIN_OPTIONS...]
 #
 # Writes, under DIR (default runs/study) and for each seed S:
@@ -69,7 +70,7 @@ done
 [ ${#seed_list[@]} -gt 0 ] || die "--seeds is empty"
 for s in "${seed_list[@]}"; do whole --seeds "$s" 0; done
 for c in "${cand_list[@]}"; do
-  case $c in bf16|fp16|fp32) ;; *) die "--candidates: '$c' is not bf16, fp16 or fp32" ;; esac
+  case $c in bf16|fp16|fp32|bf16-sr|bf16-rn) ;; *) die "--candidates: '$c' is not bf16, fp16, fp32, bf16-sr or bf16-rn" ;; esac
 done
 [ -x "$avtrain" ] || die "$avtrain: not built (run jobscripts/build.sh cpu, or set AVTRAIN)"
 
@@ -112,6 +113,16 @@ plot() {
   fi
 }
 
+# cand_options CAND: the precision options of a candidate; bf16-sr and bf16-rn are bf16 without fp32
+# masters, the update written back with stochastic rounding or to nearest (docs/precision.md).
+cand_options() {
+  case $1 in
+    bf16-sr) echo --precision bf16 --precision.master_weights none --precision.weight_rounding stochastic ;;
+    bf16-rn) echo --precision bf16 --precision.master_weights none --precision.weight_rounding nearest ;;
+    *) echo --precision "$1" ;;
+  esac
+}
+
 mkdir -p "$out"
 summary=$out/summary.txt
 verdicts=0
@@ -131,7 +142,7 @@ for seed in "${seed_list[@]}"; do
     train "$dir" "fp32-ulps-$u" --seed "$seed" --precision fp32 --train.init_ulps "$u"
   done
   for cand in "${cand_list[@]}"; do
-    train "$dir" "$cand" --seed "$seed" --precision "$cand"
+    train "$dir" "$cand" --seed "$seed" $(cand_options "$cand")
   done
 done
 
