@@ -1,5 +1,5 @@
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; the CPU's formula
-// and order of operations. Without fp32 masters (in-place tensors, adamw_bf16) the bf16 weights are
+// and order of operations. Without fp32 masters (in-place tensors, adamw of bf16 weights) the bf16 weights are
 // read widened and written back rounded as the CPU rounds them (core/stochastic_round.hpp: the same
 // keyed bits). adamw_tensors (device.fused): every tensor of an update in a few launches
 // (multi-tensor apply), the gradient factor and the working copies in the same pass, the gate (factor,
@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/update_gate.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/stochastic_round.hpp"
 #include "cuda_backend.hpp"
@@ -110,21 +111,18 @@ __global__ void adamw_tensors_kernel(float* w, float* g, float* m, float* v, Ten
 
 }  // namespace
 
-void CudaBackend::adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                        float beta2, float eps, float weight_decay, int step) {
+void CudaBackend::adamw(Target w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int step, WeightRounding rounding) {
   if (n == 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, constants(lr, beta1, beta2, eps, step),
-                                                         weight_decay);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, int step, Rounding rounding,
-                             std::uint64_t rounding_key, std::size_t first) {
-  if (n == 0) return;
-  adamw_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, constants(lr, beta1, beta2, eps, step),
-                                                              weight_decay, rounding,
-                                                              rounding_stream(rounding_key, std::uint64_t(step)), first);
+  const AdamWConstants c = constants(lr, beta1, beta2, eps, step);
+  if (w.dtype == DType::f32) {
+    adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(static_cast<float*>(w.data), g, m, v, n, c, weight_decay);
+  } else {
+    require(w.dtype == DType::bf16, std::string("internal: adamw of ") + dtype_name(w.dtype) + " weights");
+    adamw_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        static_cast<std::uint16_t*>(w.data), g, m, v, n, c, weight_decay, rounding.rounding,
+        rounding_stream(rounding.key, std::uint64_t(step)), rounding.first);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -53,6 +53,13 @@ inline Output rounded(float* values, DType type, void* copy = nullptr) { return 
 // The copy in `type` alone (not fp32): `scratch` the op's fp32 scratch.
 inline Output copy_only(float* scratch, DType type, void* copy) { return {scratch, {copy, type}, true}; }
 
+// How AdamW writes an update to weights narrower than fp32 (Backend::adamw).
+struct WeightRounding {
+  Rounding rounding = Rounding::nearest;
+  std::uint64_t key = 0;   // the parameter's key (its name)
+  std::size_t first = 0;   // w's first element within its parameter: any cut into parts draws the same bits
+};
+
 class Backend : public TensorMemory {
  public:
   virtual ~Backend() = default;
@@ -309,9 +316,13 @@ class Backend : public TensorMemory {
   virtual double info_nce(const float* a, const float* b, float* da, float* db, int B, int D,
                           float tau, float grad_scale) = 0;
 
-  // ---- optimizer: AdamW on fp32 master weights, bias-corrected; decay applied as w -= lr*wd*w.
-  virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int step) = 0;
+  // ---- optimizer: AdamW, bias-corrected; decay applied as w -= lr*wd*w. The weights w are fp32 (master
+  // weights, updated in place) or bf16 (precision.master_weights none: read widened, exact; the update
+  // computed in fp32 by the same expression with fp32 moments, written back rounded as `rounding` says;
+  // element i's random bits rounding_bits(rounding_stream(rounding.key, step), rounding.first + i),
+  // core/stochastic_round.hpp). Any other type is refused.
+  virtual void adamw(Target w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, int step, WeightRounding rounding = {}) = 0;
   // One AdamW update of many tensors (multi-tensor apply), as `gate` (tensor memory, read where the
   // update runs) says: gate[0] the factor the gradients are first multiplied by (the unscale and the
   // clip: as scale() does, in place), gate[1] nonzero to skip the step (nothing is written). Tensor t
@@ -321,11 +332,8 @@ class Backend : public TensorMemory {
   // into one pass with the same bits that reads the gate itself.
   //
   // in_place (precision.master_weights none): the tensor has no fp32 master in w (w's elements of it
-  // are not read; w may be null when no tensor has one). Its weights are `copy` itself: fp32 values
-  // updated in place, or bf16 patterns read widened (exact), updated in fp32 and written back rounded
-  // as `rounding` says, element i's random bits rounding_bits(rounding_stream(rounding_key, step),
-  // first + i) (core/stochastic_round.hpp): `first` is the tensor's first element within its
-  // parameter, so any cut of the parameter into parts draws the same bits.
+  // are not read; w may be null when no tensor has one). Its weights are `copy` itself, updated as
+  // adamw() updates weights of copy_type, rounded as {rounding, rounding_key, first} say.
   struct AdamWTensor {
     std::size_t offset, size;
     float weight_decay;
@@ -336,12 +344,6 @@ class Backend : public TensorMemory {
     std::uint64_t rounding_key = 0;
     std::size_t first = 0;
   };
-  // AdamW on bf16 weights without an fp32 master: w read widened, the update computed in fp32 as
-  // adamw() computes it (same expression, fp32 moments), written back rounded as `rounding` says
-  // (element i keyed as AdamWTensor's in-place tensors are: rounding_key, step, first + i).
-  virtual void adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int step, Rounding rounding,
-                          std::uint64_t rounding_key, std::size_t first) = 0;
   virtual void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
                              float beta1, float beta2, float eps, const float* gate, int step);
   // The update's gate decided where the update runs, from gradient statistics there (the entries

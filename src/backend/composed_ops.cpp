@@ -17,16 +17,12 @@ void Backend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWT
     if (t.size == 0) continue;
     if (grad_factor != 1.0f) scale(g + t.offset, t.size, grad_factor);
     if (t.in_place) {
-      if (t.copy_type == DType::f32)
-        adamw(static_cast<float*>(t.copy), g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps,
-              t.weight_decay, step);
-      else
-        adamw_bf16(static_cast<std::uint16_t*>(t.copy), g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1,
-                   beta2, eps, t.weight_decay, step, t.rounding, t.rounding_key, t.first);
+      adamw({t.copy, t.copy_type}, g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps,
+            t.weight_decay, step, {t.rounding, t.rounding_key, t.first});
       continue;
     }
     float* wt = w + t.offset;
-    adamw(wt, g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps, t.weight_decay, step);
+    adamw({wt, DType::f32}, g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps, t.weight_decay, step);
     if (!t.copy) continue;
     if (t.copy_type == DType::f32) copy(t.copy, wt, t.size * sizeof(float));
     else pack(wt, {t.copy, t.copy_type}, t.size);

@@ -1948,8 +1948,8 @@ TEST_F(CudaOps, AdamWMatchesCpuOverSeveralSteps) {
   for (int step = 1; step <= 4; ++step) {
     const auto g = normal(n, "adamw.g" + std::to_string(step), 0.01);
     DevF d_g(gpu(), g);
-    cpu().adamw(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
-    gpu().adamw(d_w, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step);
+    cpu().adamw({w.data(), DType::f32}, g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    gpu().adamw({d_w, DType::f32}, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step);
     EXPECT_TRUE(close_l2(d_w.download(), w, kF32)) << "w after step " << step;
     EXPECT_TRUE(close_l2(d_m.download(), m, kF32)) << "m after step " << step;
     EXPECT_TRUE(close_l2(d_v.download(), v, kF32)) << "v after step " << step;
@@ -1977,8 +1977,8 @@ TEST_F(CudaOps, AdamWBf16WithoutMastersMatchesCpu) {
     for (int step = 1; step <= 4; ++step) {
       const auto g = normal(n, "adamw16.g" + std::to_string(step), 0.01);
       DevF d_g(gpu(), g);
-      cpu().adamw_bf16(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, rounding, key, first);
-      gpu().adamw_bf16(d_w.get(), d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step, rounding, key, first);
+      cpu().adamw({w.data(), DType::bf16}, g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, {rounding, key, first});
+      gpu().adamw({d_w.get(), DType::bf16}, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step, {rounding, key, first});
       const std::vector<std::uint16_t> got = d_w.download();
       std::size_t differ = 0;
       for (std::size_t i = 0; i < n; ++i) {

@@ -1152,7 +1152,7 @@ TEST_F(CpuKernels, AdamWMatchesPyTorchDefinitionOverSeveralSteps) {
   AdamWReference ref{std::vector<double>(w.begin(), w.end()), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
   for (int t = 1; t <= 5; ++t) {
     const auto g = random_floats(n, "adamw.g" + std::to_string(t), -0.5, 0.5);
-    be->adamw(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
+    be->adamw({w.data(), DType::f32}, g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
     ref.step(g, lr, b1, b2, eps, wd, t);
     // The update is ~lr; 1e-6 absolute resolves it to 1e-4 of itself.
     EXPECT_TRUE(all_close(w, ref.w, 1e-6, 0)) << "w after step " << t;

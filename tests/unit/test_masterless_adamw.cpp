@@ -43,12 +43,13 @@ TEST(MasterlessAdamW, TheCpuUpdateIsTheFp32UpdateRoundedAsAsked) {
     std::vector<std::uint16_t> w16 = w;
     std::vector<float> m16 = m, v16 = v;
     constexpr int step = 7;
-    be->adamw_bf16(w16.data(), g.data(), m16.data(), v16.data(), n, lr, b1, b2, eps, wd, step, rounding, key, first);
+    be->adamw({w16.data(), DType::bf16}, g.data(), m16.data(), v16.data(), n, lr, b1, b2, eps, wd, step,
+              {rounding, key, first});
     // The reference: the fp32 update of the widened weights (adamw, checked on its own), then rounded
     // with the bits of (key, step, first + i); and, independently, the update in double.
     std::vector<float> w32(n), m32 = m, v32 = v;
     for (std::size_t i = 0; i < n; ++i) w32[i] = bf16_to_float(w[i]);
-    be->adamw(w32.data(), g.data(), m32.data(), v32.data(), n, lr, b1, b2, eps, wd, step);
+    be->adamw({w32.data(), DType::f32}, g.data(), m32.data(), v32.data(), n, lr, b1, b2, eps, wd, step);
     const std::uint64_t stream = rounding_stream(key, step);
     std::size_t up = 0, moved = 0;
     for (std::size_t i = 0; i < n; ++i) {

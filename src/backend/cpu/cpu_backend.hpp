@@ -101,11 +101,8 @@ class CpuBackend : public Backend {
   double info_nce(const float* a, const float* b, float* da, float* db, int B, int D, float tau,
                   float grad_scale) override;
 
-  void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int step) override;
-  void adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step, Rounding rounding, std::uint64_t rounding_key,
-                  std::size_t first) override;
+  void adamw(Target w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int step, WeightRounding rounding) override;
 
  private:
   // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact).
