@@ -56,14 +56,13 @@ void round_operand(DType type, float* x, std::size_t n) {
   if (type == DType::f16) round_to_half(x, nullptr, n);
 }
 
-// An operand's n values in fp32: its own storage, or its 16-bit patterns unpacked into `unpacked`.
-const float* values_of(Operand x, DType compute, std::size_t n, std::vector<float>& unpacked) {
+// An operand's n values in fp32: its own storage, or its 16-bit patterns unpacked (on the threads)
+// into `unpacked`, which the backend keeps from call to call (no fresh pages to fault in).
+const float* values_of(CpuBackend& be, Operand x, DType compute, std::size_t n, Buffer& unpacked) {
   require(x.dtype == DType::f32 || x.dtype == compute, "internal: an attention operand is neither fp32 nor the compute type");
   if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
   unpacked.resize(n);
-  const auto* bits = static_cast<const std::uint16_t*>(x.data);
-  if (x.dtype == DType::bf16) bf16_to_floats(bits, unpacked.data(), n);
-  else half_to_floats(bits, unpacked.data(), n);
+  be.unpack(x.dtype, static_cast<const std::uint16_t*>(x.data), unpacked.data(), n);
   return unpacked.data();
 }
 
@@ -104,8 +103,7 @@ void block_softmax_again(DType compute, float* s, const std::uint8_t* mask, cons
 void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std::uint8_t* key_mask, float* p,
                                    float* row_stats, float* ctx, int B, int L, int H, int hd) {
   const int D = H * hd, R = rows_per_block(L);
-  std::vector<float> unpacked;
-  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
+  const float* qkv = values_of(*this, qkv_operand, compute, std::size_t(B) * L * 3 * D, attention_qkv_);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
 #pragma omp parallel
@@ -138,9 +136,8 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
   const int D = H * hd, R = rows_per_block(L);
   const bool recompute = probs.recompute();
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
-  std::vector<float> qkv_values, p_values;
-  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, qkv_values);
-  const float* p = recompute ? nullptr : values_of(probs.p, compute, std::size_t(B) * H * L * L, p_values);
+  const float* qkv = values_of(*this, qkv_operand, compute, std::size_t(B) * L * 3 * D, attention_qkv_);
+  const float* p = recompute ? nullptr : values_of(*this, probs.p, compute, std::size_t(B) * H * L * L, attention_p_);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
 #pragma omp parallel

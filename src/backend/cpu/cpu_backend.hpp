@@ -1,6 +1,8 @@
 #pragma once
 // The CPU backend: matrix products through cblas_sgemm (and oneDNN for bf16 where the CPU has
 // bf16 units), loops elsewhere (OpenMP).
+#include <functional>
+
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
 
@@ -30,6 +32,19 @@ class CpuBackend : public Backend {
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
             Operand B, int ldb, float beta, float* C, int ldc) override;
   std::string gemm_engine(DType compute) const override;
+  // A product is cut into bands of C's rows when M >= N (else of columns: cpu_gemm.cpp). A row-band
+  // step works on C's rows [lo, hi) on the band's thread, next to the band's product.
+  static bool bands_rows(int M, int N);
+  using RowBandStep = std::function<void(int lo, int hi)>;
+
+  // The fused passes (cpu_fused.cpp): the bits of the composed defaults, in fewer passes over memory.
+  void linear_forward(DType type, Operand x, Operand w, const float* bias, float* y, std::uint16_t* y16, int rows,
+                      int in, int out) override;
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, float* f, std::uint16_t* f16,
+                           float* g, std::uint16_t* g16, int rows, int in, int out) override;
+  void add_round(DType type, float* y, const float* x, std::uint16_t* y16, std::size_t n) override;
+  void gelu_backward_round(DType type, const float* dy, Operand x, float* dx, std::uint16_t* dx16,
+                           std::size_t n) override;
   void round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) override;
   void pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) override;
   void unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) override;
@@ -111,12 +126,17 @@ class CpuBackend : public Backend {
              float beta2, float eps, float weight_decay, int step) override;
 
  private:
+  // gemm, with before(lo, hi) and after(lo, hi) run on each band of rows (M >= N only).
+  void gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+                     Operand B, int ldb, float beta, float* C, int ldc, const RowBandStep& before,
+                     const RowBandStep& after);
   // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact).
   const float* widened(Operand x, std::size_t n, Buffer& scratch);
 
   double gemm_flops_ = 0;
   Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
   Buffer operand_x_;                 // a 16-bit input of an elementwise or row op, widened
+  Buffer attention_qkv_, attention_p_;  // attention's 16-bit qkv and p, widened (kept: no page faults)
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };
 

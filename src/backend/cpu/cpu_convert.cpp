@@ -1,28 +1,15 @@
 // Storage conversions between fp32 and fp16/bf16: the vectorised array routines of core/half,
-// run over chunks on the threads.
+// run over chunks on the threads (chunks.hpp).
+#include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
 namespace avtrain {
 
-namespace {
-constexpr std::size_t kChunk = 8192;  // a multiple of every vector width
-
-template <typename F>
-void over_chunks(std::size_t n, F f) {
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::size_t lo = c * kChunk;
-    f(lo, std::min(n, lo + kChunk) - lo);
-  }
-}
-}  // namespace
-
 void CpuBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::size_t n) {
   if (dtype == DType::f32) return;
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     std::uint16_t* p = packed ? packed + lo : nullptr;
     if (dtype == DType::f16) round_to_half(x + lo, p, m);
     else round_to_bf16(x + lo, p, m);
@@ -31,7 +18,7 @@ void CpuBackend::round_to(DType dtype, float* x, std::uint16_t* packed, std::siz
 
 void CpuBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::size_t n) {
   require(dtype != DType::f32, "internal: pack to fp32");
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     if (dtype == DType::f16) floats_to_half(x + lo, packed + lo, m);
     else floats_to_bf16(x + lo, packed + lo, m);
   });
@@ -39,7 +26,7 @@ void CpuBackend::pack(DType dtype, const float* x, std::uint16_t* packed, std::s
 
 void CpuBackend::unpack(DType dtype, const std::uint16_t* packed, float* x, std::size_t n) {
   require(dtype != DType::f32, "internal: unpack from fp32");
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     if (dtype == DType::f16) half_to_floats(packed + lo, x + lo, m);
     else bf16_to_floats(packed + lo, x + lo, m);
   });

@@ -5,8 +5,9 @@
 #include <vector>
 #include <cstring>
 
+#include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
-#include "backend/cpu/vector_math.hpp"
+#include "backend/cpu/gelu.hpp"
 #include "backend/update_gate.hpp"
 
 namespace avtrain {
@@ -45,22 +46,24 @@ void CpuBackend::bias_grad(const float* dy, float* dbias, int rows, int cols) {
   }
 }
 
-// GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact form, as PyTorch's default).
-void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
+void cpu::gelu_span(const float* x, float* y, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
 }
 
-// d/dx x*Phi(x) = Phi(x) + x * phi(x)
+void cpu::gelu_grad_span(const float* dy, const float* x, float* dx, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_grad(dy[i], x[i]);
+}
+
+// GELU(x) = x * Phi(x) (gelu.hpp), in chunks on the threads (chunks.hpp).
+void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { cpu::gelu_span(x + lo, y + lo, m); });
+}
+
 void CpuBackend::gelu_backward(const float* dy, Operand x_in, float* dx, std::size_t n) {
-  constexpr float inv_sqrt_2pi = 0.3989422804014327f;
   const float* x = widened(x_in, n, operand_x_);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) {
-    float cdf = 0.5f * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
-    float pdf = inv_sqrt_2pi * vmath::exp(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { cpu::gelu_grad_span(dy + lo, x + lo, dx + lo, m); });
 }
 
 namespace {
