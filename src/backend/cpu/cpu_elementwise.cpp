@@ -109,16 +109,30 @@ float CpuBackend::abs_max(const float* x, std::size_t n) {
   return result;
 }
 
+// One pass over the blocks of sum_squares: each block's sum of squares (the same blocks, summed in
+// order after: its bits) and its counts (integers: any order gives the same), so one parallel region.
 Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
-  std::size_t nonfinite = 0, nonzero = 0, below = 0;  // integer counts: any order gives the same
-#pragma omp parallel for simd reduction(+ : nonfinite, nonzero, below) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    nonfinite += !(a <= 3.402823466e38f);
-    nonzero += a != 0.0f;
-    below += a != 0.0f && a < threshold;
+  const std::size_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(blocks);
+  std::size_t nonfinite = 0, nonzero = 0, below = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nonfinite, nonzero, below) if (n >= kParallelMinElements)
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kSumBlock;
+    const std::size_t m = std::min(kSumBlock, n - b * kSumBlock);
+    partial[b] = block_sum_squares(xb, m);
+    std::size_t block_nonfinite = 0, block_nonzero = 0, block_below = 0;
+#pragma omp simd reduction(+ : block_nonfinite, block_nonzero, block_below)
+    for (std::size_t i = 0; i < m; ++i) {
+      const float a = std::fabs(xb[i]);
+      block_nonfinite += !(a <= 3.402823466e38f);
+      block_nonzero += a != 0.0f;
+      block_below += a != 0.0f && a < threshold;
+    }
+    nonfinite += block_nonfinite, nonzero += block_nonzero, below += block_below;
   }
-  return {ordered_sum_squares(x, n), nonfinite, nonzero, below};
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return {sum, nonfinite, nonzero, below};
 }
 
 void CpuBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {
