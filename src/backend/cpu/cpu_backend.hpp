@@ -136,7 +136,6 @@ class CpuBackend : public Backend {
   double gemm_flops_ = 0;
   Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
   Buffer operand_x_;                 // a 16-bit input of an elementwise or row op, widened
-  Buffer attention_qkv_, attention_p_;  // attention's 16-bit qkv and p, widened (kept: no page faults)
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };
 
