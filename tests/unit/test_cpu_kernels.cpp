@@ -478,6 +478,99 @@ TEST_F(CpuKernels, GeluAndLayerNormBackwardRead16BitInputsAsTheirValues) {
   }
 }
 
+// The CPU backend fuses linear_forward, linear_gelu_forward, add_round and gelu_backward_round (bias,
+// rounding and GELU on each band of the product's rows, or chunk by chunk): each must give the bits of
+// the composed default (Backend::, the separate ops) in every type, with NaN, inf and overflow among
+// the inputs, on products banded by rows and by columns, and must write every element (the outputs
+// start as different poison on the two sides).
+TEST_F(CpuKernels, FusedPassesGiveTheComposedBits) {
+  struct Shape {
+    int rows, in, out;
+  };
+  for (const DType t : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Shape s : {Shape{300, 40, 72}, Shape{1000, 128, 260}, Shape{50, 24, 90}, Shape{7, 5, 3}}) {
+      for (const bool with_bias : {true, false}) {
+        for (const bool x_16 : {true, false}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(s.rows) + " in " + std::to_string(s.in) +
+                       " out " + std::to_string(s.out) + (with_bias ? " bias" : "") + (x_16 ? " x16" : " x32"));
+          const std::size_t nx = std::size_t(s.rows) * s.in, nw = std::size_t(s.out) * s.in,
+                            ny = std::size_t(s.rows) * s.out;
+          std::vector<float> x = random_floats(nx, "fused.x", -3.0, 3.0), w = random_floats(nw, "fused.w");
+          const auto bias = random_floats(s.out, "fused.bias");
+          x[1] = kNaN;               // row 0: NaN throughout
+          x[nx - 1] = 3e38f;         // the last row: inf and NaN
+          if (s.rows > 2) x[s.in + 2] = 9000.0f;  // row 1: overflows fp16
+          std::vector<std::uint16_t> x16(nx), w16(nw);
+          be->round_to(rounded(x.data(), t == DType::f32 ? DType::bf16 : t, x16.data()), nx);
+          be->round_to(rounded(w.data(), t == DType::f32 ? DType::bf16 : t, w16.data()), nw);
+          const Operand xo = t != DType::f32 && x_16 ? Operand{x16.data(), t} : fp32(x.data());
+          const Operand wo = t != DType::f32 ? Operand{w16.data(), t} : fp32(w.data());
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> y1(ny, kNaN), y2(ny, 0.0f), g1(ny, kNaN), g2(ny, 0.0f);
+          std::vector<std::uint16_t> y1_16(ny, 0xffff), y2_16(ny, 0), g1_16(ny, 0xffff), g2_16(ny, 0);
+          const bool sixteen = t != DType::f32;
+          be->linear_forward(t, xo, wo, b, rounded(y1.data(), t, sixteen ? y1_16.data() : nullptr), s.rows, s.in, s.out);
+          be->Backend::linear_forward(t, xo, wo, b, rounded(y2.data(), t, sixteen ? y2_16.data() : nullptr), s.rows, s.in,
+                                      s.out);
+          EXPECT_EQ(std::memcmp(y1.data(), y2.data(), ny * sizeof(float)), 0) << "linear_forward";
+          if (sixteen) {
+            EXPECT_TRUE(y1_16 == y2_16) << "linear_forward's patterns";
+          }
+          std::fill(y1.begin(), y1.end(), kNaN), std::fill(y2.begin(), y2.end(), 0.0f);
+          std::fill(y1_16.begin(), y1_16.end(), 0xffff), std::fill(y2_16.begin(), y2_16.end(), 0);
+          be->linear_gelu_forward(t, xo, wo, b, rounded(y1.data(), t, sixteen ? y1_16.data() : nullptr),
+                                  rounded(g1.data(), t, sixteen ? g1_16.data() : nullptr), s.rows, s.in, s.out);
+          be->Backend::linear_gelu_forward(t, xo, wo, b, rounded(y2.data(), t, sixteen ? y2_16.data() : nullptr),
+                                           rounded(g2.data(), t, sixteen ? g2_16.data() : nullptr), s.rows, s.in, s.out);
+          EXPECT_EQ(std::memcmp(y1.data(), y2.data(), ny * sizeof(float)), 0) << "linear_gelu_forward's f";
+          EXPECT_EQ(std::memcmp(g1.data(), g2.data(), ny * sizeof(float)), 0) << "linear_gelu_forward's g";
+          if (sixteen) {
+            EXPECT_TRUE(y1_16 == y2_16) << "linear_gelu_forward's f patterns";
+            EXPECT_TRUE(g1_16 == g2_16) << "linear_gelu_forward's g patterns";
+          }
+        }
+      }
+    }
+    for (const std::size_t n : {std::size_t(1000), std::size_t(3 * 8192 + 77)}) {  // one thread; chunks on the threads
+      for (const bool with16 : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + (with16 ? " with patterns" : ""));
+        auto y = random_floats(n, "fused.add.y", -70000.0, 70000.0);
+        const auto x = random_floats(n, "fused.add.x", -70000.0, 70000.0);
+        y[3] = kNaN, y[n - 2] = kInf, y[n - 1] = 3.3e38f;
+        std::vector<float> y1 = y, y2 = y;
+        std::vector<std::uint16_t> p1(n, 0xffff), p2(n, 0);
+        const bool out16 = with16 && t != DType::f32;
+        be->add_round(rounded(y1.data(), t, out16 ? p1.data() : nullptr), x.data(), n);
+        be->Backend::add_round(rounded(y2.data(), t, out16 ? p2.data() : nullptr), x.data(), n);
+        EXPECT_EQ(std::memcmp(y1.data(), y2.data(), n * sizeof(float)), 0) << "add_round";
+        if (out16) {
+          EXPECT_TRUE(p1 == p2) << "add_round's patterns";
+        }
+
+        auto gx = random_floats(n, "fused.gelu.x", -6.0, 6.0);
+        const auto dy = random_floats(n, "fused.gelu.dy", -1e5, 1e5);
+        gx[5] = kNaN, gx[n - 1] = -kInf;
+        std::vector<std::uint16_t> gx16(n);
+        be->round_to(rounded(gx.data(), t == DType::f32 ? DType::bf16 : t, gx16.data()), n);
+        for (const bool x_16 : {true, false}) {
+          const Operand xo = t != DType::f32 && x_16 ? Operand{gx16.data(), t} : fp32(gx.data());
+          std::vector<float> d1(n, kNaN), d2(n, 0.0f);
+          std::fill(p1.begin(), p1.end(), 0xffff), std::fill(p2.begin(), p2.end(), 0);
+          be->gelu_backward_round(dy.data(), xo, rounded(d1.data(), t, out16 ? p1.data() : nullptr), n);
+          be->Backend::gelu_backward_round(dy.data(), xo, rounded(d2.data(), t, out16 ? p2.data() : nullptr), n);
+          EXPECT_EQ(std::memcmp(d1.data(), d2.data(), n * sizeof(float)), 0) << "gelu_backward_round";
+          if (out16) {
+            EXPECT_TRUE(p1 == p2) << "gelu_backward_round's patterns";
+          }
+          std::vector<float> in_place = dy;  // dx may be dy
+          be->gelu_backward_round(in_place.data(), xo, rounded(in_place.data(), t), n);
+          EXPECT_EQ(std::memcmp(in_place.data(), d2.data(), n * sizeof(float)), 0) << "gelu_backward_round in place";
+        }
+      }
+    }
+  }
+}
+
 struct BatchNormReference {
   std::vector<double> y, mean, rstd, running_mean, running_var;
 };

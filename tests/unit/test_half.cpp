@@ -146,6 +146,37 @@ TEST(BFloat16, ArrayPathsGiveTheScalarBits) {
   for (std::uint32_t i = 0; i < 65536; ++i) ASSERT_EQ(float_bits(back[i]), i << 16);
 }
 
+// Where the compiler targets AVX512-BF16 the array paths use vcvtneps2bf16, which flushes subnormal
+// inputs to zero; the lanes it would flush are redone by the scalar rounding. Every position of a
+// vector and the scalar tail get a subnormal (ties, the smallest, the largest, both signs) among
+// normals, zeros, infinities and NaNs: floats_to_bf16 and round_to_bf16 (with and without the
+// patterns) give float_to_bf16's bits.
+TEST(BFloat16, ArrayPathsRoundSubnormalLanesLikeTheScalarPath) {
+  const std::uint32_t subnormals[] = {0x00000001u, 0x00008000u, 0x00018000u, 0x00007fffu, 0x00008001u,
+                                      0x007fffffu, 0x007f8000u, 0x00400000u, 0x0000ffffu};
+  const std::uint32_t others[] = {0x3f800000u, 0x3f808000u, 0x00800000u, 0x7f800000u, 0x7fc00001u,
+                                  0x7f800001u, 0x00000000u, 0x7f7fffffu, 0x3f818000u, 0x3f7fffffu};
+  std::vector<float> in;
+  for (std::uint32_t sign : {0u, 0x80000000u})
+    for (std::uint32_t sub : subnormals)
+      for (int lane = 0; lane < 16; ++lane)
+        for (int k = 0; k < 16; ++k)
+          in.push_back(bits_float(k == lane ? (sub | sign) : (others[(k + lane) % 10] ^ (k & 1 ? 0x80000000u : 0u))));
+  for (std::uint32_t sub : subnormals) in.push_back(bits_float(sub));  // the tail: not a whole vector
+  std::vector<std::uint16_t> packed(in.size()), rounded_packed(in.size());
+  floats_to_bf16(in.data(), packed.data(), in.size());
+  std::vector<float> rounded = in, rounded_alone = in;
+  round_to_bf16(rounded.data(), rounded_packed.data(), in.size());
+  round_to_bf16(rounded_alone.data(), nullptr, in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::uint16_t want = float_to_bf16(in[i]);
+    ASSERT_EQ(packed[i], want) << std::hex << float_bits(in[i]) << " at " << std::dec << i;
+    ASSERT_EQ(rounded_packed[i], want) << std::hex << float_bits(in[i]) << " at " << std::dec << i;
+    ASSERT_EQ(float_bits(rounded[i]), std::uint32_t(want) << 16) << std::hex << float_bits(in[i]);
+    ASSERT_EQ(float_bits(rounded_alone[i]), std::uint32_t(want) << 16) << std::hex << float_bits(in[i]);
+  }
+}
+
 // Rounding in place (with and without the packed copy) gives the value of the scalar conversion.
 TEST(RoundInPlace, MatchesTheScalarConversions) {
   const std::vector<float> in = probe_floats();

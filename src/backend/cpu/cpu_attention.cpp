@@ -8,12 +8,14 @@
 // recomputed probabilities go through the same products in the same order: the same bits either way,
 // on any thread count. In a 16-bit compute type the operands that are not exact in it (p, the output
 // gradient, dS) are rounded first, so the fp32 products compute what a 16-bit product with fp32
-// accumulation computes.
+// accumulation computes. 16-bit qkv and p are widened a sample's qkv rows or a head's p at a time on
+// the thread that reads them (WidenedParts), never as whole-tensor copies.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -56,16 +58,33 @@ void round_operand(DType type, float* x, std::size_t n) {
   if (type == DType::f16) round_to_half(x, nullptr, n);
 }
 
-// An operand's n values in fp32: its own storage, or its 16-bit patterns unpacked into `unpacked`.
-const float* values_of(Operand x, DType compute, std::size_t n, std::vector<float>& unpacked) {
-  require(x.dtype == DType::f32 || x.dtype == compute, "internal: an attention operand is neither fp32 nor the compute type");
-  if (x.dtype == DType::f32) return static_cast<const float*>(x.data);
-  unpacked.resize(n);
-  const auto* bits = static_cast<const std::uint16_t*>(x.data);
-  if (x.dtype == DType::bf16) bf16_to_floats(bits, unpacked.data(), n);
-  else half_to_floats(bits, unpacked.data(), n);
-  return unpacked.data();
-}
+// Values of a 16-bit operand widened (exactly) where a thread works on them, not as a whole-tensor
+// copy: a sample's qkv rows (L x 3D, qkv's own leading dimension, so the products see the same
+// operands as before) or a head's p (L x L). of(i) gives part i's values: the operand's own storage
+// in fp32, else its patterns widened into this thread's buffer when i is not the part already there.
+class WidenedParts {
+ public:
+  WidenedParts(Operand x, DType compute, std::size_t part_size)
+      : x_(x), part_size_(part_size), buffer_(x.dtype == DType::f32 ? nullptr : new float[part_size]) {
+    require(x.dtype == DType::f32 || x.dtype == compute,
+            "internal: an attention operand is neither fp32 nor the compute type");
+  }
+  const float* of(std::size_t i) {
+    if (x_.dtype == DType::f32) return static_cast<const float*>(x_.data) + i * part_size_;
+    if (i != current_) {
+      const auto* bits = static_cast<const std::uint16_t*>(x_.data) + i * part_size_;
+      if (x_.dtype == DType::bf16) bf16_to_floats(bits, buffer_.get(), part_size_);
+      else half_to_floats(bits, buffer_.get(), part_size_);
+      current_ = i;
+    }
+    return buffer_.get();
+  }
+
+ private:
+  Operand x_;
+  std::size_t part_size_, current_ = std::size_t(-1);
+  std::unique_ptr<float[]> buffer_;  // not zeroed: every element is written before it is read
+};
 
 // Query rows per block: a block of scores of at most 32768 floats (128 KiB), at least one row.
 int rows_per_block(int L) { return std::clamp(32768 / std::max(L, 1), 1, std::max(L, 1)); }
@@ -105,17 +124,16 @@ void CpuBackend::attention_forward(DType compute, Operand qkv_operand, const std
                                    float* row_stats, Output ctx_out, int B, int L, int H, int hd) {
   const int D = H * hd, R = rows_per_block(L);
   float* ctx = ctx_out.values;
-  std::vector<float> unpacked;
-  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, unpacked);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += 4.0 * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
+    WidenedParts samples(qkv_operand, compute, std::size_t(L) * 3 * D);
     std::vector<float> block(p ? 0 : std::size_t(R) * L);  // a block's probabilities when none are kept
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) {
-        const float* q = qkv + std::size_t(b) * L * 3 * D + h * hd;
+        const float* q = samples.of(b) + h * hd;
         const float* k = q + D;
         const float* v = q + 2 * D;
         const std::size_t bh = std::size_t(b) * H + h;
@@ -141,13 +159,13 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
   float* dqkv = dqkv_out.values;
   const bool recompute = probs.recompute();
   require(!recompute || (probs.key_mask && probs.row_stats), "internal: attention recomputation without its statistics");
-  std::vector<float> qkv_values, p_values;
-  const float* qkv = values_of(qkv_operand, compute, std::size_t(B) * L * 3 * D, qkv_values);
-  const float* p = recompute ? nullptr : values_of(probs.p, compute, std::size_t(B) * H * L * L, p_values);
   const float scale = 1.0f / std::sqrt(float(hd));
   gemm_flops_ += (recompute ? 10.0 : 8.0) * B * H * double(L) * L * hd;
 #pragma omp parallel
   {
+    WidenedParts samples(qkv_operand, compute, std::size_t(L) * 3 * D);
+    std::unique_ptr<WidenedParts> heads_p;  // each (sample, head)'s kept probabilities
+    if (!recompute) heads_p = std::make_unique<WidenedParts>(probs.p, compute, std::size_t(L) * L);
     std::vector<float> ds(std::size_t(R) * L);
     std::vector<float> again(recompute ? std::size_t(R) * L : 0);  // a block's probabilities, recomputed
     std::vector<float> rounded_dout(compute == DType::f32 ? 0 : std::size_t(L) * hd);
@@ -155,13 +173,14 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) {
         const std::size_t row0 = std::size_t(b) * L * 3 * D + h * hd;
-        const float* q = qkv + row0;
+        const float* q = samples.of(b) + h * hd;
         const float* k = q + D;
         const float* v = q + 2 * D;
         float* dq = dqkv + row0;
         float* dk = dq + D;
         float* dv = dq + 2 * D;
         const std::size_t bh = std::size_t(b) * H + h;
+        const float* p = heads_p ? heads_p->of(bh) : nullptr;
         const float* dout = dctx + std::size_t(b) * L * D + h * hd;
         int ldo = D;
         if (compute != DType::f32) {  // the head's output gradient, rounded, side by side
@@ -174,7 +193,7 @@ void CpuBackend::attention_backward(DType compute, Operand qkv_operand, const At
         for (int i0 = 0; i0 < L; i0 += R) {
           const int rows = std::min(R, L - i0);
           const float beta = i0 == 0 ? 0.0f : 1.0f;  // dV and dK: the first block writes, the others add
-          const float* pr = p ? p + (bh * L + std::size_t(i0)) * L : again.data();
+          const float* pr = p ? p + std::size_t(i0) * L : again.data();
           if (recompute) {
             block_scores(q + std::size_t(i0) * 3 * D, k, scale, again.data(), rows, L, D, hd);
             block_softmax_again(compute, again.data(), probs.key_mask + std::size_t(b) * L,

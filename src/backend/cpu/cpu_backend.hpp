@@ -1,6 +1,8 @@
 #pragma once
 // The CPU backend: matrix products through cblas_sgemm (and oneDNN for bf16 where the CPU has
 // bf16 units), loops elsewhere (OpenMP).
+#include <functional>
+
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
 
@@ -30,6 +32,18 @@ class CpuBackend : public Backend {
   void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
             Operand B, int ldb, float beta, float* C, int ldc) override;
   std::string gemm_engine(DType compute) const override;
+  // A product is cut into bands of C's rows when M >= N (else of columns: cpu_gemm.cpp). A row-band
+  // step works on C's rows [lo, hi) on the band's thread, next to the band's product.
+  static bool bands_rows(int M, int N);
+  using RowBandStep = std::function<void(int lo, int hi)>;
+
+  // The fused passes (cpu_fused.cpp): the bits of the composed defaults, in fewer passes over memory.
+  void linear_forward(DType type, Operand x, Operand w, const float* bias, Output y, int rows, int in,
+                      int out) override;
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g, int rows, int in,
+                           int out) override;
+  void add_round(Output y, const float* x, std::size_t n) override;
+  void gelu_backward_round(const float* dy, Operand x, Output dx, std::size_t n) override;
   void round_to(Output x, std::size_t n) override;
   void pack(const float* x, Target packed, std::size_t n) override;
   void unpack(Operand packed, float* x, std::size_t n) override;
@@ -105,6 +119,10 @@ class CpuBackend : public Backend {
              float weight_decay, int step, WeightRounding rounding) override;
 
  private:
+  // gemm, with before(lo, hi) and after(lo, hi) run on each band of rows (M >= N only).
+  void gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
+                     Operand B, int ldb, float beta, float* C, int ldc, const RowBandStep& before,
+                     const RowBandStep& after);
   // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact).
   const float* widened(Operand x, std::size_t n, Buffer& scratch);
 

@@ -1,5 +1,6 @@
 // Storage conversions between fp32 and fp16/bf16: the vectorised array routines of core/half,
-// run over chunks on the threads.
+// run over chunks on the threads (chunks.hpp).
+#include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -7,22 +8,10 @@
 namespace avtrain {
 
 namespace {
-constexpr std::size_t kChunk = 8192;  // a multiple of every vector width
-
 // The conversions here are fp16's and bf16's; a storage type without one here is refused, not taken
 // for bf16.
 void require_sixteen_bits(DType t, const char* op) {
   require(t == DType::f16 || t == DType::bf16, std::string("internal: ") + op + " to or from " + dtype_name(t));
-}
-
-template <typename F>
-void over_chunks(std::size_t n, F f) {
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::size_t lo = c * kChunk;
-    f(lo, std::min(n, lo + kChunk) - lo);
-  }
 }
 }  // namespace
 
@@ -31,7 +20,7 @@ void CpuBackend::round_to(Output x, std::size_t n) {
   if (dtype == DType::f32) return;
   require_sixteen_bits(dtype, "round_to");
   auto* packed = static_cast<std::uint16_t*>(x.copy.data);
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     std::uint16_t* p = packed ? packed + lo : nullptr;
     if (dtype == DType::f16) round_to_half(x.values + lo, p, m);
     else round_to_bf16(x.values + lo, p, m);
@@ -41,7 +30,7 @@ void CpuBackend::round_to(Output x, std::size_t n) {
 void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
   require_sixteen_bits(packed.dtype, "pack");
   auto* bits = static_cast<std::uint16_t*>(packed.data);
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     if (packed.dtype == DType::f16) floats_to_half(x + lo, bits + lo, m);
     else floats_to_bf16(x + lo, bits + lo, m);
   });
@@ -50,7 +39,7 @@ void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
 void CpuBackend::unpack(Operand packed, float* x, std::size_t n) {
   require_sixteen_bits(packed.dtype, "unpack");
   const auto* bits = static_cast<const std::uint16_t*>(packed.data);
-  over_chunks(n, [&](std::size_t lo, std::size_t m) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     if (packed.dtype == DType::f16) half_to_floats(bits + lo, x + lo, m);
     else bf16_to_floats(bits + lo, x + lo, m);
   });

@@ -5,8 +5,9 @@
 #include <vector>
 #include <cstring>
 
+#include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
-#include "backend/cpu/vector_math.hpp"
+#include "backend/cpu/gelu.hpp"
 #include "backend/update_gate.hpp"
 
 namespace avtrain {
@@ -47,22 +48,24 @@ void CpuBackend::bias_grad(Operand dy_in, float* dbias, int rows, int cols) {
   }
 }
 
-// GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact form, as PyTorch's default).
-void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
+void cpu::gelu_span(const float* x, float* y, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
 }
 
-// d/dx x*Phi(x) = Phi(x) + x * phi(x)
+void cpu::gelu_grad_span(const float* dy, const float* x, float* dx, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_grad(dy[i], x[i]);
+}
+
+// GELU(x) = x * Phi(x) (gelu.hpp), in chunks on the threads (chunks.hpp).
+void CpuBackend::gelu_forward(const float* x, float* y, std::size_t n) {
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { cpu::gelu_span(x + lo, y + lo, m); });
+}
+
 void CpuBackend::gelu_backward(const float* dy, Operand x_in, float* dx, std::size_t n) {
-  constexpr float inv_sqrt_2pi = 0.3989422804014327f;
   const float* x = widened(x_in, n, operand_x_);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) {
-    float cdf = 0.5f * (1.0f + vmath::erf(x[i] * float(M_SQRT1_2)));
-    float pdf = inv_sqrt_2pi * vmath::exp(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { cpu::gelu_grad_span(dy + lo, x + lo, dx + lo, m); });
 }
 
 namespace {
@@ -110,16 +113,30 @@ float CpuBackend::abs_max(Operand x_in, std::size_t n) {
   return result;
 }
 
+// One pass over the blocks of sum_squares: each block's sum of squares (the same blocks, summed in
+// order after: its bits) and its counts (integers: any order gives the same), so one parallel region.
 Backend::TensorStats CpuBackend::tensor_stats(const float* x, std::size_t n, float threshold) {
-  std::size_t nonfinite = 0, nonzero = 0, below = 0;  // integer counts: any order gives the same
-#pragma omp parallel for simd reduction(+ : nonfinite, nonzero, below) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    nonfinite += !(a <= 3.402823466e38f);
-    nonzero += a != 0.0f;
-    below += a != 0.0f && a < threshold;
+  const std::size_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(blocks);
+  std::size_t nonfinite = 0, nonzero = 0, below = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nonfinite, nonzero, below) if (n >= kParallelMinElements)
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kSumBlock;
+    const std::size_t m = std::min(kSumBlock, n - b * kSumBlock);
+    partial[b] = block_sum_squares(xb, m);
+    std::size_t block_nonfinite = 0, block_nonzero = 0, block_below = 0;
+#pragma omp simd reduction(+ : block_nonfinite, block_nonzero, block_below)
+    for (std::size_t i = 0; i < m; ++i) {
+      const float a = std::fabs(xb[i]);
+      block_nonfinite += !(a <= 3.402823466e38f);
+      block_nonzero += a != 0.0f;
+      block_below += a != 0.0f && a < threshold;
+    }
+    nonfinite += block_nonfinite, nonzero += block_nonzero, below += block_below;
   }
-  return {ordered_sum_squares(x, n), nonfinite, nonzero, below};
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return {sum, nonfinite, nonzero, below};
 }
 
 void CpuBackend::tensor_stats_many(const float* x, const Span* spans, int count, float threshold, TensorStats* out) {

@@ -27,11 +27,13 @@ std::size_t extent(Trans t, int rows, int cols, int ld) {
 // the product's shape, so results are the same bits whatever the thread count. At this code's
 // mid-size shapes (3040 x 128 x 128..512) one-thread bands beat OpenBLAS's own two-thread split
 // (one block's twelve products: 25.7 vs 27.6 ms, best of 7, same run).
-// product(m, n, a, b, c) computes the band C'[m, n] from the band's operands.
+// product(m, n, a, b, c) computes the band C'[m, n] from the band's operands. Bands of rows also run
+// before(lo, hi) and after(lo, hi) on C's rows [lo, hi) on the band's thread, just before and after its
+// product, while those rows are in that core's cache (the fused passes: cpu_fused.cpp).
 template <typename T, typename Product>
 void in_bands(Trans ta, Trans tb, int M, int N, const T* A, int lda, const T* B, int ldb, float* C, int ldc,
-              Product product) {
-  const bool by_rows = M >= N;
+              Product product, const CpuBackend::RowBandStep& before, const CpuBackend::RowBandStep& after) {
+  const bool by_rows = CpuBackend::bands_rows(M, N);
   const int extent = by_rows ? M : N;
   const int band = std::max(64, ((extent + 7) / 8 + 7) / 8 * 8);
   const int bands = (extent + band - 1) / band;
@@ -39,8 +41,10 @@ void in_bands(Trans ta, Trans tb, int M, int N, const T* A, int lda, const T* B,
   for (int i = 0; i < bands; ++i) {
     const int lo = i * band, hi = std::min(extent, lo + band);
     if (by_rows) {
+      if (before) before(lo, hi);
       const T* a = ta == Trans::yes ? A + lo : A + std::size_t(lo) * lda;
       product(hi - lo, N, a, B, C + std::size_t(lo) * ldc);
+      if (after) after(lo, hi);
     } else {
       const T* b = tb == Trans::yes ? B + std::size_t(lo) * ldb : B + lo;
       product(M, hi - lo, A, b, C + lo);
@@ -60,6 +64,15 @@ void CpuBackend::set_threads(int threads) {
 // same numbers, up to the order of the sums.
 void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                       Operand B, int ldb, float beta, float* C, int ldc) {
+  gemm_in_bands(compute, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}, {});
+}
+
+bool CpuBackend::bands_rows(int M, int N) { return M >= N; }
+
+void CpuBackend::gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A,
+                               int lda, Operand B, int ldb, float beta, float* C, int ldc, const RowBandStep& before,
+                               const RowBandStep& after) {
+  require(!(before || after) || bands_rows(M, N), "internal: row-band steps on a product banded by columns");
   require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
   require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
   gemm_flops_ += 2.0 * M * N * K;
@@ -76,14 +89,14 @@ void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, fl
     in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc,
              [&](int m, int n, const std::uint16_t* a_band, const std::uint16_t* b_band, float* c_band) {
                cpu::onednn_gemm_bf16(ta, tb, m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
-             });
+             }, before, after);
     return;
   }
   const float* a = widened(A, na, operand_a_);
   const float* b = widened(B, nb, operand_b_);
   in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc, [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
     cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
-  });
+  }, before, after);
 }
 
 std::string CpuBackend::gemm_engine(DType compute) const {
