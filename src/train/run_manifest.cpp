@@ -36,7 +36,7 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
   nlohmann::json f = {{"format_version", checkpoint::kFormatVersion},
                       {"global_batch", config_.global_batch(topo_.dp)},
                       {"seed", config_.train.seed},
-                      {"precision", dtype_name(policy_.compute())}};
+                      {"precision", enum_name(config_.precision.mode)}};  // fp8: not bf16
   f["model"] = nlohmann::json::object();
   // model.task only where it is multi_label: a single-label run's fingerprint is what it was before
   // the option existed, so its checkpoints resume across that change.
@@ -126,8 +126,10 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
   if (amp)
     for (const std::string& module : plan.modules)
       if (policy_.of(module) == DType::f32) fp32_modules.push_back(module);
-  m["precision"] = {{"mode", dtype_name(policy_.compute())},
+  const bool fp8 = config_.precision.mode == PrecisionMode::fp8;
+  m["precision"] = {{"mode", enum_name(config_.precision.mode)},
                     {"products", be_.gemm_engine(policy_.compute())},
+                    {"fp8_products", fp8 ? be_.gemm_engine(DType::e4m3) : std::string()},
                     {"loss_scaling", measures.loss_scaling},
                     {"attention", attention_path()},
                     {"fp32_modules", fp32_modules}};
@@ -144,7 +146,7 @@ void RunManifest::log_layout(std::ostream& log, const StagePlan& plan, const std
     log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
         << plan.layers[plan.stages[s].last - 1].name << "\n";
   if (policy_.compute() != DType::f32)
-    log << "[rank 0] precision " << dtype_name(policy_.compute()) << ", loss scaling " << loss_scaling
+    log << "[rank 0] precision " << enum_name(config_.precision.mode) << ", loss scaling " << loss_scaling
         << ", attention " << attention_path() << "\n";
   // The products' engine names the epilogues where the linears take them (CUDA under device.fused).
   if (policy_.compute() != DType::f32 &&
