@@ -287,6 +287,9 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add(P, "precision.fp8_layers", &c.precision.fp8_layers,
         "mode fp8: comma-separated globs over the linear modules whose products are in FP8 (precision.fp32_layers "
         "still keeps a module wholly in fp32), e.g. 'blocks.*'");
+  t.add(P, "precision.fp8_first_last_bf16", &c.precision.fp8_first_last_bf16,
+        "mode fp8: the linears of the first and the last transformer block in bf16 (Megatron's "
+        "--first-last-layers-bf16), whatever precision.fp8_layers says");
 
   t.add("[train] step loop", "train.steps", &c.train.steps, "optimizer steps", kAtLeast0, "steps");
   t.add("[train] step loop", "train.micro_batch", &c.train.micro_batch, "samples per micro-batch",

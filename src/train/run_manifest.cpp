@@ -6,6 +6,7 @@
 #include "checkpoint/stage_checkpoint.hpp"
 #include "model/transformer_block.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "precision/fp8_layers.hpp"
 
 namespace avtrain {
 
@@ -127,12 +128,25 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
     for (const std::string& module : plan.modules)
       if (policy_.of(module) == DType::f32) fp32_modules.push_back(module);
   const bool fp8 = config_.precision.mode == PrecisionMode::fp8;
+  // The linears in FP8: the linear modules (named as the layers name them) that Fp8Layers selects.
+  nlohmann::json fp8_modules = nlohmann::json::array();
+  Fp8Layers select(config_.precision);
+  for (const std::string& module : plan.modules) {
+    const auto ends = [&](const char* tail) {
+      const std::string t(tail);
+      return module.size() >= t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0;
+    };
+    const bool linear = module == "video.patch" || module == "head.cls" || ends(".attn.qkv") || ends(".attn.proj") ||
+                        ends(".mlp.fc1") || ends(".mlp.fc2");
+    if (linear && select.in_fp8(module, config_.model.depth)) fp8_modules.push_back(module);
+  }
   m["precision"] = {{"mode", enum_name(config_.precision.mode)},
                     {"products", be_.gemm_engine(policy_.compute())},
                     {"fp8_products", fp8 ? be_.gemm_engine(DType::e4m3) : std::string()},
                     {"loss_scaling", measures.loss_scaling},
                     {"attention", attention_path()},
-                    {"fp32_modules", fp32_modules}};
+                    {"fp32_modules", fp32_modules},
+                    {"fp8_modules", fp8_modules}};
   return m;
 }
 

@@ -25,7 +25,9 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   std::vector<Linear*> linears;
   for (auto& layer : net_.layers()) layer->linears(linears);
   Fp8Layers select(config.precision);
-  fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m); }, Fp8Recipe::of(config.precision));
+  const int depth = config.model.depth;
+  fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
+                    Fp8Recipe::of(config.precision));
   // A glob of precision.fp8_layers that matches no linear: a typo, where this stage holds every layer
   // (under pipeline stages a glob may match another stage's layers alone).
   if (topo_.pp == 1) select.require_every_glob_used();
