@@ -1,11 +1,14 @@
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; the CPU's formula
-// and order of operations. adamw_tensors (device.fused): every tensor of an update in a few launches
+// and order of operations. Without fp32 masters (in-place tensors, adamw_bf16) the bf16 weights are
+// read widened and written back rounded as the CPU rounds them (core/stochastic_round.hpp: the same
+// keyed bits). adamw_tensors (device.fused): every tensor of an update in a few launches
 // (multi-tensor apply), the gradient factor and the working copies in the same pass, the gate (factor,
 // skip) read on the device; update_gate decides it there from the gradients' statistics.
 #include <cmath>
 
 #include "backend/update_gate.hpp"
 #include "core/half.hpp"
+#include "core/stochastic_round.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "launch.cuh"
@@ -45,6 +48,13 @@ __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, std::
   for (std::size_t i = first_index(); i < n; i += grid_stride()) w[i] = adamw_element(w[i], g[i], m[i], v[i], c, weight_decay);
 }
 
+__global__ void adamw_bf16_kernel(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, AdamWConstants c,
+                                  float weight_decay, Rounding rounding, std::uint64_t stream, std::size_t first) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    w[i] = round_to_bf16(adamw_element(bf16_to_float(w[i]), g[i], m[i], v[i], c, weight_decay), rounding, stream,
+                         first + i);
+}
+
 // Up to kTensorsPerLaunch tensors of one update, by value in the kernel's parameters (under 4 KiB):
 // each is cut into chunks of kChunk elements, a block per chunk.
 constexpr int kTensorsPerLaunch = 48;
@@ -56,6 +66,9 @@ struct TensorBatch {
   void* copy[kTensorsPerLaunch];
   float weight_decay[kTensorsPerLaunch];
   DType copy_type[kTensorsPerLaunch];
+  bool in_place[kTensorsPerLaunch];
+  Rounding rounding[kTensorsPerLaunch];
+  unsigned long long stream[kTensorsPerLaunch], first[kTensorsPerLaunch];  // in-place bf16: the rounding bits' keys
 };
 
 __global__ void adamw_tensors_kernel(float* w, float* g, float* m, float* v, TensorBatch batch, AdamWConstants c,
@@ -76,6 +89,17 @@ __global__ void adamw_tensors_kernel(float* w, float* g, float* m, float* v, Ten
       gi *= grad_factor;
       g[at + i] = gi;
     }
+    if (batch.in_place[t]) {  // no fp32 master: the copy is the weights
+      if (type == DType::f32) {
+        float& wi = static_cast<float*>(copy)[i];
+        wi = adamw_element(wi, gi, m[at + i], v[at + i], c, wd);
+      } else {
+        std::uint16_t& wi = static_cast<std::uint16_t*>(copy)[i];
+        wi = round_to_bf16(adamw_element(bf16_to_float(wi), gi, m[at + i], v[at + i], c, wd), batch.rounding[t],
+                           batch.stream[t], batch.first[t] + i);
+      }
+      continue;
+    }
     const float wi = adamw_element(w[at + i], gi, m[at + i], v[at + i], c, wd);
     w[at + i] = wi;
     if (!copy) continue;
@@ -91,6 +115,16 @@ void CudaBackend::adamw(float* w, const float* g, float* m, float* v, std::size_
   if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, constants(lr, beta1, beta2, eps, step),
                                                          weight_decay);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int step, Rounding rounding,
+                             std::uint64_t rounding_key, std::size_t first) {
+  if (n == 0) return;
+  adamw_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(w, g, m, v, n, constants(lr, beta1, beta2, eps, step),
+                                                              weight_decay, rounding,
+                                                              rounding_stream(rounding_key, std::uint64_t(step)), first);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -117,6 +151,10 @@ void CudaBackend::adamw_tensors(float* w, float* g, float* m, float* v, const Ad
     batch.copy[k] = t.copy;
     batch.weight_decay[k] = t.weight_decay;
     batch.copy_type[k] = t.copy_type;
+    batch.in_place[k] = t.in_place;
+    batch.rounding[k] = t.rounding;
+    batch.stream[k] = rounding_stream(t.rounding_key, std::uint64_t(step));
+    batch.first[k] = t.first;
     batch.block_start[k + 1] = batch.block_start[k] + unsigned((t.size + kChunk - 1) / kChunk);
     ++batch.count;
     // A launch per full batch, or before the block count could pass what a grid holds.

@@ -162,6 +162,9 @@ class CudaBackend final : public Backend {
 
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
+  void adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step, Rounding rounding, std::uint64_t rounding_key,
+                  std::size_t first) override;
   void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
                      float beta1, float beta2, float eps, const float* gate, int step) override;
   void update_gate(const TensorStats* stats, const UpdateRule& rule, float* gate) override;

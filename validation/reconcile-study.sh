@@ -7,7 +7,8 @@
 # segment check as --null pairs (docs/reconcile.md, "Offsets: the segment check").
 #
 #   validation/reconcile-study.sh DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3]
-#       [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
+#       [--candidates bf16,fp16,NAME=FRAGMENT.ini (also fp32; bf16-sr, bf16-rn: bf16 without fp32 masters,
+#       stochastic or nearest rounding of the update)] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
 #       [-- AVTRAIN_OPTIONS...]
 #
 # Writes, under DIR (default runs/study) and for each seed S:
@@ -18,6 +19,8 @@
 #                                                    (none, with a note, where matplotlib is missing)
 #   seed-S/CAND.single.{txt,json}                    avtrain-reconcile fp32 CAND
 #   summary.txt                                      one line per seed and candidate
+# A candidate NAME=FRAGMENT.ini is trained with the [precision] section of that deck fragment (each
+# `key = value` line as --precision.key value; what avtrain-precision-plan writes) and named NAME.
 # --ranks R > 1 trains data-parallel on R ranks (--dp R) through jobscripts/mpirun-local.sh.
 # --reuse keeps a run that finished before (seed-S/NAME.done) instead of training it again.
 # The null pairs of seed S: fp32 against every other FP32 run (fp32-twin, fp32-ulps-U) of every
@@ -35,7 +38,7 @@ python=/usr/bin/python3
 avtrain=${AVTRAIN:-$root/build/cpu/bin/avtrain}
 
 die() { echo "$prog: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: $prog DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3] [--candidates bf16,fp16] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse] [-- AVTRAIN_OPTIONS...]"
+[ $# -ge 1 ] || die "usage: $prog DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3] [--candidates bf16,fp16,NAME=FRAGMENT.ini] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse] [-- AVTRAIN_OPTIONS...]"
 deck=$1
 shift
 [ -f "$deck" ] || die "$deck: no such deck"
@@ -68,9 +71,44 @@ for u in ${null_list[@]+"${null_list[@]}"}; do
 done
 [ ${#seed_list[@]} -gt 0 ] || die "--seeds is empty"
 for s in "${seed_list[@]}"; do whole --seeds "$s" 0; done
+# fragment_options FILE: the [precision] section of a deck fragment as avtrain options, one a line.
+fragment_options() {
+  local line key value section=""
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%%[#;]*}
+    [[ $line =~ ^[[:space:]]*$ ]] && continue
+    if [[ $line =~ ^[[:space:]]*\[([^]]*)\][[:space:]]*$ ]]; then
+      section=${BASH_REMATCH[1]}
+      [ "$section" = precision ] || die "--candidates: $1: section [$section]: only [precision] may be set"
+    elif [[ $line =~ ^[[:space:]]*([a-z0-9_]+)[[:space:]]*=[[:space:]]*(.*[^[:space:]])[[:space:]]*$ ]]; then
+      [ "$section" = precision ] || die "--candidates: $1: '$line' is outside a [precision] section"
+      printf '%s\n%s\n' "--precision.${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+    else
+      die "--candidates: $1: '$line' is not 'key = value'"
+    fi
+  done < "$1"
+}
+declare -A cand_options
+cand_names=()
 for c in "${cand_list[@]}"; do
-  case $c in bf16|fp16|fp32) ;; *) die "--candidates: '$c' is not bf16, fp16 or fp32" ;; esac
+  case $c in
+    bf16|fp16|fp32) cand_names+=("$c"); cand_options[$c]="--precision"$'\n'"$c" ;;
+    bf16-sr|bf16-rn)  # bf16 without fp32 masters, the update written back stochastically or to nearest
+      rounding=stochastic; [ "$c" = bf16-rn ] && rounding=nearest
+      cand_names+=("$c")
+      cand_options[$c]=$(printf '%s\n' --precision bf16 --precision.master_weights none --precision.weight_rounding "$rounding") ;;
+    *=*)
+      name=${c%%=*} file=${c#*=}
+      [[ $name =~ ^[A-Za-z0-9_-]+$ ]] || die "--candidates: '$name' is not a name of letters, digits, _ and -"
+      case $name in fp32|fp32-twin|fp32-ulps-*) die "--candidates: '$name' is the name of an FP32 run" ;; esac
+      [ -f "$file" ] || die "--candidates: $file: no such deck fragment"
+      opts=$(fragment_options "$file") || exit 2
+      [ -n "$opts" ] || die "--candidates: $file: no [precision] setting"
+      cand_names+=("$name"); cand_options[$name]=$opts ;;
+    *) die "--candidates: '$c' is not bf16, fp16, fp32, bf16-sr, bf16-rn or NAME=FRAGMENT.ini" ;;
+  esac
 done
+cand_list=("${cand_names[@]}")
 [ -x "$avtrain" ] || die "$avtrain: not built (run jobscripts/build.sh cpu, or set AVTRAIN)"
 
 common=("$deck")
@@ -132,7 +170,8 @@ for seed in "${seed_list[@]}"; do
     train "$dir" "fp32-ulps-$u" --seed "$seed" --precision fp32 --train.init_ulps "$u"
   done
   for cand in "${cand_list[@]}"; do
-    train "$dir" "$cand" --seed "$seed" --precision "$cand"
+    mapfile -t opts <<< "${cand_options[$cand]}"
+    train "$dir" "$cand" --seed "$seed" "${opts[@]}"
   done
 done
 

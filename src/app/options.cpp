@@ -274,6 +274,13 @@ void bind(OptionTable& t, RunConfig& c) {
         "dynamic scaling: overflowing steps before the scale backs off", kAtLeast1);
   t.add(P, "precision.min_scale", &c.precision.min_scale,
         "dynamic scaling: an overflow at this scale stops the run", kPositive);
+  t.add(P, "precision.master_weights", &c.precision.master_weights,
+        "fp32: fp32 master weights beside the 16-bit working copies; none (bf16 only): the bf16 weights are the "
+        "parameters, AdamW's update computed in fp32 and written back as precision.weight_rounding says (4 bytes "
+        "less per parameter of a bf16 module's weight matrix; biases and norms keep fp32)");
+  t.add(P, "precision.weight_rounding", &c.precision.weight_rounding,
+        "with master_weights none: how the update is written back to the bf16 weights; stochastic: unbiased, its "
+        "random bits keyed by (train.seed, step, parameter, element), so repeatable under any layout");
   t.add(P, "precision.detect_anomaly", &c.precision.detect_anomaly,
         "check every module's output, forward and backward; stop at the first inf/NaN naming step, module, "
         "direction", "detect-anomaly");
@@ -489,6 +496,15 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   // The CPU emulates the FP8 products exactly; CUDA's (cuBLASLt FP8 matmuls) are not there yet.
   if (c.precision.mode == PrecisionMode::fp8 && c.device.backend == DeviceBackend::cuda)
     throw Error("precision.mode fp8 on CUDA: not built yet (the CPU emulates it: device.backend cpu); use bf16");
+  if (c.precision.master_weights == MasterWeights::none && c.precision.mode != PrecisionMode::bf16)
+    throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
+                (c.precision.mode == PrecisionMode::fp32 ? "fp32 weights are their own masters"
+                 : c.precision.mode == PrecisionMode::fp8 ? "not combined with FP8 linears yet"
+                 : "fp16 keeps fp32 masters: the rounding written here is to bf16, and fp16's 5-bit exponent would lose small weights and updates") +
+                ")");
+  if (c.precision.weight_rounding == Rounding::stochastic && c.precision.master_weights != MasterWeights::none)
+    throw Error("option precision.weight_rounding = stochastic: needs precision.master_weights none (with fp32 "
+                "masters the bf16 copy is rounded to nearest from them)");
   table.dump(parsed.resolved);
   return parsed;
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/stochastic_round.hpp"
 #include "core/tensor_memory.hpp"
 
 namespace avtrain {
@@ -324,12 +325,29 @@ class Backend : public TensorMemory {
   // 16-bit patterns in copy_type (a working copy), fp32 values, or nowhere (copy null). The default
   // reads the gate back and runs scale, adamw and pack or copy per tensor; a backend may fuse them
   // into one pass with the same bits that reads the gate itself.
+  //
+  // in_place (precision.master_weights none): the tensor has no fp32 master in w (w's elements of it
+  // are not read; w may be null when no tensor has one). Its weights are `copy` itself: fp32 values
+  // updated in place, or bf16 patterns read widened (exact), updated in fp32 and written back rounded
+  // as `rounding` says, element i's random bits rounding_bits(rounding_stream(rounding_key, step),
+  // first + i) (core/stochastic_round.hpp): `first` is the tensor's first element within its
+  // parameter, so any cut of the parameter into parts draws the same bits.
   struct AdamWTensor {
     std::size_t offset, size;
     float weight_decay;
     void* copy;
     DType copy_type;
+    bool in_place = false;
+    Rounding rounding = Rounding::nearest;
+    std::uint64_t rounding_key = 0;
+    std::size_t first = 0;
   };
+  // AdamW on bf16 weights without an fp32 master: w read widened, the update computed in fp32 as
+  // adamw() computes it (same expression, fp32 moments), written back rounded as `rounding` says
+  // (element i keyed as AdamWTensor's in-place tensors are: rounding_key, step, first + i).
+  virtual void adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int step, Rounding rounding,
+                          std::uint64_t rounding_key, std::size_t first) = 0;
   virtual void adamw_tensors(float* w, float* g, float* m, float* v, const AdamWTensor* tensors, int count, float lr,
                              float beta1, float beta2, float eps, const float* gate, int step);
   // The update's gate decided where the update runs, from gradient statistics there (the entries

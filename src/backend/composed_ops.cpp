@@ -15,8 +15,17 @@ void Backend::adamw_tensors(float* w, float* g, float* m, float* v, const AdamWT
   for (int i = 0; i < count; ++i) {
     const AdamWTensor& t = tensors[i];
     if (t.size == 0) continue;
-    float* wt = w + t.offset;
     if (grad_factor != 1.0f) scale(g + t.offset, t.size, grad_factor);
+    if (t.in_place) {
+      if (t.copy_type == DType::f32)
+        adamw(static_cast<float*>(t.copy), g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps,
+              t.weight_decay, step);
+      else
+        adamw_bf16(static_cast<std::uint16_t*>(t.copy), g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1,
+                   beta2, eps, t.weight_decay, step, t.rounding, t.rounding_key, t.first);
+      continue;
+    }
+    float* wt = w + t.offset;
     adamw(wt, g + t.offset, m + t.offset, v + t.offset, t.size, lr, beta1, beta2, eps, t.weight_decay, step);
     if (!t.copy) continue;
     if (t.copy_type == DType::f32) copy(t.copy, wt, t.size * sizeof(float));

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 
 namespace avtrain::checkpoint {
 namespace {
@@ -73,14 +74,23 @@ void StageSnapshot::take_part(Backend& be, ParamStore& store, AdamW& adamw, bool
 }
 
 void StageSnapshot::take_whole_values(Backend& be, ParamStore& store) {
-  if (!store.masters_split()) {
+  if (!store.values_packed()) {
     host_copy(be, store.values(), values);
     return;
   }
   values.resize(store.total_size());
-  for (const ParamInfo& p : params)
-    if (p.working == DType::f32 && p.size)
+  std::vector<std::uint16_t> bits;
+  for (const ParamInfo& p : params) {
+    if (!p.size) continue;
+    if (p.working == DType::f32) {
       be.download(values.data() + p.offset, store.values().data() + p.value_offset, p.size * sizeof(float));
+    } else if (store.masterless()) {  // the bf16 weights are the parameter: widened, exact
+      bits.resize(p.size);
+      be.download(bits.data(), store.working().data() + p.working_offset, p.size * sizeof(std::uint16_t));
+      for (std::size_t i = 0; i < p.size; ++i)
+        values[p.offset + i] = p.working == DType::bf16 ? bf16_to_float(bits[i]) : half_to_float(bits[i]);
+    }
+  }
 }
 
 namespace {

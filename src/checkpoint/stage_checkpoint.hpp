@@ -69,7 +69,8 @@ struct StageSnapshot {
 
  private:
   // Into `values`: every fp32 value, or, where the masters are split, those of the parameters
-  // without a 16-bit working copy (held whole on every replica).
+  // without a 16-bit working copy (held whole on every replica); without masters, also the bf16
+  // weights widened (exact: a resume rounds them back to the same bits).
   void take_whole_values(Backend& be, ParamStore& store);
 };
 

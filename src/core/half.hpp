@@ -8,11 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define AVTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define AVTRAIN_HOST_DEVICE
-#endif
+#include "core/host_device.hpp"
 
 namespace avtrain {
 

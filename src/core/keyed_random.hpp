@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/host_device.hpp"
+
 namespace avtrain {
 
 inline std::uint64_t fnv1a(std::string_view s) {
@@ -13,7 +15,8 @@ inline std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-inline std::uint64_t mix64(std::uint64_t z) {
+// splitmix64's finaliser; also a device function (core/stochastic_round.hpp draws with it in kernels).
+AVTRAIN_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);

@@ -55,13 +55,14 @@ ParamId ParamStore::add(const std::string& module, const std::string& leaf, std:
 void ParamStore::allocate(std::uint64_t seed, int init_ulps) {
   std::vector<float> initial;
   const std::size_t masters = split_ ? part_.size() : 0;
-  allocating("this stage's parameters: " + std::to_string(total_) + " fp32 gradients, " +
-                 std::to_string(split_ ? values_total_ : total_) + " fp32 values, " + std::to_string(masters) +
+  const std::size_t values = values_packed() ? values_total_ : total_;
+  allocating("this stage's parameters: " + std::to_string(total_) + " fp32 gradients, " + std::to_string(values) +
+                 " fp32 values, " + std::to_string(masters) +
                  " fp32 masters of this replica's part, their working copies and the initial values drawn on the host",
-             4.0 * double(total_) + 4.0 * double(split_ ? values_total_ : total_) + 4.0 * double(masters) +
-                 2.0 * double(working_total_) + 4.0 * double(total_),
+             4.0 * double(total_) + 4.0 * double(values) + 4.0 * double(masters) + 2.0 * double(working_total_) +
+                 4.0 * double(total_),
              [&] {
-               values_.resize(split_ ? values_total_ : total_);
+               values_.resize(values);
                grads_.resize(total_);
                working_.resize(working_total_);
                masters_.resize(masters);
@@ -98,7 +99,7 @@ void ParamStore::move_drawn_ulps(std::vector<float>& flat, int ulps) const {
 void ParamStore::load(const std::vector<float>& flat) {
   require(flat.size() == total_, "internal: ParamStore::load of " + std::to_string(flat.size()) + " values into " +
                                      std::to_string(total_));
-  if (!split_) {
+  if (!values_packed()) {
     values_.upload(flat.data(), total_);
     return;
   }
@@ -116,7 +117,7 @@ void ParamStore::load(const std::vector<float>& flat) {
     else floats_to_bf16(from, bits.data(), p.size);
     memory.upload(working_.data() + p.working_offset, bits.data(), p.size * sizeof(std::uint16_t));
   }
-  masters_.upload(flat.data() + part_.begin, part_.size());
+  if (split_) masters_.upload(flat.data() + part_.begin, part_.size());
 }
 
 void ParamStore::set_working_dtype(ParamId id, DType dtype) {
@@ -131,9 +132,19 @@ void ParamStore::set_working_dtype(ParamId id, DType dtype) {
 void ParamStore::keep_masters_of(FlatPart part) {
   require(values_.size() == 0, "internal: ParamStore::keep_masters_of after allocation");
   require(part.begin <= part.end && part.end <= total_, "internal: a master part outside the parameters");
-  split_ = working_total_ > 0;
+  split_ = working_total_ > 0 && !masterless_;
   if (!split_) return;
   part_ = part;
+  pack_values();
+}
+
+void ParamStore::drop_masters() {
+  require(values_.size() == 0 && !split_, "internal: ParamStore::drop_masters after allocation or a split");
+  masterless_ = working_total_ > 0;
+  if (masterless_) pack_values();
+}
+
+void ParamStore::pack_values() {
   values_total_ = 0;
   for (ParamInfo& p : params_) {
     if (p.working != DType::f32) continue;
@@ -164,7 +175,7 @@ std::vector<std::size_t> ParamStore::bounds_among(const std::vector<std::size_t>
 }
 
 std::vector<std::size_t> ParamStore::value_bounds(const std::vector<std::size_t>& flat) const {
-  return split_ ? bounds_among(flat, false, &ParamInfo::value_offset, values_total_) : flat;
+  return values_packed() ? bounds_among(flat, false, &ParamInfo::value_offset, values_total_) : flat;
 }
 
 std::vector<std::size_t> ParamStore::working_bounds(const std::vector<std::size_t>& flat) const {
@@ -178,6 +189,7 @@ Operand ParamStore::operand(ParamId id) const {
 }
 
 void ParamStore::refresh(Backend& be, FlatPart part) {
+  if (masterless_) return;  // the working copies are the parameters: nothing to copy them from
   const FlatPart held = master_part();
   require(held.begin <= part.begin && part.end <= held.end, "internal: a refresh outside the masters this store holds");
   for (const ParamInfo& p : params_) {
@@ -193,7 +205,7 @@ void ParamStore::refresh(Backend& be, FlatPart part) {
 
 ParamStore::CopyTarget ParamStore::copy_target(const ParamInfo& p, FlatPart mine) {
   if (p.working != DType::f32) return {working_.data() + p.working_offset + (mine.begin - p.offset), p.working};
-  if (split_ && p.trainable) return {values_.data() + p.value_offset + (mine.begin - p.offset), DType::f32};
+  if (values_packed() && p.trainable) return {values_.data() + p.value_offset + (mine.begin - p.offset), DType::f32};
   return {nullptr, DType::f32};
 }
 

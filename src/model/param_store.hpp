@@ -8,6 +8,9 @@
 // keep_masters_of): then the fp32 masters exist for one part of that space only, the parameters
 // with 16-bit working copies have no other fp32 copy, and values() holds, packed in flat order,
 // the fp32 values of the rest (norms, biases, buffers, fp32_layers) whole.
+// Without masters (precision.master_weights none, drop_masters) the 16-bit working copies ARE the
+// parameters that have them (AdamW updates them in place, core/stochastic_round.hpp), and values()
+// holds the rest packed, as when the masters are split; there is no fp32 master of anything else.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -67,6 +70,13 @@ class ParamStore {
   // Before allocate() (ZeRO): fp32 masters for the flat elements of `part` only, when some
   // parameter has a 16-bit working copy (otherwise the values are the masters, and stay whole).
   void keep_masters_of(FlatPart part);
+  // Before allocate() (precision.master_weights none): no fp32 masters; the parameters with a 16-bit
+  // working copy are that copy alone. A no-op when no parameter has one. keep_masters_of then splits nothing.
+  void drop_masters();
+  bool masterless() const { return masterless_; }
+  // values() holds only the parameters without a 16-bit working copy, packed (value_offset): the
+  // masters are split or there are none.
+  bool values_packed() const { return split_ || masterless_; }
   // What a matrix product reads: the working copy, or the fp32 master.
   Operand operand(ParamId id) const;
   // From the masters of `part` (within master_part()), after an update: their working copies and,
@@ -106,9 +116,10 @@ class ParamStore {
   DType working_type() const;
 
   // The fp32 masters: flat element i (in master_part()) at masters().data() + i - master_part().begin.
+  // Not to be read when masterless().
   bool masters_split() const { return split_; }
-  FlatPart master_part() const { return split_ ? part_ : FlatPart{0, total_}; }
-  Buffer& masters() { return split_ ? masters_ : values_; }
+  FlatPart master_part() const { return split_ ? part_ : masterless_ ? FlatPart{} : FlatPart{0, total_}; }
+  Buffer& masters() { return split_ || masterless_ ? masters_ : values_; }
   // Where the flat bounds of parts (ascending, 0 .. total_size()) fall in values() and in the working
   // copies: what an all-gather of each cuts at. Padding between parameters goes to either side.
   std::vector<std::size_t> value_bounds(const std::vector<std::size_t>& flat) const;
@@ -126,6 +137,9 @@ class ParamStore {
   Buffer16 working_;
   std::size_t working_total_ = 0, values_total_ = 0;
   bool split_ = false;  // masters_ holds the masters of part_ alone
+  bool masterless_ = false;  // no masters: the working copies are the parameters
+  // values_total_ and every value_offset for values() that holds only the parameters without a 16-bit copy.
+  void pack_values();
   FlatPart part_;
   Buffer masters_;
 };

@@ -1,12 +1,15 @@
 #include "optim/adamw.hpp"
 
 #include "core/error.hpp"
+#include "core/stochastic_round.hpp"
 
 namespace avtrain {
 
-AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part)
-    : be_(be), params_(params), config_(config), part_(part.value_or(FlatPart{0, params.total_size()})) {
-  const FlatPart held = params.master_part();
+AdamW::AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part,
+             Rounding rounding, std::uint64_t seed)
+    : be_(be), params_(params), config_(config), part_(part.value_or(FlatPart{0, params.total_size()})),
+      rounding_(rounding), seed_(seed) {
+  const FlatPart held = params.masterless() ? FlatPart{0, params.total_size()} : params.master_part();
   require(held.begin <= part_.begin && part_.begin <= part_.end && part_.end <= held.end,
           "internal: AdamW's part is not among the masters");
   allocating("AdamW's moments of " + std::to_string(part_.size()) + " parameters", 8.0 * double(part_.size()), [&] {
@@ -32,11 +35,19 @@ void AdamW::step(float lr, const float* gate) {
       const FlatPart mine = part_.overlap(p.offset, p.offset + p.size);
       if (mine.size() == 0) continue;
       const ParamStore::CopyTarget to = params_.copy_target(p, mine);
-      tensors_.push_back({mine.begin - part_.begin, mine.size(), p.weight_decay ? float(config_.weight_decay) : 0.0f, to.data,
-                          to.type});
+      Backend::AdamWTensor t{mine.begin - part_.begin, mine.size(), p.weight_decay ? float(config_.weight_decay) : 0.0f,
+                             to.data, to.type};
+      if (params_.masterless()) {  // the copy is the weights: updated in place
+        t.in_place = true;
+        t.rounding = rounding_;
+        t.rounding_key = rounding_key(seed_, p.name);
+        t.first = mine.begin - p.offset;
+      }
+      tensors_.push_back(t);
     }
   }
-  be_.adamw_tensors(params_.masters().data() + (part_.begin - held.begin), params_.grads().data() + part_.begin,
+  float* masters = params_.masterless() ? nullptr : params_.masters().data() + (part_.begin - held.begin);
+  be_.adamw_tensors(masters, params_.grads().data() + part_.begin,
                     m_.data(), v_.data(), tensors_.data(), int(tensors_.size()), lr, config_.beta1, config_.beta2,
                     config_.eps, gate, t_ + 1);
 }

@@ -1,7 +1,9 @@
 #pragma once
-// AdamW over the trainable parameters of a ParamStore (fp32 masters, fp32 moments); decay only
+// AdamW over the trainable parameters of a ParamStore (fp32 masters, or none: the bf16 weights
+// themselves, updated in fp32 and rounded back; fp32 moments); decay only
 // where the parameter asks for it (not norms, not biases). Under parallel.zero each replica runs it
 // on its own part of the flat buffers.
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -16,7 +18,11 @@ class AdamW {
  public:
   // `part`: the flat elements it updates and keeps moments for (a ZeRO replica's, within the
   // masters `params` holds); default every element.
-  AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt);
+  // Without masters (params.masterless()) every tensor is updated in place: the fp32 values, and the
+  // bf16 weights written back as `rounding` says, the stochastic bits keyed by (seed, name, update,
+  // element within the parameter).
+  AdamW(Backend& be, ParamStore& params, const OptimConfig& config, std::optional<FlatPart> part = std::nullopt,
+        Rounding rounding = Rounding::nearest, std::uint64_t seed = 0);
   // One update of the part's elements from params.grads() times the gate's factor (the unscale and
   // the clip, applied in the same pass), and the new masters to their working copies (what
   // ParamStore::refresh does for the part), or nothing where the gate skips the step. `gate` is in
@@ -42,6 +48,8 @@ class AdamW {
   ParamStore& params_;
   OptimConfig config_;
   FlatPart part_;
+  Rounding rounding_;
+  std::uint64_t seed_;
   Buffer m_, v_;
   std::vector<Backend::AdamWTensor> tensors_;  // the trainable tensors of the part, made at the first step
   Buffer gate_;  // the update's gate: decided in tensor memory, or uploaded

@@ -25,6 +25,7 @@ void DistributedOptimizer::build(int dp, int dp_rank, parallel::Communicator* da
   dp_rank_ = dp_rank;
   data_ = data;
   if (config_.zero == 1 && dp > 1) parts_ = parallel::zero_parts(params_.total_size(), dp);
+  if (!config_.masters) params_.drop_masters();
   if (sharded()) params_.keep_masters_of(*own_part());
   params_.allocate(config_.seed, config_.init_ulps);
   params_.refresh_working(be_);
@@ -35,7 +36,7 @@ void DistributedOptimizer::build(int dp, int dp_rank, parallel::Communicator* da
     buckets_ = std::make_unique<parallel::GradBuckets>(be_, params_.grads().data(), std::move(bounds),
                                                        config_.bucket_mb, config_.wire, *data, parts_);
   }
-  adamw_ = std::make_unique<AdamW>(be_, params_, config_.optim, own_part());
+  adamw_ = std::make_unique<AdamW>(be_, params_, config_.optim, own_part(), config_.rounding, config_.seed);
 }
 
 std::optional<FlatPart> DistributedOptimizer::own_part() const {
@@ -79,7 +80,39 @@ void DistributedOptimizer::start_param_stats(const float* base, FlatPart part, f
 void DistributedOptimizer::start_statistics(float grad_threshold) {
   const FlatPart part = statistics_part();
   start_param_stats(params_.grads().data() + part.begin, part, grad_threshold, grad_stats_);
-  start_param_stats(params_.masters().data() + (part.begin - params_.master_part().begin), part, 0.0f, value_stats_);
+  if (params_.masterless())
+    start_value_stats_masterless(part);
+  else
+    start_param_stats(params_.masters().data() + (part.begin - params_.master_part().begin), part, 0.0f, value_stats_);
+}
+
+void DistributedOptimizer::start_value_stats_masterless(FlatPart part) {
+  // One pass over the fp32 values (a bf16 parameter's entry empty there), then each bf16 parameter's
+  // entry from its weights widened into one scratch buffer (in order: a device reuses it in turn).
+  const std::vector<ParamInfo>& params = params_.params();
+  std::vector<Backend::Span> spans;
+  std::size_t widest = 0;
+  for (const ParamInfo& p : params) {
+    const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
+    if (p.working != DType::f32) {
+      spans.push_back({0, 0});
+      widest = std::max(widest, mine.size());
+    } else {
+      spans.push_back({p.value_offset + (mine.begin - p.offset), mine.size()});
+    }
+  }
+  value_stats_.resize(spans.size());
+  be_.tensor_stats_many_into(params_.values().data(), spans.data(), int(spans.size()), 0.0f, value_stats_.data());
+  if (widened_.size() < widest) widened_.resize(widest);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
+    if (p.working == DType::f32 || mine.size() == 0) continue;
+    be_.unpack(p.working, params_.working().data() + p.working_offset + (mine.begin - p.offset), widened_.data(),
+               mine.size());
+    const Backend::Span whole{0, mine.size()};
+    be_.tensor_stats_many_into(widened_.data(), &whole, 1, 0.0f, value_stats_.data() + i);
+  }
 }
 
 DistributedOptimizer::Statistics DistributedOptimizer::statistics() {
@@ -108,12 +141,12 @@ std::pair<double, double> DistributedOptimizer::replica_range() {
   // masters are split (ZeRO in mixed precision), the 16-bit working copies.
   std::vector<Backend::Span> spans;
   for (const ParamInfo& p : params_.params())
-    if (p.trainable && (p.working == DType::f32 || !params_.masters_split())) spans.push_back({p.value_offset, p.size});
+    if (p.trainable && (p.working == DType::f32 || !params_.values_packed())) spans.push_back({p.value_offset, p.size});
   std::vector<Backend::TensorStats> stats(spans.size());
   if (!spans.empty()) be_.tensor_stats_many(params_.values().data(), spans.data(), int(spans.size()), 0.0f, stats.data());
   double sum = 0;
   for (const Backend::TensorStats& t : stats) sum += t.sum_squares;
-  if (params_.masters_split()) sum += working_sum_squares();
+  if (params_.values_packed()) sum += working_sum_squares();
   double range[2] = {sum, -sum};  // max and -min over the replicas
   if (dp_ > 1 && data_) data_->all_reduce(range, 2, parallel::ReduceOp::max);
   return {-range[1], range[0]};
@@ -143,10 +176,10 @@ void DistributedOptimizer::step_as_decided_on_device(float lr, const Backend::Up
 
 void DistributedOptimizer::all_gather() {
   if (!sharded() || !data_) return;
-  // In the working types: fp32 values, and the 16-bit working copies where the masters are split.
+  // In the working types: fp32 values, and the 16-bit working copies where the masters are split or none.
   parallel::Request values = data_->all_gather_async(params_.values().data(), params_.value_bounds(parts_), DType::f32);
   parallel::Request working;
-  if (params_.masters_split())
+  if (params_.values_packed())
     working = data_->all_gather_async(params_.working().data(), params_.working_bounds(parts_), params_.working_type());
   values.wait();
   working.wait();
@@ -161,8 +194,10 @@ std::string DistributedOptimizer::memory_description() {
     << masters + moments << " MiB";
   if (sharded()) s << ", parallel.zero 1: this replica's part of " << dp_;
   s << "), gradients " << double(params_.grads().bytes()) / kMiB << " MiB";
-  if (params_.masters_split()) s << ", fp32 values of the other parameters " << double(params_.values().bytes()) / kMiB << " MiB";
-  if (params_.working_bytes()) s << ", 16-bit working copies " << double(params_.working_bytes()) / kMiB << " MiB";
+  if (params_.values_packed()) s << ", fp32 values of the other parameters " << double(params_.values().bytes()) / kMiB << " MiB";
+  if (params_.working_bytes())
+    s << (params_.masterless() ? ", bf16 weights (no fp32 masters) " : ", 16-bit working copies ")
+      << double(params_.working_bytes()) / kMiB << " MiB";
   return s.str();
 }
 

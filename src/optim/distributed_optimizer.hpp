@@ -35,6 +35,8 @@ struct DistributedOptimizerConfig {
   DType wire = DType::f32;  // parallel.grad_comm_dtype
   std::uint64_t seed = 1;   // train.seed: the parameters' initial values by (seed, name)
   int init_ulps = 0;        // train.init_ulps
+  bool masters = true;      // precision.master_weights fp32; false (none): the bf16 weights are the parameters
+  Rounding rounding = Rounding::nearest;  // precision.weight_rounding: how an update is written to them
 };
 
 class DistributedOptimizer {
@@ -125,6 +127,10 @@ class DistributedOptimizer {
   // The statistics of every parameter's elements within `part` of the flat index space, read from
   // `base` (where element part.begin is), into `into` (tensor memory), in one pass.
   void start_param_stats(const float* base, FlatPart part, float threshold, AlignedArray<Backend::TensorStats>& into);
+  // Without masters: the values' statistics of `part`, the fp32 values read where they are and the
+  // bf16 weights widened one parameter at a time.
+  void start_value_stats_masterless(FlatPart part);
+  Buffer widened_;  // the widest bf16 parameter, widened
   AlignedArray<Backend::TensorStats> grad_stats_, value_stats_;  // what start_statistics() left
   double working_sum_squares();
 };

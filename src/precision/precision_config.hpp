@@ -7,6 +7,7 @@
 
 #include "core/dtype.hpp"
 #include "core/enum_names.hpp"
+#include "core/stochastic_round.hpp"
 
 namespace avtrain {
 
@@ -60,6 +61,13 @@ inline std::optional<LossScale> LossScale::parse(const std::string& text) {
 
 inline std::string LossScale::text() const { return kind == Kind::fixed ? written : enum_name(kind); }
 
+// precision.master_weights: fp32 masters beside the 16-bit working copies, or none (bf16 only: the
+// bf16 weights are the parameters, updated in fp32 and written back as precision.weight_rounding says).
+enum class MasterWeights : unsigned char { fp32, none };
+constexpr EnumNames<MasterWeights, 2> enum_names(MasterWeights) {
+  return {{{MasterWeights::fp32, "fp32"}, {MasterWeights::none, "none"}}};
+}
+
 struct PrecisionConfig {
   PrecisionMode mode = PrecisionMode::fp32;  // compute_type(mode): the type of products and activations
   std::string fp32_layers;          // comma-separated globs over module names kept wholly in fp32
@@ -77,6 +85,8 @@ struct PrecisionConfig {
   int fp8_margin = 0;               // scale = (FP8 max / amax) / 2^margin
   std::string fp8_layers = "*";     // comma-separated globs over the linear modules whose products are in FP8
   bool fp8_first_last_bf16 = false; // the first and last transformer blocks' linears in bf16 (Megatron's flag)
+  MasterWeights master_weights = MasterWeights::fp32;
+  Rounding weight_rounding = Rounding::nearest;  // master_weights none: how an update is written to the bf16 weights
 };
 
 }  // namespace avtrain

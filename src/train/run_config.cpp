@@ -10,6 +10,8 @@ DistributedOptimizerConfig distributed_optimizer_config(const RunConfig& c) {
   d.wire = c.parallel.grad_comm_dtype;
   d.seed = c.train.seed;
   d.init_ulps = c.train.init_ulps;
+  d.masters = c.precision.master_weights == MasterWeights::fp32;
+  d.rounding = c.precision.weight_rounding;
   return d;
 }
 

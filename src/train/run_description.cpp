@@ -27,6 +27,28 @@ std::string zero_note(const RunConfig& c) {
   if (c.parallel.dp < 1) return " (parallel.zero 1 splits it over the replicas: give --dp to see one replica's part)";
   return " (parallel.zero 1: replica 0's part of " + std::to_string(c.parallel.dp) + ")";
 }
+
+// The bytes each trainable parameter costs with fp32 masters and without (precision.master_weights),
+// one rank holding it whole: a 16-bit weight master 4 + copy 2 + gradient 4 + moments 8, without
+// masters 2 + 4 + 8; an fp32 one (bias, norm, fp32_layers) 4 + 4 + 8 in both.
+std::string master_weights_note(const ParamStore& params, const PrecisionConfig& precision) {
+  double copied = 0, plain = 0;
+  for (const ParamInfo& p : params.params())
+    if (p.trainable) (p.working != DType::f32 ? copied : plain) += double(p.size);
+  const double n = copied + plain;
+  if (n == 0) return "";
+  const double with = 18 * copied + 16 * plain, without = 14 * copied + 16 * plain;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2);
+  s << "  bytes per parameter (precision.master_weights; one rank, no ZeRO): a 16-bit weight matrix's 18 with fp32 "
+       "masters (master 4 + copy 2 + gradient 4 + moments 8), 14 without; biases, norms and fp32 layers 16 in both\n"
+    << "    this net: " << std::setprecision(0) << copied << " of " << n << " trainable parameters have a 16-bit copy; "
+    << std::setprecision(2) << with / n << " bytes per parameter with masters (" << mib(with) << "), " << without / n
+    << " without (" << mib(without) << "); this run: " << enum_name(precision.master_weights);
+  if (precision.master_weights == MasterWeights::none) s << ", weight_rounding " << enum_name(precision.weight_rounding);
+  s << "\n";
+  return s.str();
+}
 }  // namespace
 
 void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::ostream& out) {
@@ -89,12 +111,15 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const char* mode = dtype_name(policy.compute());
   out << "precision: " << mode << ", products on " << be.gemm_engine(policy.compute()) << "\n";
   out << "memory estimate (" << mode << ", one rank holding the whole net):\n"
-      << "  parameters        " << mib(double(params.masters().bytes())) << " (fp32 masters"
-      << (params.masters_split() ? ", this replica's part" : "") << ")\n";
-  if (params.masters_split())
+      << "  parameters        " << mib(double(params.masters().bytes()))
+      << (params.masterless() ? " (no fp32 masters: precision.master_weights none)"
+                              : params.masters_split() ? " (fp32 masters, this replica's part)" : " (fp32 masters)")
+      << "\n";
+  if (params.values_packed())
     out << "  fp32 values       " << mib(double(params.values().bytes()))
         << " (the parameters without a 16-bit working copy, whole)\n";
-  out << "  working copies    " << mib(double(params.working_bytes())) << "\n"
+  out << "  working copies    " << mib(double(params.working_bytes()))
+      << (params.masterless() ? " (the bf16 weights themselves)" : "") << "\n"
       << "  gradients         " << mib(p4) << "\n"
       << "  optimizer (AdamW) " << mib(moments) << zero_note(c) << "\n"
       << "  activations       " << mib(double(memory.kept())) << " per micro-batch of " << B << " (train.recompute "
@@ -109,6 +134,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const double parameter_bytes = optimizer.bytes();
   out << "  workspace         " << mib(workspace) << " (fp32 scratch shared by the layers)\n"
       << "  total             " << mib(parameter_bytes + double(memory.kept()) + workspace) << "\n";
+  if (params.working_bytes()) out << master_weights_note(params, c.precision);
 
   // What each recompute setting keeps, measured the same way, against what this process has for tensors.
   const double available = double(be.memory_for_tensors());

@@ -38,6 +38,12 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
                       {"global_batch", config_.global_batch(topo_.dp)},
                       {"seed", config_.train.seed},
                       {"precision", enum_name(config_.precision.mode)}};  // fp8: not bf16
+  // How the weights are kept (absent with fp32 masters, as before the option existed): bf16 weights
+  // without masters resume as they were written, and a run keeps its rounding.
+  if (config_.precision.master_weights != MasterWeights::fp32) {
+    f["master_weights"] = enum_name(config_.precision.master_weights);
+    f["weight_rounding"] = enum_name(config_.precision.weight_rounding);
+  }
   f["model"] = nlohmann::json::object();
   // model.task only where it is multi_label: a single-label run's fingerprint is what it was before
   // the option existed, so its checkpoints resume across that change.

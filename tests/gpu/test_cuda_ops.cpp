@@ -21,7 +21,9 @@
 
 #include "backend/backend.hpp"
 #include "core/buffer.hpp"
+#include "core/half.hpp"
 #include "core/keyed_random.hpp"
+#include "core/stochastic_round.hpp"
 #include "cuda_backend.hpp"
 #include "device_gate.hpp"
 #include "device_query.hpp"
@@ -1951,6 +1953,83 @@ TEST_F(CudaOps, AdamWMatchesCpuOverSeveralSteps) {
     EXPECT_TRUE(close_l2(d_w.download(), w, kF32)) << "w after step " << step;
     EXPECT_TRUE(close_l2(d_m.download(), m, kF32)) << "m after step " << step;
     EXPECT_TRUE(close_l2(d_v.download(), v, kF32)) << "v after step " << step;
+  }
+}
+
+// AdamW without fp32 masters (precision.master_weights none): the bf16 weights updated in place and
+// rounded to nearest or stochastically with the keyed bits (core/stochastic_round.hpp). Against the
+// CPU: the moments as adamw's (close), the weights the CPU's bits but where the fp32 update differs in
+// its last bit across a rounding boundary (at most 1 in 1000 here), and never more than one bf16 ulp
+// apart. The fused multi-tensor pass (in-place tensors, bf16 and fp32, a factor) gives the bits of
+// the separate ops.
+TEST_F(CudaOps, AdamWBf16WithoutMastersMatchesCpu) {
+  const std::size_t n = 100003, first = 777;
+  const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.05f;
+  const std::uint64_t key = rounding_key(3, "blocks.0.mlp.fc1.weight");
+  for (const Rounding rounding : {Rounding::nearest, Rounding::stochastic}) {
+    SCOPED_TRACE(enum_name(rounding));
+    const std::vector<float> w0 = normal(n, "adamw16.w", 0.05);
+    std::vector<std::uint16_t> w(n);
+    for (std::size_t i = 0; i < n; ++i) w[i] = float_to_bf16(w0[i]);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    DeviceBuffer<std::uint16_t> d_w(gpu(), w);
+    DevF d_m(gpu(), m), d_v(gpu(), v);
+    for (int step = 1; step <= 4; ++step) {
+      const auto g = normal(n, "adamw16.g" + std::to_string(step), 0.01);
+      DevF d_g(gpu(), g);
+      cpu().adamw_bf16(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, rounding, key, first);
+      gpu().adamw_bf16(d_w.get(), d_g, d_m, d_v, n, lr, b1, b2, eps, wd, step, rounding, key, first);
+      const std::vector<std::uint16_t> got = d_w.download();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (got[i] == w[i]) continue;
+        ++differ;
+        ASSERT_EQ(std::abs(int(got[i]) - int(w[i])), 1) << "element " << i << " step " << step;
+        w[i] = got[i];  // go on from the GPU's weights, so one difference does not grow
+      }
+      EXPECT_LE(differ, n / 1000) << "step " << step;
+      EXPECT_TRUE(close_l2(d_m.download(), m, kF32)) << "m after step " << step;
+      EXPECT_TRUE(close_l2(d_v.download(), v, kF32)) << "v after step " << step;
+      d_w.upload(w);
+    }
+  }
+  // Fused against separate: two bf16 tensors and an fp32 one, in place, cut from parameters at `first`.
+  for (const Rounding rounding : {Rounding::nearest, Rounding::stochastic}) {
+    SCOPED_TRACE(enum_name(rounding));
+    const std::size_t sizes[3] = {5003, 300001, 77};
+    std::size_t total = 0;
+    for (std::size_t k : sizes) total += k;
+    struct State {
+      DeviceBuffer<std::uint16_t> w16;
+      DevF w32, g, m, v;
+    };
+    std::vector<std::uint16_t> w16(sizes[0] + sizes[1]);
+    const auto w = normal(total, "adamw16.fused.w", 0.05);
+    for (std::size_t i = 0; i < w16.size(); ++i) w16[i] = float_to_bf16(w[i]);
+    const auto make = [&](Backend& be) {
+      return std::unique_ptr<State>(new State{DeviceBuffer<std::uint16_t>(be, w16),
+                                              DevF(be, std::vector<float>(w.end() - 77, w.end())), DevF(be, nans(total)),
+                                              DevF(be, std::vector<float>(total, 0.0f)),
+                                              DevF(be, std::vector<float>(total, 0.0f))});
+    };
+    auto separate = make(gpu()), fused_state = make(*g_fused);
+    for (int step = 1; step <= 3; ++step) {
+      const auto g = normal(total, "adamw16.fused.g" + std::to_string(step), 0.01);
+      for (const auto& [be, st] : {std::pair{&gpu(), separate.get()}, std::pair{g_fused.get(), fused_state.get()}}) {
+        st->g.upload(g);
+        const DevF gate(*be, std::vector<float>{0.37f, 0.0f});
+        std::vector<Backend::AdamWTensor> tensors = {
+            {0, sizes[0], 0.05f, st->w16.get(), DType::bf16, true, rounding, key, first},
+            {sizes[0], sizes[1], 0.05f, st->w16.get() + sizes[0], DType::bf16, true, rounding, key + 1, 0},
+            {sizes[0] + sizes[1], sizes[2], 0.0f, static_cast<float*>(st->w32), DType::f32, true, rounding, 0, 0}};
+        be->adamw_tensors(nullptr, st->g, st->m, st->v, tensors.data(), 3, 2e-3f, 0.9f, 0.95f, 1e-8f, gate, step);
+      }
+      SCOPED_TRACE("step " + std::to_string(step));
+      EXPECT_TRUE(separate->w16.download() == fused_state->w16.download()) << "bf16 weights";
+      EXPECT_TRUE(separate->w32.download() == fused_state->w32.download()) << "fp32 weights";
+      EXPECT_TRUE(separate->m.download() == fused_state->m.download()) << "m";
+      EXPECT_TRUE(separate->g.download() == fused_state->g.download()) << "g";
+    }
   }
 }
 

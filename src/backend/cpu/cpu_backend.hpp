@@ -103,6 +103,9 @@ class CpuBackend : public Backend {
 
   void adamw(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, int step) override;
+  void adamw_bf16(std::uint16_t* w, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step, Rounding rounding, std::uint64_t rounding_key,
+                  std::size_t first) override;
 
  private:
   // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact), or
