@@ -108,7 +108,7 @@ void DistributedOptimizer::start_value_stats_masterless(FlatPart part) {
     const ParamInfo& p = params[i];
     const FlatPart mine = part.overlap(p.offset, p.offset + p.size);
     if (p.working == DType::f32 || mine.size() == 0) continue;
-    be_.unpack(p.working, params_.working().data() + p.working_offset + (mine.begin - p.offset), widened_.data(),
+    be_.unpack(Operand{params_.working().data() + p.working_offset + (mine.begin - p.offset), p.working}, widened_.data(),
                mine.size());
     const Backend::Span whole{0, mine.size()};
     be_.tensor_stats_many_into(widened_.data(), &whole, 1, 0.0f, value_stats_.data() + i);
