@@ -181,6 +181,7 @@ void* CudaBackend::host_result(std::size_t bytes) {
 // 16-bit product holds values exact in that type, so it is packed (exactly) into scratch first.
 void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                        Operand B, int ldb, float beta, float* C, int ldc) {
+  require(!is_fp8(compute) && !is_fp8(A.dtype) && !is_fp8(B.dtype), "precision.mode fp8 on CUDA: not built yet");
   require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
   require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
   gemm_flops_ += 2.0 * M * N * K;

@@ -98,6 +98,10 @@ class Backend : public TensorMemory {
   // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
   // or bf16 operands, fp32 accumulation). Operands may be stored in fp32 or in `compute`; an fp32
   // operand of a 16-bit product must hold values exact in `compute` (the layers round them first).
+  // FP8 products (`compute` e4m3 or e5m2, the same: an FP8 product): both operands fp8, each in its
+  // own format (E4M3 x E4M3 forward, E5M2 x E4M3 backward) with its scale, values code / scale;
+  // C = alpha * (1 / scale_a) * (1 / scale_b) * (sum of the codes' products in fp32) + beta * C, as
+  // precision/fp8_gemm_reference (the CPU emulates it exactly; CUDA: cuBLASLt's FP8 matmul).
   virtual void gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                     Operand B, int ldb, float beta, float* C, int ldc) = 0;
   void gemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -110,7 +114,9 @@ class Backend : public TensorMemory {
   // ---- storage conversions (round to nearest even, subnormals, overflow to inf, NaN kept)
   // x.values rounded to x's type in place; its copy also written unless copy.data is null.
   virtual void round_to(Output x, std::size_t n) = 0;
-  // x's fp32 values stored in `packed`'s type (not fp32), and back.
+  // x's fp32 values stored in `packed`'s type (not fp32), and back. fp8: pack quantizes, codes =
+  // fp8(x * *packed.scale) rounded to nearest even and saturating (core/fp8's quantize_fp8; the amax
+  // a delayed scaling records comes from abs_max_into of x); unpack gives code * (1 / scale).
   virtual void pack(const float* x, Target packed, std::size_t n) = 0;
   virtual void unpack(Operand packed, float* x, std::size_t n) = 0;
 

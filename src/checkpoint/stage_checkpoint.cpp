@@ -131,6 +131,7 @@ void write_stage(const std::string& path, StageSnapshot& s, const std::function<
     w.scalar("scaler/growth_tracker", std::int64_t(c.scaler.growth_tracker));
     w.scalar("scaler/hysteresis_tracker", std::int64_t(c.scaler.hysteresis_tracker));
     w.scalar("scaler/skipped", c.scaler.skipped);
+    for (const auto& [module, state] : c.fp8) w.tensor("fp8/" + module, {state.size()}, state.data());
   }
   w.attribute("fingerprint", s.fingerprint);
   w.commit(before_rename);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@ struct Counters {
   int adamw_updates = 0;
   LossScaler::State scaler;
   double elapsed_s = 0;            // wall time the run has trained so far, over all its starts
+  // precision.mode fp8: this stage's FP8 scaling states by linear module (the same on every replica),
+  // written as fp8/<module> in the stage's main file; read back by name (Checkpoint::tensor).
+  std::vector<std::pair<std::string, std::vector<float>>> fp8;
 };
 
 // A stage's state copied out of the step (to the host): what one of its files will hold. Taking one is

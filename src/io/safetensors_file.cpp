@@ -181,11 +181,14 @@ const char* safetensors_dtype(DType dtype) {
     case DType::f32: return "F32";
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
+    case DType::e4m3:
+    case DType::e5m2: break;  // an export is fp32, fp16 or bf16 (its option's words)
   }
   return "";
 }
 
 void SafetensorsWriter::tensor(const std::string& name, const std::vector<std::uint64_t>& shape, const float* values) {
+  require(!is_fp8(dtype_), "internal: SafetensorsWriter writes fp32, fp16 or bf16, not " + std::string(dtype_name(dtype_)));
   SafetensorsEntry t{name, safetensors_dtype(dtype_), shape, data_.size(), 0};
   const std::uint64_t n = t.elements();
   if (dtype_ == DType::f32) {

@@ -20,6 +20,7 @@ class AVHead final : public Layer {
   AVHead(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
          int num_classes);
   std::unique_ptr<LayerState> make_state() const override;
+  void linears(std::vector<Linear*>& out) override { out.insert(out.end(), {&cls_}); }
   double forward_flops(int B, int L) const override;
   // Train mode computes the loss gradient here too; backward then carries it to the tokens.
   void forward(Flow& flow, LayerState& state) override;

@@ -25,6 +25,7 @@ class AVInput final : public Layer {
   AVInput(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
           const data::SetInfo& s);
   std::unique_ptr<LayerState> make_state() const override;
+  void linears(std::vector<Linear*>& out) override { out.insert(out.end(), {&patch_}); }
   double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;

@@ -19,6 +19,7 @@
 namespace avtrain {
 
 enum class Mode { train, eval };
+class Linear;
 
 
 // What validation keeps of each sample (the last stage's head appends a micro-batch's rows): its
@@ -92,6 +93,8 @@ class Layer {
   // batch's micro-batches. Most layers have none.
   virtual void end_step(Backend& /*be*/, const std::function<void(float*, std::size_t)>& /*combine*/,
                         int /*micro_batches*/) {}
+  // Appends the layer's linear modules (those precision.mode fp8 may take into FP8), in order.
+  virtual void linears(std::vector<Linear*>& /*out*/) {}
 
  private:
   std::string name_;

@@ -4,9 +4,15 @@
 // added in fp32, y and dx rounded to the type. dW and db of a micro-batch come out in the type too
 // (as PyTorch autocast's do; this is where fp16 gradients underflow) and are added to the fp32 main
 // grads; in fp32 they accumulate there directly.
+// Under precision.mode fp8 a bf16 module given an Fp8LinearScaling takes its three products in FP8:
+// x and W quantized to E4M3 forward, dy to E5M2 backward, dgrad dy8 x W8 and wgrad dy8^T x x8 (x and W
+// quantized again with the step's unchanged scales: the same codes), each product's output in fp32 and
+// then as the bf16 module's (bias added in fp32, y and dx rounded to bf16, dW and db rounded to bf16
+// and added to the main grads).
 #include <string>
 
 #include "backend/backend.hpp"
+#include "model/fp8_linear_scaling.hpp"
 #include "model/param_store.hpp"
 
 namespace avtrain {
@@ -33,14 +39,23 @@ class Linear {
   }
   const std::string& module() const { return module_; }
   DType dtype() const { return dtype_; }
+  // The products in FP8 with `fp8`'s scales (owned by the caller, kept while the module runs); only
+  // a 16-bit module's (its activations and gradients stay in its type). Null: products in the type.
+  void use_fp8(Fp8LinearScaling* fp8);
+  Fp8LinearScaling* fp8() const { return fp8_; }
 
  private:
+  void backward_fp8(Backend& be, Operand x, Operand dy, const float* dy_values, float* dx, int rows);
+
   ParamStore& params_;
   std::string module_;
   int in_, out_;
   DType dtype_;
   ParamId weight_, bias_ = -1;
   Buffer dw_, db_;  // a micro-batch's dW, db in the module's type (16-bit types only)
+  Fp8LinearScaling* fp8_ = nullptr;
+  Mask x8_, w8_, dy8_;  // the FP8 products' operands (scratch of one op)
+  Buffer fp8_scratch_;  // a 16-bit tensor's values on their way to fp8
 };
 
 }  // namespace avtrain

@@ -23,6 +23,7 @@ class TransformerBlock final : public Layer {
   TransformerBlock(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy,
                    const ModelConfig& m, int index, Recompute recompute = Recompute::none);
   std::unique_ptr<LayerState> make_state() const override;
+  void linears(std::vector<Linear*>& out) override { out.insert(out.end(), {&qkv_, &proj_, &fc1_, &fc2_}); }
   double forward_flops(int B, int L) const override;
   void forward(Flow& flow, LayerState& state) override;
   void backward(Flow& flow, LayerState& state) override;

@@ -13,14 +13,15 @@ class Fp8Layers {
  public:
   explicit Fp8Layers(const PrecisionConfig& config);
   // Whether the linear module `linear` ("blocks.0.attn.qkv") multiplies in FP8; marks the globs of
-  // precision.fp8_layers that match it as used.
-  bool in_fp8(const std::string& linear);
+  // precision.fp8_layers that match it as used. With precision.fp8_first_last_bf16, the linears of
+  // blocks.0 and of blocks.<depth - 1> (model.depth blocks) are not.
+  bool in_fp8(const std::string& linear, int depth = 0);
   // Under mode fp8, after every linear has been asked about: throws Error naming the first glob of
   // precision.fp8_layers that matched none (a typo would otherwise leave layers in bf16 unseen).
   void require_every_glob_used() const;
 
  private:
-  bool fp8_mode_;
+  bool fp8_mode_, first_last_bf16_;
   NameGlobs fp8_layers_, fp32_layers_;
 };
 

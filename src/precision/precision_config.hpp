@@ -84,6 +84,7 @@ struct PrecisionConfig {
   Fp8Amax fp8_amax = Fp8Amax::max;  // max over the history, or the most recent step's
   int fp8_margin = 0;               // scale = (FP8 max / amax) / 2^margin
   std::string fp8_layers = "*";     // comma-separated globs over the linear modules whose products are in FP8
+  bool fp8_first_last_bf16 = false; // the first and last transformer blocks' linears in bf16 (Megatron's flag)
   MasterWeights master_weights = MasterWeights::fp32;
   Rounding weight_rounding = Rounding::nearest;  // master_weights none: how an update is written to the bf16 weights
 };

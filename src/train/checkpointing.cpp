@@ -134,7 +134,8 @@ std::pair<std::string, bool> Checkpointing::agree(const std::function<void()>& f
 }
 
 std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, DistributedOptimizer& state, bool moments,
-                                                          const nlohmann::json& fingerprint, std::ostream& log) {
+                                                          const nlohmann::json& fingerprint, std::ostream& log,
+                                                          Fp8Linears* fp8) {
   const std::string& how = config_.resume;
   if (how == "none" || config_.overwrite) return std::nullopt;
   std::vector<std::string> candidates;
@@ -172,7 +173,13 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, Distribut
                     "): train.micro_batch x train.micro_batches x dp must give the same global batch");
       }
       require(diff.empty(), "checkpoint " + ck + " is of another run: " + diff);
-      std::tie(message, failed) = agree([&] { opened->load(be, state.params(), moments ? &state.adamw() : nullptr); });
+      std::tie(message, failed) = agree([&] {
+        opened->load(be, state.params(), moments ? &state.adamw() : nullptr);
+        if (!fp8) return;
+        const std::vector<std::string> modules = fp8->modules();
+        for (std::size_t i = 0; i < modules.size(); ++i)
+          fp8->restore(i, opened->tensor("fp8/" + modules[i], {std::uint64_t(fp8->state_size())}));
+      });
       if (!failed) {
         world_.barrier();
         if (topo_.rank == 0)

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/stage_checkpoint.hpp"
+#include "model/fp8_linears.hpp"
 #include "optim/distributed_optimizer.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/topology.hpp"
@@ -49,8 +50,10 @@ class Checkpointing {
   // a damaged one reported on `log` and the previous one tried. A checkpoint of another run (its
   // fingerprint differs from `fingerprint`) is an error naming the field.
   // moments false: the weights alone (evaluation), at any global batch.
+  // fp8 (precision.mode fp8): its linears' scaling states, loaded by module name too.
   std::optional<checkpoint::Counters> resume(Backend& be, DistributedOptimizer& state, bool moments,
-                                             const nlohmann::json& fingerprint, std::ostream& log);
+                                             const nlohmann::json& fingerprint, std::ostream& log,
+                                             Fp8Linears* fp8 = nullptr);
 
   // The files of a committed checkpoint, stage 0's main file first (from its `committed` marker);
   // an Error naming the marker when it is missing or unreadable.

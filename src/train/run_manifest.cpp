@@ -6,6 +6,7 @@
 #include "checkpoint/stage_checkpoint.hpp"
 #include "model/transformer_block.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "precision/fp8_layers.hpp"
 
 namespace avtrain {
 
@@ -36,7 +37,7 @@ nlohmann::json RunManifest::fingerprint(const nlohmann::json& options) const {
   nlohmann::json f = {{"format_version", checkpoint::kFormatVersion},
                       {"global_batch", config_.global_batch(topo_.dp)},
                       {"seed", config_.train.seed},
-                      {"precision", dtype_name(policy_.compute())}};
+                      {"precision", enum_name(config_.precision.mode)}};  // fp8: not bf16
   // How the weights are kept (absent with fp32 masters, as before the option existed): bf16 weights
   // without masters resume as they were written, and a run keeps its rounding.
   if (config_.precision.master_weights != MasterWeights::fp32) {
@@ -132,11 +133,26 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
   if (amp)
     for (const std::string& module : plan.modules)
       if (policy_.of(module) == DType::f32) fp32_modules.push_back(module);
-  m["precision"] = {{"mode", dtype_name(policy_.compute())},
+  const bool fp8 = config_.precision.mode == PrecisionMode::fp8;
+  // The linears in FP8: the linear modules (named as the layers name them) that Fp8Layers selects.
+  nlohmann::json fp8_modules = nlohmann::json::array();
+  Fp8Layers select(config_.precision);
+  for (const std::string& module : plan.modules) {
+    const auto ends = [&](const char* tail) {
+      const std::string t(tail);
+      return module.size() >= t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0;
+    };
+    const bool linear = module == "video.patch" || module == "head.cls" || ends(".attn.qkv") || ends(".attn.proj") ||
+                        ends(".mlp.fc1") || ends(".mlp.fc2");
+    if (linear && select.in_fp8(module, config_.model.depth)) fp8_modules.push_back(module);
+  }
+  m["precision"] = {{"mode", enum_name(config_.precision.mode)},
                     {"products", be_.gemm_engine(policy_.compute())},
+                    {"fp8_products", fp8 ? be_.gemm_engine(DType::e4m3) : std::string()},
                     {"loss_scaling", measures.loss_scaling},
                     {"attention", attention_path()},
-                    {"fp32_modules", fp32_modules}};
+                    {"fp32_modules", fp32_modules},
+                    {"fp8_modules", fp8_modules}};
   return m;
 }
 
@@ -150,7 +166,7 @@ void RunManifest::log_layout(std::ostream& log, const StagePlan& plan, const std
     log << "[rank 0]   stage " << s << ": " << plan.layers[plan.stages[s].first].name << " .. "
         << plan.layers[plan.stages[s].last - 1].name << "\n";
   if (policy_.compute() != DType::f32)
-    log << "[rank 0] precision " << dtype_name(policy_.compute()) << ", loss scaling " << loss_scaling
+    log << "[rank 0] precision " << enum_name(config_.precision.mode) << ", loss scaling " << loss_scaling
         << ", attention " << attention_path() << "\n";
   // The products' engine names the epilogues where the linears take them (CUDA under device.fused).
   if (policy_.compute() != DType::f32 &&

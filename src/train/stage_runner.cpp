@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "precision/fp8_layers.hpp"
 #include "train/debug_faults.hpp"
 
 namespace avtrain {
@@ -20,7 +21,23 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
       net_(be, params_, config.model, set, policy, LayerRange{stage.first, stage.last}, config.train.recompute),
       link_(*groups.pipeline, groups.gradient_pipeline(), be, config.model.width),
       actions_(parallel::pipeline_actions(config.parallel.schedule, topo_.pp, topo_.pp_rank, config.train.micro_batches)),
-      slot_of_(std::size_t(config.train.micro_batches), nullptr) {}
+      slot_of_(std::size_t(config.train.micro_batches), nullptr) {
+  std::vector<Linear*> linears;
+  for (auto& layer : net_.layers()) layer->linears(linears);
+  Fp8Layers select(config.precision);
+  const int depth = config.model.depth;
+  fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
+                    Fp8Recipe::of(config.precision));
+  // A glob of precision.fp8_layers that matches no linear: a typo, where this stage holds every layer
+  // (under pipeline stages a glob may match another stage's layers alone).
+  if (topo_.pp == 1) select.require_every_glob_used();
+}
+
+void StageRunner::end_fp8_step() {
+  fp8_.end_step([&](double* amax, std::size_t n) {
+    if (topo_.dp > 1) groups_.data->all_reduce(amax, n, parallel::ReduceOp::max);
+  });
+}
 
 bool StageRunner::reads() const { return topo_.first_stage() || topo_.last_stage(); }
 data::Fields StageRunner::fields() const { return topo_.first_stage() ? data::Fields::all : data::Fields::labels; }

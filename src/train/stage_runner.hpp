@@ -12,6 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "model/av_net.hpp"
+#include "model/fp8_linears.hpp"
 #include "optim/distributed_optimizer.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/process_groups.hpp"
@@ -55,6 +56,13 @@ class StageRunner {
   // these are the same on every replica and in every layout of the same global batch.
   void fold_batch_statistics();
 
+  // precision.mode fp8: the step's amaxes start being recorded (before its schedule); at its end,
+  // every replica alike, they are reduced (MAX) over the data-parallel group and the scales updated.
+  void begin_fp8_step() { fp8_.begin_step(); }
+  void end_fp8_step();
+  Fp8Linears& fp8() { return fp8_; }
+  const Fp8Linears& fp8() const { return fp8_; }
+
   // Memory the slots hold for backward: what 1F1B keeps below GPipe.
   std::size_t activation_bytes() const;
   // Memory of the slots' tokens and their gradients.
@@ -83,6 +91,7 @@ class StageRunner {
   ParamStore& params_;
   JobWatchdog& watchdog_;
   AVNet net_;
+  Fp8Linears fp8_;  // the linears in FP8 (none outside precision.mode fp8)
   StageLink link_;
   std::vector<parallel::PipeAction> actions_;  // this stage's forwards and backwards, in order
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -143,7 +143,7 @@ struct Trainer::Impl {
   // traces (rank 0), the timeline, the feed.
   void start(RunState& run, const nlohmann::json& options, std::ostream& log) {
     const std::optional<checkpoint::Counters> resumed =
-        run.checkpoints.resume(be, optimizer, true, run.fingerprint, log);
+        run.checkpoints.resume(be, optimizer, true, run.fingerprint, log, &runner.fp8());
     if (resumed) {
       run.first_step = resumed->next_step;
       run.applied_steps = int(resumed->applied_steps);
@@ -198,6 +198,7 @@ struct Trainer::Impl {
   void run_schedule(StepWork& w) {
     const std::uint64_t bytes_before = groups.data->bytes_sent();
     optimizer.start_step();
+    runner.begin_fp8_step();
     const auto t_schedule = Clock::now();
     runner.run_actions(w);
     w.row.set("schedule_ms", ms_since(t_schedule));
@@ -278,6 +279,10 @@ struct Trainer::Impl {
     }
     watchdog.mark_data_group("the BatchNorm statistics of step " + std::to_string(w.step));
     runner.fold_batch_statistics();
+    // FP8: the step's amaxes over the replicas and the next step's scales (a skipped step's too, as
+    // Transformer Engine's, whose amaxes are recorded in its forward and backward all the same).
+    watchdog.mark_data_group("the FP8 amaxes of step " + std::to_string(w.step));
+    runner.end_fp8_step();
     // ZeRO: each replica updated its part; every part to every replica (after the BatchNorm
     // statistics, which each replica gathers from its own micro-batches until they are added up).
     if (optimizer.sharded() && u.applied) {
@@ -388,9 +393,11 @@ struct Trainer::Impl {
     const bool final = last_step(step) || !stop.empty();
     if (!run.checkpoints.due(step, final, agreed.checkpoint_by_time)) return;
     run.summary.checkpointed = final;
-    run.checkpoints.save(be, optimizer,
-                         {step + 1, run.applied_steps, optimizer.adamw().updates(), run.scaler.state(), run.elapsed_s()},
-                         run.fingerprint, log);
+    checkpoint::Counters counters{step + 1, run.applied_steps, optimizer.adamw().updates(), run.scaler.state(),
+                                  run.elapsed_s(), {}};
+    const Fp8Linears& fp8 = runner.fp8();
+    for (std::size_t i = 0; i < fp8.scalings().size(); ++i) counters.fp8.emplace_back(fp8.modules()[i], fp8.state(i));
+    run.checkpoints.save(be, optimizer, counters, run.fingerprint, log);
   }
 
   // Finish: the last checkpoint committed, the timeline written, the summary.
@@ -453,7 +460,8 @@ nlohmann::json Trainer::evaluate_checkpoint(const nlohmann::json& options, std::
   const Evaluator evaluator(c, d.topo, *d.groups.world, d.shards, d.val_shards, sampler);
   const std::vector<std::int64_t>& validation = evaluator.samples();
   Checkpointing checkpoints(c, d.topo, *d.groups.world);
-  const std::optional<checkpoint::Counters> loaded = checkpoints.resume(d.be, d.optimizer, false, d.manifest.fingerprint(options), log);
+  const std::optional<checkpoint::Counters> loaded = checkpoints.resume(d.be, d.optimizer, false, d.manifest.fingerprint(options), log,
+                                                                     &d.runner.fp8());
   require(loaded.has_value(), "--eval-only: no committed checkpoint under " +
                                   (checkpoints.dir().empty() ? std::string("(no --out or checkpoint.dir)") : checkpoints.dir()));
   require(!validation.empty(), "--eval-only: the validation split is empty (data.val_fraction)");

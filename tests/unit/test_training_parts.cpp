@@ -620,15 +620,15 @@ TEST(ParseOptions, Fp8OptionsDefaultsDeckAndBadValues) {
             "option precision.fp8_amax = mean: must be one of max, most_recent");
 }
 
-// precision.mode fp8 is a word of the option, and refused in one line until the linears run in FP8:
-// never a silent bf16 run.
-TEST(ParseOptions, ModeFp8IsRefusedInOneLineUntilTheLinearsAreBuilt) {
+// precision.mode fp8 is a word of the option: taken on the CPU (emulated), refused in one line on CUDA
+// until its FP8 products are built: never a silent bf16 run.
+TEST(ParseOptions, ModeFp8IsTakenOnTheCpuAndRefusedInOneLineOnCuda) {
   const std::string refusal =
-      "precision.mode fp8: FP8 linears are not built yet (the formats, delayed scaling and the CPU's emulated "
-      "product are, docs/precision.md); use bf16";
-  EXPECT_EQ(error_of({"--precision", "fp8"}), refusal);
+      "precision.mode fp8 on CUDA: not built yet (the CPU emulates it: device.backend cpu); use bf16";
+  EXPECT_EQ(parse_options({"--precision", "fp8"}).config.precision.mode, PrecisionMode::fp8);
+  EXPECT_EQ(error_of({"--precision", "fp8", "--device", "cuda"}), refusal);
   TempDir dir;
-  EXPECT_EQ(error_of({write_deck(dir, "[precision]\nmode = fp8\n")}), refusal);
+  EXPECT_EQ(error_of({write_deck(dir, "[precision]\nmode = fp8\n[device]\nbackend = cuda\n")}), refusal);
   EXPECT_EQ(error_of({"--precision", "fp4"}), "option precision.mode = fp4: must be one of fp32, fp16, bf16, fp8");
 }
 

@@ -123,11 +123,17 @@ class CpuBackend : public Backend {
   void gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                      Operand B, int ldb, float beta, float* C, int ldc, const RowBandStep& before,
                      const RowBandStep& after);
-  // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact).
+  // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact), or
+  // its fp8 codes' values times 1 / its scale (unpack's).
   const float* widened(Operand x, std::size_t n, Buffer& scratch);
+  // x[i] = the exact value of fp8 code i, times `factor` (1: the code's value alone; no scale read).
+  void decode_fp8(Operand codes, float factor, float* x, std::size_t n);
+  // The FP8 product (gemm with fp8 operands): the codes decoded exactly, multiplied in fp32.
+  void gemm_fp8(Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B, int ldb,
+                float beta, float* C, int ldc, const RowBandStep& before, const RowBandStep& after);
 
   double gemm_flops_ = 0;
-  Buffer operand_a_, operand_b_;     // 16-bit operands widened to fp32 for sgemm
+  Buffer operand_a_, operand_b_;     // 16-bit and fp8 operands widened to fp32 for sgemm
   Buffer operand_x_;                 // a 16-bit input of an elementwise or row op, widened
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };

@@ -1,8 +1,10 @@
-// Storage conversions between fp32 and fp16/bf16: the vectorised array routines of core/half,
-// run over chunks on the threads (chunks.hpp).
+// Storage conversions between fp32 and fp16/bf16 (the vectorised array routines of core/half) and
+// between fp32 and the fp8 formats with their scales (core/fp8), run over chunks on the threads
+// (chunks.hpp).
 #include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
+#include "core/fp8.hpp"
 #include "core/half.hpp"
 
 namespace avtrain {
@@ -12,6 +14,14 @@ namespace {
 // for bf16.
 void require_sixteen_bits(DType t, const char* op) {
   require(t == DType::f16 || t == DType::bf16, std::string("internal: ") + op + " to or from " + dtype_name(t));
+}
+
+Fp8Format fp8_format(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
+
+// An fp8 tensor's scale: it must have one.
+float fp8_scale(const float* scale, DType t, const char* op) {
+  require(scale != nullptr, std::string("internal: ") + op + " of " + dtype_name(t) + " without a scale");
+  return *scale;
 }
 }  // namespace
 
@@ -27,7 +37,15 @@ void CpuBackend::round_to(Output x, std::size_t n) {
   });
 }
 
+// fp8: codes[i] = fp8(x[i] * scale) (core/fp8's quantize_fp8: the product rounded to fp32, then to
+// nearest even, saturating).
 void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
+  if (is_fp8(packed.dtype)) {
+    const float scale = fp8_scale(packed.scale, packed.dtype, "pack");
+    auto* codes = static_cast<std::uint8_t*>(packed.data);
+    cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { quantize_fp8(fp8_format(packed.dtype), x + lo, scale, codes + lo, m); });
+    return;
+  }
   require_sixteen_bits(packed.dtype, "pack");
   auto* bits = static_cast<std::uint16_t*>(packed.data);
   cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
@@ -36,13 +54,24 @@ void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
   });
 }
 
+// fp8: x[i] = value(codes[i]) * (1 / scale), the inverse scale in fp32 as the products take it.
 void CpuBackend::unpack(Operand packed, float* x, std::size_t n) {
+  if (is_fp8(packed.dtype)) {
+    decode_fp8(packed, 1.0f / fp8_scale(packed.scale, packed.dtype, "unpack"), x, n);
+    return;
+  }
   require_sixteen_bits(packed.dtype, "unpack");
   const auto* bits = static_cast<const std::uint16_t*>(packed.data);
   cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
     if (packed.dtype == DType::f16) half_to_floats(bits + lo, x + lo, m);
     else bf16_to_floats(bits + lo, x + lo, m);
   });
+}
+
+void CpuBackend::decode_fp8(Operand codes, float factor, float* x, std::size_t n) {
+  require(is_fp8(codes.dtype), std::string("internal: decode_fp8 of ") + dtype_name(codes.dtype));
+  const auto* in = static_cast<const std::uint8_t*>(codes.data);
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) { dequantize_fp8(fp8_format(codes.dtype), in + lo, factor, x + lo, m); });
 }
 
 const float* CpuBackend::widened(Operand x, std::size_t n, Buffer& scratch) {

@@ -1,5 +1,6 @@
 // Matrix products: fp32 through CBLAS (OpenBLAS); bf16 through oneDNN where the CPU has bf16
-// matrix units; every other 16-bit product widened to fp32 for CBLAS.
+// matrix units; every other 16-bit product widened to fp32 for CBLAS; FP8 products emulated: the
+// codes decoded exactly to fp32 for CBLAS.
 #include <cblas.h>
 #include <omp.h>
 
@@ -73,6 +74,12 @@ void CpuBackend::gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, 
                                int lda, Operand B, int ldb, float beta, float* C, int ldc, const RowBandStep& before,
                                const RowBandStep& after) {
   require(!(before || after) || bands_rows(M, N), "internal: row-band steps on a product banded by columns");
+  if (is_fp8(compute) || is_fp8(A.dtype) || is_fp8(B.dtype)) {
+    require(is_fp8(compute) && is_fp8(A.dtype) && is_fp8(B.dtype),
+            "internal: an FP8 product takes fp8 operands alone, in an fp8 compute type");
+    gemm_fp8(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, before, after);
+    return;
+  }
   require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
   require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
   gemm_flops_ += 2.0 * M * N * K;
@@ -99,7 +106,30 @@ void CpuBackend::gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, 
   }, before, after);
 }
 
+// The emulation of an FP8 product (precision/fp8_gemm_reference's numbers, summed in sgemm's order):
+// each code's value is exact in fp32 and the product of two is too (at most 8 significant bits), so
+// the only roundings are fp32 accumulation's and the final alpha * (1 / scale_a) * (1 / scale_b).
+// The bands make the bits independent of the thread count.
+void CpuBackend::gemm_fp8(Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B,
+                          int ldb, float beta, float* C, int ldc, const RowBandStep& before,
+                          const RowBandStep& after) {
+  require(A.scale != nullptr && B.scale != nullptr, "internal: an FP8 product's operand without a scale");
+  gemm_flops_ += 2.0 * M * N * K;
+  const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
+  operand_a_.resize(na);
+  operand_b_.resize(nb);
+  decode_fp8(A, 1.0f, operand_a_.data(), na);
+  decode_fp8(B, 1.0f, operand_b_.data(), nb);
+  const float factor = alpha * (1.0f / *A.scale) * (1.0f / *B.scale);
+  in_bands(ta, tb, M, N, operand_a_.data(), lda, operand_b_.data(), ldb, C, ldc,
+           [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
+             cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, factor, a_band, lda, b_band, ldb, beta,
+                         c_band, ldc);
+           });
+}
+
 std::string CpuBackend::gemm_engine(DType compute) const {
+  if (is_fp8(compute)) return "fp8 operands decoded exactly to fp32, OpenBLAS sgemm (FP8 emulated)";
   if (compute == DType::f32) return "OpenBLAS sgemm";
   if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) return "oneDNN bf16 matmul, fp32 accumulation";
   return std::string(dtype_name(compute)) + " operands widened to fp32, OpenBLAS sgemm (" + cpu::onednn_description() +

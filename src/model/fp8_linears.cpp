@@ -1,0 +1,92 @@
+#include "model/fp8_linears.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace avtrain {
+
+namespace {
+constexpr double kInfCode = 1e300, kNaNCode = 2e300;  // above every finite fp32 amax
+using Role = Fp8LinearScaling::Role;
+}  // namespace
+
+Fp8Linears::Fp8Linears(const std::vector<Linear*>& linears, const std::function<bool(const std::string&)>& selected,
+                       const Fp8Recipe& recipe) {
+  for (Linear* l : linears) {
+    if (!selected(l->module())) continue;
+    scalings_.push_back(std::make_unique<Fp8LinearScaling>(l->module(), recipe));
+    l->use_fp8(scalings_.back().get());
+  }
+}
+
+std::vector<std::string> Fp8Linears::modules() const {
+  std::vector<std::string> names;
+  for (const auto& s : scalings_) names.push_back(s->module());
+  return names;
+}
+
+void Fp8Linears::begin_step() {
+  for (auto& s : scalings_) s->begin_step();
+}
+
+double Fp8Linears::encode_amax(float amax) {
+  if (std::isnan(amax)) return kNaNCode;
+  if (std::isinf(amax)) return kInfCode;
+  return double(amax);
+}
+
+float Fp8Linears::decode_amax(double code) {
+  if (code >= kNaNCode) return std::numeric_limits<float>::quiet_NaN();
+  if (code >= kInfCode) return std::numeric_limits<float>::infinity();
+  return float(code);  // exact: a finite fp32 value
+}
+
+void Fp8Linears::end_step(const std::function<void(double*, std::size_t)>& reduce_max) {
+  if (scalings_.empty()) return;
+  std::vector<double> amax;
+  for (auto& s : scalings_) {
+    s->end_step();
+    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) amax.push_back(encode_amax(s->scaling(Role(r)).step_amax()));
+  }
+  reduce_max(amax.data(), amax.size());
+  std::size_t i = 0;
+  for (auto& s : scalings_) {
+    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) s->scaling(Role(r)).set_step_amax(decode_amax(amax[i++]));
+    s->update();
+  }
+}
+
+std::size_t Fp8Linears::state_size() const {
+  if (scalings_.empty()) return 0;
+  std::size_t n = 0;
+  for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) n += scalings_.front()->scaling(Role(r)).state_size();
+  return n;
+}
+
+std::vector<float> Fp8Linears::state(std::size_t i) const {
+  std::vector<float> flat;
+  for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) {
+    const std::vector<float> one = scalings_[i]->scaling(Role(r)).state();
+    flat.insert(flat.end(), one.begin(), one.end());
+  }
+  return flat;
+}
+
+void Fp8Linears::restore(std::size_t i, const std::vector<float>& state) {
+  Fp8LinearScaling& s = *scalings_[i];
+  require(state.size() == state_size(), "checkpoint: the FP8 scaling state of " + s.module() + " has " +
+                                            std::to_string(state.size()) + " values, this run's " +
+                                            std::to_string(state_size()) + " (another precision.fp8_history?)");
+  std::size_t at = 0;
+  for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) {
+    Fp8DelayedScaling& scaling = s.scaling(Role(r));
+    scaling.restore(std::vector<float>(state.begin() + std::ptrdiff_t(at),
+                                       state.begin() + std::ptrdiff_t(at + scaling.state_size())));
+    at += scaling.state_size();
+  }
+  s.load_scales();
+}
+
+}  // namespace avtrain

@@ -1,0 +1,121 @@
+// A stage's FP8 linears (Fp8Linears): which linears it takes, the step's amaxes reduced MAX over
+// replicas with NaN above inf above every finite value (so each reaches every replica as itself),
+// the same scales on every replica after the reduction, and the checkpoint state round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "model/fp8_linears.hpp"
+#include "model/linear.hpp"
+#include "model/param_store.hpp"
+
+namespace avtrain {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+using Role = Fp8LinearScaling::Role;
+
+TEST(Fp8Linears, AmaxEncodingOrdersNaNAboveInfAboveEveryFiniteValueAndDecodesExactly) {
+  const float finite[] = {0.0f, 1e-30f, 1.5f, 448.0f, 3.4028235e38f};
+  for (float a : finite) {
+    EXPECT_EQ(Fp8Linears::decode_amax(Fp8Linears::encode_amax(a)), a);
+    EXPECT_LT(Fp8Linears::encode_amax(a), Fp8Linears::encode_amax(kInf));
+  }
+  EXPECT_LT(Fp8Linears::encode_amax(kInf), Fp8Linears::encode_amax(kNaN));
+  EXPECT_TRUE(std::isinf(Fp8Linears::decode_amax(Fp8Linears::encode_amax(kInf))));
+  EXPECT_TRUE(std::isnan(Fp8Linears::decode_amax(Fp8Linears::encode_amax(kNaN))));
+}
+
+// Two replicas of a stage of three linears, one left out by the selection; each runs its own
+// micro-batch, then the step's end reduces over both (a MAX here in the test, as MPI's).
+struct Replica {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ParamStore params;
+  Linear a{params, "blocks.0.attn.qkv", 8, 12, 0.3f, DType::bf16, true};
+  Linear b{params, "blocks.0.mlp.fc1", 8, 8, 0.3f, DType::bf16, true};
+  Linear c{params, "head.cls", 8, 4, 0.3f, DType::bf16, true};
+  Fp8Linears fp8;
+  Replica(const Fp8Recipe& recipe) {
+    params.allocate(3);
+    params.refresh_working(*be);
+    fp8 = Fp8Linears({&a, &b, &c}, [](const std::string& m) { return m != "blocks.0.mlp.fc1"; }, recipe);
+  }
+  // One forward of `x` (8 columns, 5 rows) through a and c.
+  void forward(const std::vector<float>& x) {
+    std::vector<float> y(5 * 12);
+    a.forward(*be, fp32(x.data()), y.data(), 5);
+    c.forward(*be, fp32(x.data()), y.data(), 5);
+  }
+};
+
+std::vector<float> rows_of(float v) {
+  std::vector<float> x(5 * 8, 0.25f);
+  x[7] = v;
+  return x;
+}
+
+TEST(Fp8Linears, TakesTheSelectedLinearsAndReducesEachAmaxOverTheReplicasNaNIncluded) {
+  const Fp8Recipe recipe{4, Fp8Amax::max, 0};
+  Replica r0(recipe), r1(recipe);
+  EXPECT_EQ(r0.fp8.modules(), (std::vector<std::string>{"blocks.0.attn.qkv", "head.cls"}));
+  EXPECT_NE(r0.a.fp8(), nullptr);
+  EXPECT_EQ(r0.b.fp8(), nullptr);
+  // Step 1: replica 0's x has amax 3, replica 1's 12: both get 448 / 12.
+  for (Replica* r : {&r0, &r1}) r->fp8.begin_step();
+  r0.forward(rows_of(3.0f));
+  r1.forward(rows_of(-12.0f));
+  std::vector<std::vector<double>> sent(2);
+  auto gather = [&](int i) {
+    return [&, i](double* v, std::size_t n) { sent[i].assign(v, v + n); };
+  };
+  r0.fp8.end_step(gather(0));  // as a collective would: each replica's values first, then the max
+  r1.fp8.end_step(gather(1));
+  EXPECT_EQ(r0.fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 3.0f) << "not reduced yet";
+  // Again with the reduction: both replicas end with the same state.
+  Replica s0(recipe), s1(recipe);
+  for (Replica* r : {&s0, &s1}) r->fp8.begin_step();
+  s0.forward(rows_of(3.0f));
+  s1.forward(rows_of(-12.0f));
+  auto reduced = [&](double* v, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k) v[k] = std::max(sent[0][k], sent[1][k]);
+  };
+  s0.fp8.end_step(reduced);
+  s1.fp8.end_step(reduced);
+  for (Replica* r : {&s0, &s1}) {
+    EXPECT_EQ(r->fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
+    EXPECT_EQ(r->fp8.scalings()[1]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
+  }
+  EXPECT_EQ(s0.fp8.state(0), s1.fp8.state(0));
+  // Step 2: a NaN on replica 1 alone reaches replica 0 as NaN: both keep their scale.
+  for (Replica* r : {&s0, &s1}) r->fp8.begin_step();
+  s0.forward(rows_of(100.0f));
+  s1.forward(rows_of(kNaN));
+  std::vector<std::vector<double>> step2(2);
+  s0.fp8.end_step([&](double* v, std::size_t n) { step2[0].assign(v, v + n); });
+  s1.fp8.end_step([&](double* v, std::size_t n) { step2[1].assign(v, v + n); });
+  EXPECT_GT(step2[1][0], step2[0][0]) << "NaN's code is above 100's";
+  EXPECT_TRUE(std::isnan(Fp8Linears::decode_amax(std::max(step2[0][0], step2[1][0]))));
+}
+
+TEST(Fp8Linears, StatesRoundTripAndAStateOfAnotherHistoryIsRefused) {
+  Replica r0(Fp8Recipe{4, Fp8Amax::max, 0}), r1(Fp8Recipe{4, Fp8Amax::max, 0}), other(Fp8Recipe{8, Fp8Amax::max, 0});
+  r0.fp8.begin_step();
+  r0.forward(rows_of(5.0f));
+  r0.fp8.end_step([](double*, std::size_t) {});
+  EXPECT_EQ(r0.fp8.state_size(), 3u * (4 + 2));
+  for (std::size_t i = 0; i < 2; ++i) r1.fp8.restore(i, r0.fp8.state(i));
+  EXPECT_EQ(r1.fp8.state(0), r0.fp8.state(0));
+  EXPECT_EQ(r1.fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 5.0f);
+  EXPECT_THROW(other.fp8.restore(0, r0.fp8.state(0)), Error);
+}
+
+}  // namespace
+}  // namespace avtrain
