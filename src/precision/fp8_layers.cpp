@@ -15,12 +15,16 @@ bool Fp8Layers::in_fp8(const std::string& linear, int depth) {
   return listed && !fp32_layers_.match(linear) && !(first_last_bf16_ && edge);
 }
 
+void Fp8Layers::note_module(const std::string& module) {
+  if (fp8_mode_) fp8_layers_.match(module);
+}
+
 void Fp8Layers::require_every_glob_used() const {
   if (!fp8_mode_) return;
   for (std::size_t i = 0; i < fp8_layers_.globs().size(); ++i)
     if (!fp8_layers_.used()[i])
       throw Error("precision.fp8_layers: '" + fp8_layers_.globs()[i] +
-                  "' matches no linear module (they are named like blocks.0.attn.qkv, blocks.0.mlp.fc2, head.cls)");
+                  "' matches no module (they are named like blocks.0.attn.qkv, blocks.0.mlp.fc2, head.cls)");
 }
 
 }  // namespace avtrain

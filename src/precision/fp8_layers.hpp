@@ -16,8 +16,12 @@ class Fp8Layers {
   // precision.fp8_layers that match it as used. With precision.fp8_first_last_bf16, the linears of
   // blocks.0 and of blocks.<depth - 1> (model.depth blocks) are not.
   bool in_fp8(const std::string& linear, int depth = 0);
-  // Under mode fp8, after every linear has been asked about: throws Error naming the first glob of
-  // precision.fp8_layers that matched none (a typo would otherwise leave layers in bf16 unseen).
+  // A module of the model that is not a linear (LayerNorm, the audio front end): marks the globs of
+  // precision.fp8_layers that match it as used, so a glob naming a group of modules (blocks.0.*,
+  // audio.bn) is no typo; such a module stays out of FP8.
+  void note_module(const std::string& module);
+  // Under mode fp8, after every module has been asked about or noted: throws Error naming the first
+  // glob of precision.fp8_layers that matched none (a typo would otherwise leave layers in bf16 unseen).
   void require_every_glob_used() const;
 
  private:

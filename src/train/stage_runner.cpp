@@ -28,8 +28,9 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   const int depth = config.model.depth;
   fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
                     Fp8Recipe::of(config.precision));
-  // A glob of precision.fp8_layers that matches no linear: a typo, where this stage holds every layer
+  // A glob of precision.fp8_layers that matches no module: a typo, where this stage holds every layer
   // (under pipeline stages a glob may match another stage's layers alone).
+  for (const ParamInfo& p : params_.params()) select.note_module(p.module);
   if (topo_.pp == 1) select.require_every_glob_used();
 }
 

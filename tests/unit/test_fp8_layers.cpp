@@ -1,5 +1,5 @@
 // Which linears multiply in FP8: precision.fp8_layers' globs less precision.fp32_layers', only under
-// mode fp8; a glob of fp8_layers that matches no linear is an error naming it.
+// mode fp8; a glob of fp8_layers that matches no module is an error naming it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -51,7 +51,7 @@ TEST(Fp8Layers, GlobsChooseAndOtherModesHaveNone) {
   }
 }
 
-TEST(Fp8Layers, AGlobThatMatchesNoLinearIsAnErrorNamingIt) {
+TEST(Fp8Layers, AGlobThatMatchesNoModuleIsAnErrorNamingIt) {
   Fp8Layers typo(fp8_config("blocks.*.attn.*,blocks.9.*"));
   in_fp8(typo);
   try {
@@ -59,13 +59,22 @@ TEST(Fp8Layers, AGlobThatMatchesNoLinearIsAnErrorNamingIt) {
     FAIL() << "blocks.9.* matched nothing";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "precision.fp8_layers: 'blocks.9.*' matches no linear module (they are named like blocks.0.attn.qkv, "
+              "precision.fp8_layers: 'blocks.9.*' matches no module (they are named like blocks.0.attn.qkv, "
               "blocks.0.mlp.fc2, head.cls)");
   }
   // A glob that matches only modules kept in fp32 still matched: fp32_layers decides, not a typo.
   Fp8Layers kept(fp8_config("head.*", "head.*"));
   EXPECT_TRUE(in_fp8(kept).empty());
   EXPECT_NO_THROW(kept.require_every_glob_used());
+  // A glob naming a module that is not a linear (the plan's input group: audio.bn) is no typo; the
+  // module stays out of FP8.
+  Fp8Layers group(fp8_config("audio.bn,blocks.*"));
+  group.note_module("audio.bn");
+  EXPECT_FALSE(in_fp8(group).empty());
+  EXPECT_NO_THROW(group.require_every_glob_used());
+  Fp8Layers unnoted(fp8_config("audio.bn,blocks.*"));
+  in_fp8(unnoted);
+  EXPECT_THROW(unnoted.require_every_glob_used(), Error);
 }
 
 }  // namespace

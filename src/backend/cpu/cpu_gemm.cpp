@@ -125,7 +125,7 @@ void CpuBackend::gemm_fp8(Trans ta, Trans tb, int M, int N, int K, float alpha, 
            [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
              cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, factor, a_band, lda, b_band, ldb, beta,
                          c_band, ldc);
-           });
+           }, before, after);
 }
 
 std::string CpuBackend::gemm_engine(DType compute) const {
