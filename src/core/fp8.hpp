@@ -10,12 +10,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.hpp"
 #include "core/enum_names.hpp"
 #include "core/half.hpp"  // float_bits, bits_float, AVTRAIN_HOST_DEVICE
 
 namespace avtrain {
 
 enum class Fp8Format : unsigned char { e4m3, e5m2 };
+// The format of an fp8 storage type (DType::e4m3 or DType::e5m2).
+constexpr Fp8Format fp8_format(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
 constexpr EnumNames<Fp8Format, 2> enum_names(Fp8Format) {
   return {{{Fp8Format::e4m3, "e4m3"}, {Fp8Format::e5m2, "e5m2"}}};
 }

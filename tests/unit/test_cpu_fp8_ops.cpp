@@ -16,26 +16,13 @@
 #include "core/fp8.hpp"
 #include "core/keyed_random.hpp"
 #include "precision/fp8_gemm_reference.hpp"
+#include "fp8_test_matrices.hpp"
 
 namespace avtrain {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-Fp8Format format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
-
-std::vector<float> random_matrix(KeyedRandom& random, std::size_t n, double spread) {
-  std::vector<float> m(n);
-  for (float& v : m) v = float(random.normal() * std::exp(random.uniform(-spread, spread)));
-  return m;
-}
-
-float amax_of(const std::vector<float>& m) {
-  float a = 0;
-  for (float v : m) a = std::max(a, std::fabs(v));
-  return a;
-}
 
 // A logical rows x cols matrix stored row-major with leading dimension ld (padding NaN), or transposed.
 struct Stored {
@@ -66,7 +53,7 @@ TEST_F(CpuFp8, PackAndUnpackWithAScaleGiveTheScalarConversions) {
   for (std::size_t i = 0; i < std::size(specials); ++i) x[i * 997] = specials[i];
   be->set_threads(2);
   for (DType t : {DType::e4m3, DType::e5m2}) {
-    const Fp8Format f = format_of(t);
+    const Fp8Format f = fp8_format(t);
     const float scale = t == DType::e4m3 ? 20.0f : 0.375f;
     std::vector<std::uint8_t> codes(x.size());
     std::vector<float> back(x.size(), kNaN);
@@ -137,7 +124,7 @@ TEST_F(CpuFp8, GemmOfFp8OperandsAgreesWithTheDoubleProductAndTheReference) {
   for (const Product& p : products) {
     const std::vector<float> a = random_matrix(random, std::size_t(p.M) * p.K, 3.0),
                              b = random_matrix(random, std::size_t(p.K) * p.N, 1.0);
-    const Fp8Format fa = format_of(p.ta_type), fb = format_of(p.tb_type);
+    const Fp8Format fa = fp8_format(p.ta_type), fb = fp8_format(p.tb_type);
     const float sa = fp8_max(fa) / amax_of(a), sb = fp8_max(fb) / amax_of(b), alpha = 0.75f;
     std::vector<double> value, bound;
     expected(a, b, p.M, p.N, p.K, fa, sa, fb, sb, alpha, value, bound);

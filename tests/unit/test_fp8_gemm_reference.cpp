@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/keyed_random.hpp"
 #include "precision/fp8_gemm_reference.hpp"
+#include "fp8_test_matrices.hpp"
 
 namespace avtrain {
 namespace {
@@ -38,18 +39,6 @@ Stored store(const std::vector<float>& m, int rows, int cols, bool transposed, i
 
 Fp8GemmOperand operand(const Stored& s, Fp8Format f, float scale) {
   return {s.data.data(), s.ld, s.transposed, f, scale};
-}
-
-std::vector<float> random_matrix(KeyedRandom& random, int rows, int cols, double spread) {
-  std::vector<float> m(std::size_t(rows) * cols);
-  for (float& v : m) v = float(random.normal() * std::exp(random.uniform(-spread, spread)));
-  return m;
-}
-
-float amax_of(const std::vector<float>& m) {
-  float a = 0;
-  for (float v : m) a = std::max(a, std::fabs(v));
-  return a;
 }
 
 struct Expected {
@@ -84,8 +73,9 @@ Expected reference(const std::vector<float>& a, const std::vector<float>& b, int
 TEST(Fp8GemmReference, TheLinearsProductsAgreeWithTheDoubleProductOfTheDecodedValues) {
   KeyedRandom random(5, "fp8 gemm");
   const int rows = 37, in = 48, out = 40;
-  const std::vector<float> x = random_matrix(random, rows, in, 2.0), w = random_matrix(random, out, in, 1.0),
-                           dy = random_matrix(random, rows, out, 4.0);
+  const std::vector<float> x = random_matrix(random, std::size_t(rows) * in, 2.0),
+                           w = random_matrix(random, std::size_t(out) * in, 1.0),
+                           dy = random_matrix(random, std::size_t(rows) * out, 4.0);
   auto scale_for = [](Fp8Format f, const std::vector<float>& m) { return fp8_max(f) / amax_of(m); };
   struct Case {
     const char* name;

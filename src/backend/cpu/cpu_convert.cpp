@@ -16,8 +16,6 @@ void require_sixteen_bits(DType t, const char* op) {
   require(t == DType::f16 || t == DType::bf16, std::string("internal: ") + op + " to or from " + dtype_name(t));
 }
 
-Fp8Format fp8_format(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
-
 // An fp8 tensor's scale: it must have one.
 float fp8_scale(const float* scale, DType t, const char* op) {
   require(scale != nullptr, std::string("internal: ") + op + " of " + dtype_name(t) + " without a scale");
