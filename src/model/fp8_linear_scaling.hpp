@@ -50,6 +50,8 @@ class Fp8LinearScaling {
   // quantize of `role` (a just-in-time scale is rewritten there) or update().
   Operand quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes, Buffer& scratch,
                    bool record);
+  // The scale the last quantize of `role` took (the step's, or that use's own: just in time), on the host.
+  float scale_in_use(Role role) const { return loaded_[int(role)]; }
   // The step's amaxes read back and recorded into the scalings (NaN where a tensor held one).
   void end_step();
   // Each scaling's update() (after the caller's reduction of the step amaxes), then load_scales().
