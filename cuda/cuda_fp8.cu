@@ -1,7 +1,9 @@
 // The CUDA backend's FP8 side (precision.mode fp8, sm_89 and later):
 // - pack to e4m3/e5m2 quantizes with the tensor's scale, codes = fp8(x * scale), and unpack gives
 //   code * (1 / scale): core/fp8's scalar conversions compiled as device code (rounding to nearest
-//   even, saturating, NaN to 0x7F), so the GPU gives the CPU's bits;
+//   even, saturating, NaN to 0x7F), so the GPU gives the CPU's bits; quantize does what the layers'
+//   unpack, abs_max_into and pack of a bf16 tensor do, in one pass: x read once (2 bytes an element
+//   where the three passes read and wrote 13), its codes written, its amax folded in;
 // - gemm with fp8 operands is cuBLASLt's FP8 matmul (fp8_matmul.hpp). Row-major C = op(A) op(B) is
 //   column-major C^T = op(B)^T op(A)^T, and cuBLASLt's FP8 kernels take both operands with k
 //   contiguous (TN), sizes multiples of 16 and 16-byte alignment. So op(B) must be stored [N, K]
@@ -23,6 +25,7 @@
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
 #include "device_query.hpp"
+#include "elementwise_math.cuh"
 #include "launch.cuh"
 
 namespace avtrain::cuda {
@@ -39,6 +42,25 @@ __global__ void quantize_kernel(const float* x, const float* scale, std::uint8_t
     const float v = x[i] * s;
     codes[i] = F == Fp8Format::e4m3 ? float_to_e4m3(v) : float_to_e5m2(v);
   }
+}
+
+// x (fp32 or 16-bit, read as its values) quantized as quantize_kernel does, and where amax is not
+// null the largest |x| folded in as abs_max_into folds it: the bits of |x| under an integer maximum
+// (every NaN above +inf), each warp's maximum into *amax (a maximum: the order does not matter).
+template <Fp8Format F>
+__global__ void quantize_operand_kernel(Operand x, const float* scale, std::uint8_t* codes, std::size_t n,
+                                        std::uint32_t* amax) {
+  const float s = *scale;
+  std::uint32_t largest = 0;
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = value_at(x, i);
+    largest = max(largest, __float_as_uint(v) & 0x7fffffffu);
+    const float scaled = v * s;
+    codes[i] = F == Fp8Format::e4m3 ? float_to_e4m3(scaled) : float_to_e5m2(scaled);
+  }
+  if (!amax) return;
+  for (int o = kWarp / 2; o > 0; o /= 2) largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, o));
+  if ((threadIdx.x & (kWarp - 1)) == 0 && largest) atomicMax(amax, largest);
 }
 
 template <Fp8Format F>
@@ -116,6 +138,19 @@ void CudaBackend::pack_fp8(const float* x, Target to, std::size_t n) {
     quantize_kernel<Fp8Format::e4m3><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n);
   else
     quantize_kernel<Fp8Format::e5m2><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::quantize(Operand x, Target to, std::size_t n, float* amax, float*) {
+  require(is_fp8(to.dtype), std::string("internal: quantize to ") + dtype_name(to.dtype));
+  const float* scale = scale_of(to.scale, to.dtype, "quantize");
+  auto* codes = static_cast<std::uint8_t*>(to.data);
+  auto* into = reinterpret_cast<std::uint32_t*>(amax);
+  if (n == 0) return;
+  if (to.dtype == DType::e4m3)
+    quantize_operand_kernel<Fp8Format::e4m3><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, into);
+  else
+    quantize_operand_kernel<Fp8Format::e5m2><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, into);
   CUDA_CHECK_LAUNCH();
 }
 

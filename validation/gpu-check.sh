@@ -11,7 +11,8 @@
 #      missing and exit 2;
 #   1. the bundle (or the build), the CUDA libraries this node gives, the devices (cuda_device_check);
 #   2. on the CPU: a synthetic shard set; the quickstart deck for 3 steps on 1 rank and on 2 ranks
-#      through the bundle's mpirun, the two reconciled (they must agree: same global batch);
+#      through the bundle's mpirun, the two reconciled (they must agree: same global batch); the
+#      per-layer precision plan's dry run (validation/avtrain-precision-plan) with this avtrain;
 #   3. ctest -L gpu: every CUDA op against the CPU op, NCCL, a GPU training run against the CPU's; the
 #      FP8 side (gpu_cuda_fp8: the quantizing kernels and cuBLASLt's FP8 products against the CPU's
 #      emulation; gpu_fp8_training_matches_cpu: precision.mode fp8 on the CI deck against the CPU's);
@@ -199,6 +200,17 @@ elif "$python" "$root/validation/avtrain-reconcile" "$out/cpu-1rank" "$out/cpu-2
 else
   fail "CPU, 1 rank against 2 ranks: reconcile FAILED: $(grep verdict "$out/cpu-reconcile.log" || tail -1 "$out/cpu-reconcile.log")"
 fi
+fi
+
+# The per-layer precision plan (validation/avtrain-precision-plan, docs/precision.md) from here: its dry
+# run (the groups and the plan of runs, nothing trained) with this avtrain.
+if want 2; then
+  if timed 60 "$out/precision-plan.log" env AVTRAIN="$bin/avtrain" "$python" "$root/validation/avtrain-precision-plan" \
+       "$deck" --data "$shards" --dry-run; then
+    note "avtrain-precision-plan --dry-run (quickstart): $(head -1 "$out/precision-plan.log" | sed 's/^avtrain-precision-plan: //')"
+  else
+    fail "avtrain-precision-plan --dry-run: FAILED: $(tail -1 "$out/precision-plan.log")"
+  fi
 fi
 
 # 3. The gpu tests (skipped, never passed, without a GPU).

@@ -123,6 +123,48 @@ TEST_F(CudaFp8, PackWithAScaleGivesTheCpuCodesBitForBit) {
     }
 }
 
+// quantize (one pass on the GPU) against the CPU's default (unpack, abs_max_into, pack): the same codes
+// and the same amax bits, from fp32, bf16 and fp16 tensors, folded into an amax already above 0 (kept
+// where larger), and NaN where the tensor holds one; no amax asked, none written.
+TEST_F(CudaFp8, QuantizeGivesTheCodesAndTheAmaxOfTheSeparateOps) {
+  std::vector<float> x = quantize_inputs();
+  std::vector<float> finite;
+  for (float v : x)
+    if (std::isfinite(v) && std::fabs(v) < 1e4f) finite.push_back(v);
+  for (DType store : {DType::f32, DType::bf16, DType::f16})
+    for (bool with_nan : {false, true})
+      for (float start : {0.0f, 3.0e3f, 1.0e6f}) {
+        std::vector<float> values = finite;
+        if (with_nan) values[values.size() / 2] = kNaN;
+        std::vector<std::uint16_t> bits16(values.size());
+        if (store != DType::f32) g_cpu->pack(values.data(), {bits16.data(), store}, values.size());
+        const Operand host = store == DType::f32 ? fp32(values.data()) : Operand{bits16.data(), store};
+        const DType t = start == 0.0f ? DType::e4m3 : DType::e5m2;
+        float scale = t == DType::e4m3 ? 0.04f : 2.0f;
+        std::vector<std::uint8_t> want(values.size());
+        std::vector<float> scratch(values.size());
+        float want_amax = start;
+        g_cpu->quantize(host, {want.data(), t, &scale}, values.size(), &want_amax, scratch.data());
+
+        const Dev<float> dvalues(values);
+        const Dev<std::uint16_t> dbits(bits16);
+        const Operand device = store == DType::f32 ? fp32(dvalues.get()) : Operand{dbits.get(), store};
+        const Dev<float> dscale({scale}), damax({start}), dscratch(std::vector<float>(values.size(), kNaN));
+        const Dev<std::uint8_t> dcodes(std::vector<std::uint8_t>(values.size(), 0xA5));
+        g_gpu->quantize(device, {dcodes.get(), t, dscale.get()}, values.size(), damax.get(), dscratch.get());
+        const std::string what = std::string(dtype_name(store)) + " -> " + dtype_name(t) +
+                                 (with_nan ? ", a NaN in it" : "") + ", amax from " + std::to_string(start);
+        EXPECT_EQ(dcodes.download(), want) << what;
+        const float got_amax = damax.download()[0];
+        if (std::isnan(want_amax)) EXPECT_TRUE(std::isnan(got_amax)) << what << ": got " << got_amax;
+        else EXPECT_EQ(bits_of(got_amax), bits_of(want_amax)) << what << ": got " << got_amax << ", want " << want_amax;
+        // Without an amax: the same codes, nothing else.
+        const Dev<std::uint8_t> again(std::vector<std::uint8_t>(values.size(), 0xA5));
+        g_gpu->quantize(device, {again.get(), t, dscale.get()}, values.size(), nullptr, nullptr);
+        EXPECT_EQ(again.download(), want) << what << ", no amax";
+      }
+}
+
 // Every code of each format, twice over, with a scale whose inverse is not a power of two.
 TEST_F(CudaFp8, UnpackGivesTheCpuValuesForEveryCode) {
   std::vector<std::uint8_t> codes(512);
