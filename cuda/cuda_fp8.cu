@@ -219,6 +219,8 @@ void CudaBackend::gemm_fp8(Trans ta, Trans tb, int M, int N, int K, float alpha,
   auto k_major = [&](const std::uint8_t* src, int ld, bool transposed, int row0, int rows, std::uint8_t* dst,
                      int dst_rows) {
     const dim3 grid(unsigned((Kp + kTile - 1) / kTile), unsigned((dst_rows + kTile - 1) / kTile));
+    require(grid.y <= 65535u, "internal: an FP8 operand of " + std::to_string(dst_rows) + " rows (at most " +
+                                  std::to_string(65535 * kTile) + " in one copy)");
     k_major_kernel<<<grid, tile_threads, 0, stream_>>>(src, ld, transposed, row0, rows, K, dst, dst_rows, Kp);
     CUDA_CHECK_LAUNCH();
   };
