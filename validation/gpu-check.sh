@@ -390,7 +390,7 @@ PY
       bf16_ms=$(sed -n "s/^large-fused (.*step \([0-9.]*\) ms.*/\1/p" "$out/throughput.txt")
       fp8_ms=$(sed -n "s/^large-fused-fp8 (.*step \([0-9.]*\) ms.*/\1/p" "$out/throughput.txt")
       [[ -n $bf16_ms && -n $fp8_ms ]] && note "issue 43 goal: large deck FP8 against fused BF16: $(awk -v b="$bf16_ms" -v f="$fp8_ms" \
-        'BEGIN { s = b / f; printf "%.2fx the fused BF16 step'"'"'s speed (%s ms against %s ms; goal >= 1.3x: %s)", s, f, b, s >= 1.3 ? "met" : "not met" }')"
+        'BEGIN { s = b / f; printf "%.2fx the fused BF16 step'"'"'s speed (%s ms against %s ms; goal >= 1.3x: %s)", s, f, b, (s >= 1.3 ? "met" : "not met") }')"
     fi
     if [[ " ${large_ok[*]} " == *" large-fused-fp8 "* && " ${large_ok[*]} " == *" large-unfused "* ]]; then
       "$python" "$root/validation/avtrain-reconcile" "$out/large-unfused" "$out/large-fused-fp8" > "$out/reconcile-large-fused-fp8.log" 2>&1
