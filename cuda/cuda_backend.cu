@@ -35,8 +35,10 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    int major = 0;
+    int major = 0, minor = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options_.device));
+    compute_capability_ = 10 * major + minor;
     fused_attention_capable_ = major >= 8;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, options_.device));
@@ -66,6 +68,8 @@ CudaBackend::~CudaBackend() {
   if (stats_plan_) deallocate(stats_plan_);
   if (lt_workspace_) deallocate(lt_workspace_);
   lt_.reset();
+  if (fp8_workspace_) deallocate(fp8_workspace_);
+  fp8_.reset();
   arena_.reset();
   if (host_result_) cudaFreeHost(host_result_);
   if (cublas_) cublasDestroy(cublas_);
@@ -181,7 +185,10 @@ void* CudaBackend::host_result(std::size_t bytes) {
 // 16-bit product holds values exact in that type, so it is packed (exactly) into scratch first.
 void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                        Operand B, int ldb, float beta, float* C, int ldc) {
-  require(!is_fp8(compute) && !is_fp8(A.dtype) && !is_fp8(B.dtype), "precision.mode fp8 on CUDA: not built yet");
+  if (is_fp8(compute) || is_fp8(A.dtype) || is_fp8(B.dtype)) {
+    require(is_fp8(compute), "internal: fp8 operands in a product of " + std::string(dtype_name(compute)));
+    return gemm_fp8(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
   require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
   gemm_flops_ += 2.0 * M * N * K;
@@ -213,6 +220,7 @@ void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, f
 }
 
 std::string CudaBackend::gemm_engine(DType compute) const {
+  if (is_fp8(compute)) return "cuBLASLt FP8 matmul (E4M3 x E4M3, E5M2 x E4M3; fp32 accumulation)";
   if (compute == DType::f32)
     return options_.allow_tf32 ? "cuBLAS fp32 (TF32 tensor cores, fp32 accumulation)" : "cuBLAS fp32 (TF32 off)";
   const std::string engine = std::string("cuBLAS (") + dtype_name(compute) + " tensor cores, fp32 accumulation)";

@@ -15,6 +15,7 @@
 #include "backend/backend.hpp"
 #include "core/arena_memory.hpp"
 #include "cublaslt_matmul.hpp"
+#include "fp8_matmul.hpp"
 
 namespace avtrain::cuda {
 
@@ -72,6 +73,8 @@ class CudaBackend final : public Backend {
   void round_to(Output x, std::size_t n) override;
   void pack(const float* x, Target packed, std::size_t n) override;
   void unpack(Operand packed, float* x, std::size_t n) override;
+  // One pass (cuda_fp8.cu): x read once, its codes written and its amax folded in.
+  void quantize(Operand x, Target codes, std::size_t n, float* amax, float* scratch) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;
@@ -102,6 +105,8 @@ class CudaBackend final : public Backend {
   void accumulate_rounded(DType type, float* acc, float* x, std::size_t n) override;
   void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
                           float* dw_scratch, float* db_scratch, int rows, int in, int out) override;
+  // FP8 products taken through cuBLASLt's FP8 matmul so far (cuda_fp8.cu).
+  long long fp8_products() const { return fp8_ ? fp8_->products() : 0; }
   // Products taken through cuBLASLt so far (0 without device.fused), and why the last one it refused was.
   long long lt_products() const;
   std::string lt_refusal() const;
@@ -207,6 +212,16 @@ class CudaBackend final : public Backend {
   // (which would wait for the stream) and the update can follow them on the device.
   const void* stats_plan_on_device(const Span* spans, int count, const void* plan, std::size_t bytes);
 
+  // The FP8 side (cuda_fp8.cu): the quantizing pack and dequantizing unpack with the tensor's scale,
+  // and the FP8 product through cuBLASLt (its operands brought to its layout first where they are not
+  // in it), on sm_89 and later.
+  void pack_fp8(const float* x, Target packed, std::size_t n);
+  void unpack_fp8(Operand packed, float* x, std::size_t n);
+  void gemm_fp8(Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B, int ldb,
+                float beta, float* C, int ldc);
+  // cuBLASLt's FP8 matmul with its workspace (from the arena), made on the first FP8 product.
+  Fp8Matmul& fp8_matmul();
+
   // cuBLASLt with its workspace (taken from the arena on first use), where device.fused on sm_80+.
   LtMatmul* lt();
   // Whether copy_only outputs in `type` are written alone (cuBLASLt's epilogues, LayerNorm's 16-bit
@@ -255,6 +270,9 @@ class CudaBackend final : public Backend {
   void* lt_workspace_ = nullptr;
   long long lt_refusals_seen_ = 0;
   std::set<std::string> lt_refusals_said_;
+  int compute_capability_ = 0;  // 10 * major + minor
+  std::unique_ptr<Fp8Matmul> fp8_;
+  void* fp8_workspace_ = nullptr;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

@@ -57,6 +57,7 @@ void CudaBackend::round_to(Output out, std::size_t n) {
 }
 
 void CudaBackend::pack(const float* x, Target to, std::size_t n) {
+  if (is_fp8(to.dtype)) return pack_fp8(x, to, n);  // cuda_fp8.cu
   const DType dtype = to.dtype;
   require_sixteen_bits(dtype, "pack");
   auto* packed = static_cast<std::uint16_t*>(to.data);
@@ -67,6 +68,7 @@ void CudaBackend::pack(const float* x, Target to, std::size_t n) {
 }
 
 void CudaBackend::unpack(Operand from, float* x, std::size_t n) {
+  if (is_fp8(from.dtype)) return unpack_fp8(from, x, n);  // cuda_fp8.cu
   const DType dtype = from.dtype;
   require_sixteen_bits(dtype, "unpack");
   const auto* packed = static_cast<const std::uint16_t*>(from.data);

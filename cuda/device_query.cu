@@ -68,6 +68,18 @@ std::string describe_device(int index) {
          std::to_string(int(gib + 0.5)) + " GiB)";
 }
 
+std::string fp8_refusal_for(int index, int compute_capability, const std::string& device) {
+  if (compute_capability >= 89) return "";
+  return "precision.mode fp8 needs a GPU of sm_89 or later (FP8 tensor cores: Ada, Hopper, Blackwell); GPU " +
+         std::to_string(index) + " is " + device + ": use precision.mode bf16";
+}
+
+std::string fp8_refusal(int index) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+  return fp8_refusal_for(index, 10 * prop.major + prop.minor, describe_device(index));
+}
+
 std::string describe_libraries() {
   const auto cuda_version = [](int v) {
     return v == 0 ? std::string("none") : std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);

@@ -30,6 +30,12 @@ std::size_t total_memory();
 // "NAME (sm_XY, N GiB)" of device `index`.
 std::string describe_device(int index);
 
+// Why device `index` cannot run precision.mode fp8, in one line naming the GPU and the option; empty
+// where it can (sm_89 and later: FP8 tensor cores, cuBLASLt's FP8 matmul). fp8_refusal_for is the rule
+// on a compute capability (10 * major + minor) and the device's describe_device() words.
+std::string fp8_refusal(int index);
+std::string fp8_refusal_for(int index, int compute_capability, const std::string& device);
+
 // The versions of the CUDA runtime, the driver, cuBLAS and NCCL that this process loaded, each
 // beside the version it was built against, one line each; needs no GPU. A node whose libraries are
 // older than the build's shows it here (the GPU bundle takes cuBLAS and NCCL from the node).

@@ -30,6 +30,9 @@ std::unique_ptr<Backend> make_backend(const RunConfig& c, const parallel::Topolo
   require(!c.debug.stage_comm, "--debug.stage_comm applies to --device cpu: on cuda, --comm mpi stages through host memory");
 #ifdef AVTRAIN_HAVE_CUDA
   const int device = cuda::bind_device(topology, uses_nccl(c));
+  // FP8 products need sm_89 or later: said at the start, in one line, not at the first product.
+  if (c.precision.mode == PrecisionMode::fp8)
+    if (const std::string refusal = cuda::fp8_refusal(device); !refusal.empty()) throw Error(refusal);
   require(c.device.fused || c.device.attention == AttentionEngine::automatic,
           "--device.attention " + std::string(enum_name(c.device.attention)) + " applies to --device.fused 1 only");
   const auto attention = c.device.attention == AttentionEngine::cudnn ? cuda::FusedAttentionEngine::cudnn

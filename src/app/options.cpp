@@ -258,7 +258,7 @@ void bind(OptionTable& t, RunConfig& c) {
   const std::string P = "[precision] mixed precision and loss scaling";
   t.add(P, "precision.mode", &c.precision.mode,
         "compute type of matrix products and activations (fp32 master weights and gradients); fp8: bf16 with "
-        "the linears' products in FP8, E4M3 forward and E5M2 gradients (CPU: emulated exactly; CUDA: not built yet, refused)", "precision");
+        "the linears' products in FP8, E4M3 forward and E5M2 gradients (CPU: emulated exactly; CUDA: cuBLASLt FP8 products, sm_89 or later)", "precision");
   t.add(P, "precision.fp32_layers", &c.precision.fp32_layers,
         "comma-separated globs over module names kept wholly in fp32, e.g. 'head.*,blocks.0.*'");
   t.add(P, "precision.loss_scale", &c.precision.loss_scale,
@@ -493,9 +493,6 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (!vm.count("data.reader_threads") || vm["data.reader_threads"].defaulted())
     c.data.reader_threads = default_reader_threads(c.device.backend == DeviceBackend::cpu, c.train.threads);
   table.check();
-  // The CPU emulates the FP8 products exactly; CUDA's (cuBLASLt FP8 matmuls) are not there yet.
-  if (c.precision.mode == PrecisionMode::fp8 && c.device.backend == DeviceBackend::cuda)
-    throw Error("precision.mode fp8 on CUDA: not built yet (the CPU emulates it: device.backend cpu); use bf16");
   if (c.precision.master_weights == MasterWeights::none && c.precision.mode != PrecisionMode::bf16)
     throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
                 (c.precision.mode == PrecisionMode::fp32 ? "fp32 weights are their own masters"

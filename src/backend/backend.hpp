@@ -119,6 +119,11 @@ class Backend : public TensorMemory {
   // a delayed scaling records comes from abs_max_into of x); unpack gives code * (1 / scale).
   virtual void pack(const float* x, Target packed, std::size_t n) = 0;
   virtual void unpack(Operand packed, float* x, std::size_t n) = 0;
+  // A tensor quantized for an FP8 product in one op: codes = pack of x's values into `codes` (an fp8
+  // Target with its scale) and, where amax is not null, abs_max_into(x, n, amax); x in fp32 or a 16-bit
+  // copy read as its values. `scratch`: n floats for a 16-bit x's values (null for an fp32 x). Default:
+  // unpack, abs_max_into, pack (their bits); CUDA reads x once and writes the codes and the amax.
+  virtual void quantize(Operand x, Target codes, std::size_t n, float* amax, float* scratch);
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;

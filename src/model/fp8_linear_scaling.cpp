@@ -26,13 +26,7 @@ void Fp8LinearScaling::begin_step() {
 Operand Fp8LinearScaling::quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes,
                                    Buffer& scratch, bool record) {
   require(scales_.size() == kRoles, "internal: " + module_ + ": FP8 quantize before the scales were loaded");
-  const float* fp32_values = static_cast<const float*>(values.data);
-  if (values.dtype != DType::f32) {
-    scratch.resize(n);
-    be.unpack(values, scratch.data(), n);
-    fp32_values = scratch.data();
-  }
-  if (record && recording_) be.abs_max_into(values, n, amaxes_.data() + int(role));
+  if (values.dtype != DType::f32) scratch.resize(n);
   const Fp8DelayedScaling& scaling = scalings_[int(role)];
   if (!scaling.has_history()) {  // no delayed scale yet: this use's own (see the header)
     loaded_[int(role)] = scaling.scale_for(be.abs_max(values, n));
@@ -40,7 +34,8 @@ Operand Fp8LinearScaling::quantize(Backend& be, Role role, Operand values, std::
   }
   codes.resize(n);
   float* scale = scales_.data() + int(role);
-  be.pack(fp32_values, {codes.data(), type_of(role), scale}, n);
+  be.quantize(values, {codes.data(), type_of(role), scale}, n, record && recording_ ? amaxes_.data() + int(role) : nullptr,
+              values.dtype != DType::f32 ? scratch.data() : nullptr);
   return {codes.data(), type_of(role), scale};
 }
 

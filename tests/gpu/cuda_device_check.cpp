@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "device_gate.hpp"
 #include "device_query.hpp"
@@ -38,6 +39,23 @@ int self_test() {
     std::printf("%s: %s%s\n", c.what, got, ok ? "" : " (WRONG)");
     wrong += !ok;
   }
+  // precision.mode fp8's rule: sm_89 and later take it; below, one line naming the GPU and the option.
+  const std::string a100 = avtrain::cuda::fp8_refusal_for(0, 80, "NVIDIA A100-SXM4-80GB (sm_80, 80 GiB)");
+  const bool a100_ok = a100 ==
+      "precision.mode fp8 needs a GPU of sm_89 or later (FP8 tensor cores: Ada, Hopper, Blackwell); GPU 0 is "
+      "NVIDIA A100-SXM4-80GB (sm_80, 80 GiB): use precision.mode bf16";
+  std::printf("fp8 on sm_80: %s%s\n", a100.c_str(), a100_ok ? "" : " (WRONG)");
+  wrong += !a100_ok;
+  for (const int sm : {86, 87})
+    if (avtrain::cuda::fp8_refusal_for(1, sm, "a GPU").empty()) {
+      std::printf("fp8 on sm_%d: taken (WRONG)\n", sm);
+      ++wrong;
+    }
+  for (const int sm : {89, 90, 100, 120})
+    if (!avtrain::cuda::fp8_refusal_for(0, sm, "a GPU").empty()) {
+      std::printf("fp8 on sm_%d: refused (WRONG)\n", sm);
+      ++wrong;
+    }
   std::printf("%s\n", wrong ? "cuda_device_check --self-test: FAILED" : "cuda_device_check --self-test: ok");
   return wrong ? 1 : 0;
 }
