@@ -181,33 +181,37 @@ void* CudaBackend::host_result(std::size_t bytes) {
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, N and M
-// swapped and the same transposes, on the same buffers and leading dimensions. An fp32 operand of a
-// 16-bit product holds values exact in that type, so it is packed (exactly) into scratch first.
+// swapped and the same transposes, on the same buffers and leading dimensions. An operand not stored
+// in the compute type is converted into scratch first: fp32 packed (rounded to nearest even) for a
+// 16-bit product, fp16/bf16 unpacked (exact) for an fp32 one (Backend::gemm).
 void CudaBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                        Operand B, int ldb, float beta, float* C, int ldc) {
   if (is_fp8(compute) || is_fp8(A.dtype) || is_fp8(B.dtype)) {
     require(is_fp8(compute), "internal: fp8 operands in a product of " + std::string(dtype_name(compute)));
     return gemm_fp8(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
-  require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
+  const auto takes = [compute](DType t) {
+    return t == DType::f32 || t == compute || (compute == DType::f32 && (t == DType::f16 || t == DType::bf16));
+  };
+  require(takes(A.dtype), std::string("internal: gemm operand A in ") + dtype_name(A.dtype) + " for a product in " +
+                              dtype_name(compute));
+  require(takes(B.dtype), std::string("internal: gemm operand B in ") + dtype_name(B.dtype) + " for a product in " +
+                              dtype_name(compute));
   gemm_flops_ += 2.0 * M * N * K;
   if (M == 0 || N == 0) return;
 
-  const bool pack_a = A.dtype != compute, pack_b = B.dtype != compute;
-  const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
-  const std::size_t a_bytes = pack_a ? round_up(na * 2, kAlignment) : 0, b_bytes = pack_b ? nb * 2 : 0;
-  if (pack_a || pack_b) {
-    auto* packed = static_cast<std::uint16_t*>(scratch(a_bytes + b_bytes));
-    if (pack_a) {
-      pack(static_cast<const float*>(A.data), {packed, compute}, na);
-      A.data = packed;
-    }
-    if (pack_b) {
-      auto* packed_b = reinterpret_cast<std::uint16_t*>(reinterpret_cast<char*>(packed) + a_bytes);
-      pack(static_cast<const float*>(B.data), {packed_b, compute}, nb);
-      B.data = packed_b;
-    }
+  const bool convert_a = A.dtype != compute, convert_b = B.dtype != compute;
+  const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb), size = dtype_size(compute);
+  const std::size_t a_bytes = convert_a ? round_up(na * size, kAlignment) : 0, b_bytes = convert_b ? nb * size : 0;
+  if (convert_a || convert_b) {
+    auto* converted = static_cast<char*>(scratch(a_bytes + b_bytes));
+    const auto convert = [&](Operand& x, void* to, std::size_t n) {
+      if (compute == DType::f32) unpack(x, static_cast<float*>(to), n);
+      else pack(static_cast<const float*>(x.data), {to, compute}, n);
+      x = {to, compute};
+    };
+    if (convert_a) convert(A, converted, na);
+    if (convert_b) convert(B, converted + a_bytes, nb);
   }
 
   const cudaDataType_t type = cuda_type(compute);

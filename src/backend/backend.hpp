@@ -96,8 +96,12 @@ class Backend : public TensorMemory {
 
   // ---- matrix products: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, C in fp32.
   // `compute` is the type the products are taken in, accumulated in fp32 (mixed precision: fp16
-  // or bf16 operands, fp32 accumulation). Operands may be stored in fp32 or in `compute`; an fp32
-  // operand of a 16-bit product must hold values exact in `compute` (the layers round them first).
+  // or bf16 operands, fp32 accumulation). Each operand is taken in `compute`, as autocast casts a
+  // module's inputs: stored in `compute` it is read as it is; stored in fp32 for a 16-bit product it
+  // is rounded to `compute` (nearest even; the layers' fp32 operands mostly hold values exact in it
+  // already, rounded where they were written); stored in fp16/bf16 for an fp32 product (a module of
+  // precision.fp32_layers reading a 16-bit module's output) it is widened, exactly. Any other pair
+  // (bf16 in an fp16 product) is refused.
   // FP8 products (`compute` e4m3 or e5m2, the same: an FP8 product): both operands fp8, each in its
   // own format (E4M3 x E4M3 forward, E5M2 x E4M3 backward) with its scale, values code / scale;
   // C = alpha * (1 / scale_a) * (1 / scale_b) * (sum of the codes' products in fp32) + beta * C, as

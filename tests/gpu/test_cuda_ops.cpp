@@ -178,7 +178,7 @@ std::vector<float> from_bits(const std::vector<std::uint32_t>& b) {
 
 struct GemmCase {
   DType compute;
-  DType a_store, b_store;  // fp32, or the compute type (16-bit patterns)
+  DType a_store, b_store;  // fp32, or 16-bit patterns (the compute type; fp16 or bf16 in an fp32 product)
   Trans ta, tb;
   float beta;
 };
@@ -256,6 +256,8 @@ std::vector<GemmCase> gemm_cases() {
   for (DType compute : {DType::f32, DType::f16, DType::bf16}) {
     std::vector<std::pair<DType, DType>> stores = {{compute, compute}};
     if (compute != DType::f32) stores.insert(stores.end(), {{compute, DType::f32}, {DType::f32, compute}});
+    // An fp32 product of a 16-bit operand (a module of precision.fp32_layers reading a 16-bit output): widened.
+    else stores.insert(stores.end(), {{DType::bf16, DType::f32}, {DType::f32, DType::f16}});
     for (auto [sa, sb] : stores)
       for (Trans ta : {Trans::no, Trans::yes})
         for (Trans tb : {Trans::no, Trans::yes})
@@ -266,7 +268,9 @@ std::vector<GemmCase> gemm_cases() {
 
 std::string gemm_case_name(const ::testing::TestParamInfo<GemmCase>& info) {
   const GemmCase& c = info.param;
-  auto store = [&](DType s) { return s == DType::f32 ? std::string("fp32") : std::string("packed"); };
+  auto store = [&](DType s) {
+    return s == DType::f32 ? std::string("fp32") : s == c.compute ? std::string("packed") : std::string(dtype_name(s));
+  };
   return std::string(dtype_name(c.compute)) + "_A" + store(c.a_store) + "_B" + store(c.b_store) + "_" +
          (c.ta == Trans::yes ? "At" : "A") + (c.tb == Trans::yes ? "Bt" : "B") + (c.beta == 0.0f ? "_beta0" : "_beta05");
 }

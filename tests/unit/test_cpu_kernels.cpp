@@ -153,6 +153,34 @@ TEST_P(CpuGemm16, MatchesReferenceOfTheRoundedValues) {
 INSTANTIATE_TEST_SUITE_P(Fp16AndBf16, CpuGemm16,
                          ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::ValuesIn(gemm_cases())));
 
+// Each operand is taken in the compute type: a 16-bit operand of an fp32 product widened (a module of
+// precision.fp32_layers reading a 16-bit module's output), an fp32 operand of a 16-bit product rounded
+// to nearest even (here not exact in the type: bf16 on this CPU's engine, fp16 on sgemm's path). The
+// bits are those of the product given the converted values; a shape split into bands of rows.
+TEST_F(CpuKernels, GemmTakesEachOperandInTheComputeType) {
+  const int M = 301, N = 67, K = 150;
+  const auto A = random_floats(std::size_t(M) * K, "convert.A"), B = random_floats(std::size_t(N) * K, "convert.B");
+  for (DType t : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<float> A_rounded = A, B_rounded = B, got(std::size_t(M) * N), want(got.size());
+    std::vector<std::uint16_t> A16(A.size());
+    be->round_to(rounded(A_rounded.data(), t, A16.data()), A.size());
+    be->round_to(rounded(B_rounded.data(), t), B.size());
+    // fp32 product, A stored in 16 bits: the fp32 product of its values.
+    be->gemm(DType::f32, Trans::no, Trans::yes, M, N, K, 1.0f, Operand{A16.data(), t}, K, fp32(B.data()), K, 0.0f,
+             got.data(), N);
+    be->gemm(Trans::no, Trans::yes, M, N, K, 1.0f, A_rounded.data(), K, B.data(), K, 0.0f, want.data(), N);
+    EXPECT_TRUE(all_equal(got, want));
+    // 16-bit product, B in fp32 not exact in t: the product of B rounded to t, not of B as it is.
+    be->gemm(t, Trans::no, Trans::yes, M, N, K, 1.0f, Operand{A16.data(), t}, K, fp32(B.data()), K, 0.0f,
+             got.data(), N);
+    be->gemm(t, Trans::no, Trans::yes, M, N, K, 1.0f, Operand{A16.data(), t}, K, fp32(B_rounded.data()), K, 0.0f,
+             want.data(), N);
+    EXPECT_TRUE(all_equal(got, want));
+    EXPECT_FALSE(all_equal(B, B_rounded)) << "B exact in the type: the check would pass unrounded";
+  }
+}
+
 TEST_F(CpuKernels, GemmRefusesAnOperandOfAnotherSixteenBitType) {
   std::vector<std::uint16_t> a(4);
   std::vector<float> b(4), c(4);

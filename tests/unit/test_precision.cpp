@@ -2,10 +2,12 @@
 // computed in fp16/bf16 against the same block in fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/cpu/cpu_backend.hpp"
@@ -376,6 +378,102 @@ TEST_P(BlockInSixteenBits, FusedAttentionReadsOnlyTheSixteenBitCopiesOfCtxAndDqk
     EXPECT_EQ(relative_error(only16.dx, ref.dx), 0.0);
     EXPECT_EQ(relative_error(only16.grads, ref.grads), 0.0);
     EXPECT_EQ(only16.act_absmax, ref.act_absmax);
+  }
+}
+
+// Records what the block's fp32 mlp.fc1 (its only fp32 linear of `in` x `out` here) reads, forward and
+// in its weight gradient, and how far its forward output is from a double product of what it read.
+struct Fp32Fc1Reads {
+  std::vector<std::vector<float>> forward_x, grad_x;
+  double worst = 0;  // the largest |f - x W^T - b| / (|x| |W| + |b|) over the outputs
+};
+
+class RecordsFp32Fc1 final : public CpuBackend {
+ public:
+  RecordsFp32Fc1(Fp32Fc1Reads& reads, int in, int out) : reads_(reads), in_(in), out_(out) {}
+  void linear_gelu_forward(DType type, Operand x, Operand w, const float* bias, Output f, Output g, int rows, int in,
+                           int out) override {
+    CpuBackend::linear_gelu_forward(type, x, w, bias, f, g, rows, in, out);
+    if (type != DType::f32 || in != in_ || out != out_) return;
+    EXPECT_EQ(w.dtype, DType::f32);
+    const std::vector<float> xv = values(x, std::size_t(rows) * in);
+    const auto* wv = static_cast<const float*>(w.data);
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) {
+        double dot = bias[o], size = std::fabs(bias[o]);
+        for (int k = 0; k < in; ++k) {
+          dot += double(xv[std::size_t(r) * in + k]) * wv[std::size_t(o) * in + k];
+          size += std::fabs(double(xv[std::size_t(r) * in + k]) * wv[std::size_t(o) * in + k]);
+        }
+        reads_.worst = std::max(reads_.worst, std::fabs(f.values[std::size_t(r) * out + o] - dot) / size);
+      }
+    reads_.forward_x.push_back(xv);
+  }
+  void linear_param_grads(DType type, Operand dy, const float* dy_values, Operand x, float* dw, float* db,
+                          float* dw_scratch, float* db_scratch, int rows, int in, int out) override {
+    CpuBackend::linear_param_grads(type, dy, dy_values, x, dw, db, dw_scratch, db_scratch, rows, in, out);
+    if (type == DType::f32 && in == in_ && out == out_) reads_.grad_x.push_back(values(x, std::size_t(rows) * in));
+  }
+
+ private:
+  std::vector<float> values(Operand x, std::size_t n) {
+    std::vector<float> v(n);
+    if (x.dtype == DType::f32) std::copy_n(static_cast<const float*>(x.data), n, v.data());
+    else unpack(x, v.data(), n);
+    return v;
+  }
+  Fp32Fc1Reads& reads_;
+  int in_, out_;
+};
+
+// A module of precision.fp32_layers inside a 16-bit block reads the 16-bit copy its producer wrote,
+// widened (it failed with "gemm operand A is neither fp32 nor the compute type"): the MLP in fp32 after
+// a 16-bit ln2. fc1's output is the fp32 product of ln2's rounded output (exact in the type) and the
+// fp32 weights, and its weight gradient reads that same input, under every recompute mode.
+TEST_P(BlockInSixteenBits, AnFp32ModuleTakesItsSixteenBitInputWidened) {
+  const DType t = GetParam();
+  const ModelConfig m = block_model();
+  for (const Recompute recompute : {Recompute::none, Recompute::attention, Recompute::blocks}) {
+    SCOPED_TRACE(std::string("recompute ") + enum_name(recompute));
+    Fp32Fc1Reads reads;
+    run_block(PrecisionPolicy(config_with(t, "blocks.0.mlp.*")),
+              std::make_unique<RecordsFp32Fc1>(reads, m.width, m.width * m.mlp_ratio), recompute);
+    ASSERT_EQ(reads.forward_x.size(), recompute == Recompute::blocks ? 2u : 1u);
+    ASSERT_EQ(reads.grad_x.size(), 1u);
+    EXPECT_LT(reads.worst, 1e-5) << "fc1 is not the fp32 product of what it read";
+    Buffer x;
+    x.resize(reads.forward_x[0].size());
+    std::copy(reads.forward_x[0].begin(), reads.forward_x[0].end(), x.data());
+    EXPECT_TRUE(all_exact_in(t, x)) << "fc1 read values ln2 (" << dtype_name(t) << ") did not round to";
+    EXPECT_GT(*std::max_element(reads.forward_x[0].begin(), reads.forward_x[0].end()), 0.0f);
+    for (const auto& again : reads.forward_x) EXPECT_EQ(again, reads.forward_x[0]);
+    EXPECT_EQ(reads.grad_x[0], reads.forward_x[0]);
+  }
+}
+
+// Modules kept in fp32 beside 16-bit ones, each way round (an fp32 module reading a 16-bit output
+// widened, a 16-bit module reading an fp32 output rounded by its products): the block runs, stays near
+// the fp32 block, and gives the same bits under every recompute mode and where the backend writes
+// copy_only outputs' 16-bit copies alone (their fp32 values poisoned).
+TEST_P(BlockInSixteenBits, ModulesInFp32BesideSixteenBitOnesGiveTheSameBitsEveryWay) {
+  const DType t = GetParam();
+  const BlockRun fp32 = run_block(PrecisionPolicy());
+  for (const char* globs : {"blocks.0.mlp.*", "blocks.0.attn.*", "blocks.0.attn.qkv,blocks.0.mlp.fc1",
+                            "blocks.0.ln1,blocks.0.ln2,blocks.0.mlp.fc2"}) {
+    SCOPED_TRACE(globs);
+    const PrecisionPolicy policy(config_with(t, globs));
+    const BlockRun ref = run_block(policy);
+    EXPECT_LT(relative_error(ref.y, fp32.y), t == DType::f16 ? 5e-3 : 3e-2);
+    EXPECT_LT(relative_error(ref.grads, fp32.grads), t == DType::f16 ? 5e-3 : 3e-2);
+    EXPECT_GT(relative_error(ref.grads, fp32.grads), 0.0);
+    for (const Recompute recompute : {Recompute::none, Recompute::attention, Recompute::blocks}) {
+      SCOPED_TRACE(std::string("recompute ") + enum_name(recompute));
+      const BlockRun again = run_block(policy, std::make_unique<SixteenBitOutputsOnly>(true), recompute);
+      EXPECT_EQ(relative_error(again.y, ref.y), 0.0);
+      EXPECT_EQ(relative_error(again.dx, ref.dx), 0.0);
+      EXPECT_EQ(relative_error(again.grads, ref.grads), 0.0);
+      EXPECT_EQ(again.act_absmax, ref.act_absmax);
+    }
   }
 }
 

@@ -126,6 +126,9 @@ class CpuBackend : public Backend {
   // x's n values in fp32: its own storage, or its 16-bit patterns widened into `scratch` (exact), or
   // its fp8 codes' values times 1 / its scale (unpack's).
   const float* widened(Operand x, std::size_t n, Buffer& scratch);
+  // x's n values as an sgemm in `compute` takes them: widened(), and where x is fp32 in a 16-bit
+  // product, rounded to nearest even into `scratch` (x itself is left as it is).
+  const float* in_compute(Operand x, DType compute, std::size_t n, Buffer& scratch);
   // x[i] = the exact value of fp8 code i, times `factor` (1: the code's value alone; no scale read).
   void decode_fp8(Operand codes, float factor, float* x, std::size_t n);
   // The FP8 product (gemm with fp8 operands): the codes decoded exactly, multiplied in fp32.
@@ -133,7 +136,7 @@ class CpuBackend : public Backend {
                 float beta, float* C, int ldc, const RowBandStep& before, const RowBandStep& after);
 
   double gemm_flops_ = 0;
-  Buffer operand_a_, operand_b_;     // 16-bit and fp8 operands widened to fp32 for sgemm
+  Buffer operand_a_, operand_b_;     // operands widened (or fp32 ones rounded) to what sgemm reads
   Buffer operand_x_;                 // a 16-bit input of an elementwise or row op, widened
   Buffer16 packed_a_, packed_b_;     // fp32 operands narrowed to bf16 for oneDNN
 };

@@ -1,6 +1,8 @@
 // Storage conversions between fp32 and fp16/bf16 (the vectorised array routines of core/half) and
 // between fp32 and the fp8 formats with their scales (core/fp8), run over chunks on the threads
 // (chunks.hpp).
+#include <algorithm>
+
 #include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
@@ -77,6 +79,21 @@ const float* CpuBackend::widened(Operand x, std::size_t n, Buffer& scratch) {
   scratch.resize(n);
   unpack(x, scratch.data(), n);
   return scratch.data();
+}
+
+// fp32 values rounded chunk by chunk as they are copied (one pass, each chunk in cache).
+const float* CpuBackend::in_compute(Operand x, DType compute, std::size_t n, Buffer& scratch) {
+  if (x.dtype != DType::f32 || compute == DType::f32) return widened(x, n, scratch);
+  require_sixteen_bits(compute, "a product's operand rounded");
+  scratch.resize(n);
+  const auto* in = static_cast<const float*>(x.data);
+  float* out = scratch.data();
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
+    std::copy(in + lo, in + lo + m, out + lo);
+    if (compute == DType::f16) round_to_half(out + lo, nullptr, m);
+    else round_to_bf16(out + lo, nullptr, m);
+  });
+  return out;
 }
 
 }  // namespace avtrain

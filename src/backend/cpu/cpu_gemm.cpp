@@ -15,6 +15,15 @@ extern "C" void openblas_set_num_threads(int);
 namespace avtrain {
 
 namespace {
+// An operand a product converts to its compute type: fp32 (rounded to a 16-bit compute type), the
+// compute type itself, or fp16/bf16 in an fp32 product (widened).
+void require_product_operand(DType compute, DType operand, const char* which) {
+  const bool sixteen = operand == DType::f16 || operand == DType::bf16;
+  require(operand == DType::f32 || operand == compute || (compute == DType::f32 && sixteen),
+          std::string("internal: gemm operand ") + which + " in " + dtype_name(operand) + " for a product in " +
+              dtype_name(compute));
+}
+
 CBLAS_TRANSPOSE to_cblas(Trans t) { return t == Trans::yes ? CblasTrans : CblasNoTrans; }
 
 // Elements spanned by a row-major operand of `rows` x `cols` (as used) with leading dimension ld.
@@ -62,7 +71,9 @@ void CpuBackend::set_threads(int threads) {
 
 // 16-bit products: on oneDNN when it runs bf16 on matrix units (AVX512-BF16, AMX); otherwise the
 // operands are widened to fp32 (exactly) and multiplied by sgemm, which accumulates in fp32: the
-// same numbers, up to the order of the sums.
+// same numbers, up to the order of the sums. Either way an fp32 operand is first rounded to the
+// compute type (oneDNN: packed to bf16; sgemm: rounded into scratch), and a 16-bit operand of an fp32
+// product is widened (Backend::gemm: each operand taken in the compute type).
 void CpuBackend::gemm(DType compute, Trans ta, Trans tb, int M, int N, int K, float alpha, Operand A, int lda,
                       Operand B, int ldb, float beta, float* C, int ldc) {
   gemm_in_bands(compute, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}, {});
@@ -80,15 +91,15 @@ void CpuBackend::gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, 
     gemm_fp8(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, before, after);
     return;
   }
-  require(A.dtype == DType::f32 || A.dtype == compute, "internal: gemm operand A is neither fp32 nor the compute type");
-  require(B.dtype == DType::f32 || B.dtype == compute, "internal: gemm operand B is neither fp32 nor the compute type");
+  require_product_operand(compute, A.dtype, "A");
+  require_product_operand(compute, B.dtype, "B");
   gemm_flops_ += 2.0 * M * N * K;
   const std::size_t na = extent(ta, M, K, lda), nb = extent(tb, K, N, ldb);
   if (compute == DType::bf16 && cpu::onednn_bf16_enabled()) {
     auto narrow = [&](Operand op, std::size_t n, Buffer16& scratch) -> const std::uint16_t* {
       if (op.dtype == DType::bf16) return static_cast<const std::uint16_t*>(op.data);
       scratch.resize(n);
-      pack(static_cast<const float*>(op.data), {scratch.data(), DType::bf16}, n);  // exact: the values are bf16
+      pack(static_cast<const float*>(op.data), {scratch.data(), DType::bf16}, n);  // rounded to nearest even
       return scratch.data();
     };
     const std::uint16_t* a = narrow(A, na, packed_a_);
@@ -99,8 +110,8 @@ void CpuBackend::gemm_in_bands(DType compute, Trans ta, Trans tb, int M, int N, 
              }, before, after);
     return;
   }
-  const float* a = widened(A, na, operand_a_);
-  const float* b = widened(B, nb, operand_b_);
+  const float* a = in_compute(A, compute, na, operand_a_);
+  const float* b = in_compute(B, compute, nb, operand_b_);
   in_bands(ta, tb, M, N, a, lda, b, ldb, C, ldc, [&](int m, int n, const float* a_band, const float* b_band, float* c_band) {
     cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, K, alpha, a_band, lda, b_band, ldb, beta, c_band, ldc);
   }, before, after);
