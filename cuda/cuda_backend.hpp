@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
   void round_to(Output x, std::size_t n) override;
   void pack(const float* x, Target packed, std::size_t n) override;
   void unpack(Operand packed, float* x, std::size_t n) override;
+  void pack_fp8_counted(const float* x, Target packed, std::size_t n, Fp8CastStats* stats) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;

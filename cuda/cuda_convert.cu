@@ -76,4 +76,11 @@ void CudaBackend::unpack(Operand from, float* x, std::size_t n) {
   CUDA_CHECK_LAUNCH();
 }
 
+// FP8 on CUDA is not built (precision.mode fp8 is refused at startup): pack refuses fp8 targets, and
+// so does its counting form, in one line rather than a silent wrong result.
+void CudaBackend::pack_fp8_counted(const float*, Target to, std::size_t, Fp8CastStats*) {
+  throw Error(std::string("precision.mode fp8 on CUDA: not built yet (pack_fp8_counted to ") + dtype_name(to.dtype) +
+              "; the CPU emulates it: device.backend cpu)");
+}
+
 }  // namespace avtrain::cuda

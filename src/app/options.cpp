@@ -424,6 +424,10 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[debug] fault injection for tests", "debug.stage_comm", &c.debug.stage_comm,
         "cpu: stage the data-parallel and pipeline collectives through host copies, made late, as --comm mpi "
         "does on cuda (checks that staging on machines without a GPU)");
+  t.add("[debug] fault injection for tests", "debug.fp8_freeze_scale", &c.debug.fp8_freeze_scale,
+        "MODULE: under precision.mode fp8, that FP8 linear's scales (x, W, dy) stay at the recipe's first, 1, "
+        "whatever its amaxes (the doctored run whose verdict must name it); a name that is not an FP8 linear "
+        "of the run is an error");
 }
 
 }  // namespace
@@ -496,6 +500,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   // The CPU emulates the FP8 products exactly; CUDA's (cuBLASLt FP8 matmuls) are not there yet.
   if (c.precision.mode == PrecisionMode::fp8 && c.device.backend == DeviceBackend::cuda)
     throw Error("precision.mode fp8 on CUDA: not built yet (the CPU emulates it: device.backend cpu); use bf16");
+  if (!c.debug.fp8_freeze_scale.empty() && c.precision.mode != PrecisionMode::fp8)
+    throw Error("option debug.fp8_freeze_scale = " + c.debug.fp8_freeze_scale +
+                ": needs precision.mode fp8 (no FP8 scale to freeze)");
   if (c.precision.master_weights == MasterWeights::none && c.precision.mode != PrecisionMode::bf16)
     throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
                 (c.precision.mode == PrecisionMode::fp32 ? "fp32 weights are their own masters"

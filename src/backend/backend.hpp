@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/fp8.hpp"
 #include "core/stochastic_round.hpp"
 #include "core/tensor_memory.hpp"
 
@@ -119,6 +120,12 @@ class Backend : public TensorMemory {
   // a delayed scaling records comes from abs_max_into of x); unpack gives code * (1 / scale).
   virtual void pack(const float* x, Target packed, std::size_t n) = 0;
   virtual void unpack(Operand packed, float* x, std::size_t n) = 0;
+  // pack to fp8 (`packed` e4m3 or e5m2: the codes pack writes) and, in the same pass over x, what the
+  // cast did (core/fp8's Fp8CastStats: amax, smallest non-zero |x|, underflow and saturation counts
+  // at the scale it used) folded into *stats (Fp8CastStats::fold) in the backend's memory, so a
+  // device runs on; read back once per step (layers.csv's fp8 columns; the amax a delayed scaling
+  // records).
+  virtual void pack_fp8_counted(const float* x, Target packed, std::size_t n, Fp8CastStats* stats) = 0;
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;

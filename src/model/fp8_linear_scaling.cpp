@@ -19,8 +19,9 @@ void Fp8LinearScaling::load_scales() {
 
 void Fp8LinearScaling::begin_step() {
   if (scales_.size() != kRoles) load_scales();
-  amaxes_.resize(kRoles);
-  amaxes_.zero();
+  casts_.resize(kRoles);
+  casts_.zero();  // all zeros: nothing cast yet (Fp8CastStats)
+  counted_ = {};
   recording_ = true;
 }
 
@@ -33,24 +34,36 @@ Operand Fp8LinearScaling::quantize(Backend& be, Role role, Operand values, std::
     be.unpack(values, scratch.data(), n);
     fp32_values = scratch.data();
   }
-  if (record && recording_) be.abs_max_into(values, n, amaxes_.data() + int(role));
   codes.resize(n);
   float* scale = scales_.data() + int(role);
-  be.pack(fp32_values, {codes.data(), type_of(role), scale}, n);
+  const Target target{codes.data(), type_of(role), scale};
+  if (record && recording_) {
+    be.pack_fp8_counted(fp32_values, target, n, casts_.data() + int(role));
+    counted_[int(role)] += double(n);
+  } else {
+    be.pack(fp32_values, target, n);
+  }
   return {codes.data(), type_of(role), scale};
 }
 
 void Fp8LinearScaling::end_step() {
   require(recording_, "internal: " + module_ + ": FP8 step ended before it began");
   recording_ = false;
-  std::array<float, kRoles> amax{};
-  amaxes_.download(amax.data());
-  for (int r = 0; r < kRoles; ++r) scalings_[r].record(amax[r]);
+  std::array<Fp8CastStats, kRoles> cast{};
+  casts_.download(cast.data());
+  for (int r = 0; r < kRoles; ++r) {
+    scalings_[r].record(cast[r].amax);
+    step_[r] = {cast[r], counted_[r], scalings_[r].scale()};
+  }
 }
 
 void Fp8LinearScaling::update() {
   for (Fp8DelayedScaling& s : scalings_) s.update();
   load_scales();
+}
+
+void Fp8LinearScaling::freeze() {
+  for (Fp8DelayedScaling& s : scalings_) s.freeze();
 }
 
 }  // namespace avtrain

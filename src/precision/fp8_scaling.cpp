@@ -38,6 +38,7 @@ void Fp8DelayedScaling::update() {
   if (last == 0.0f) return;  // nothing seen: the history and the scale stay (TE's bulk update)
   ring_[next_] = last;
   next_ = (next_ + 1) % ring_.size();
+  if (frozen_) return;
   const float amax = algorithm_ == Fp8Amax::most_recent ? last : window_amax();
   if (!(std::isfinite(amax) && amax > 0.0f)) return;  // no scale can be taken from it: keep the old one
   const float scale = scaled_max_ / amax;

@@ -1,6 +1,8 @@
 // Storage conversions between fp32 and fp16/bf16 (the vectorised array routines of core/half) and
 // between fp32 and the fp8 formats with their scales (core/fp8), run over chunks on the threads
 // (chunks.hpp).
+#include <vector>
+
 #include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
@@ -50,6 +52,19 @@ void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
     if (packed.dtype == DType::f16) floats_to_half(x + lo, bits + lo, m);
     else floats_to_bf16(x + lo, bits + lo, m);
   });
+}
+
+// Chunk by chunk as pack, each chunk's statistics kept and folded in chunk order (the same numbers on
+// any thread count: the counts are integers, the amax and the minimum exact).
+void CpuBackend::pack_fp8_counted(const float* x, Target packed, std::size_t n, Fp8CastStats* stats) {
+  require(is_fp8(packed.dtype), std::string("internal: pack_fp8_counted to ") + dtype_name(packed.dtype));
+  const float scale = fp8_scale(packed.scale, packed.dtype, "pack_fp8_counted");
+  auto* codes = static_cast<std::uint8_t*>(packed.data);
+  std::vector<Fp8CastStats> chunk((n + cpu::kChunk - 1) / cpu::kChunk);
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
+    chunk[lo / cpu::kChunk] = quantize_fp8_counted(fp8_format(packed.dtype), x + lo, scale, codes + lo, m);
+  });
+  for (const Fp8CastStats& c : chunk) stats->fold(c);
 }
 
 // fp8: x[i] = value(codes[i]) * (1 / scale), the inverse scale in fp32 as the products take it.
