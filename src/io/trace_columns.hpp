@@ -125,7 +125,9 @@ inline constexpr TraceColumn kLayerColumns[] = {
     {"fp8_x_amax", "%.9g", true, 0,
      "FP8 linears only (empty elsewhere): largest \\|value\\| of the input x the step quantized, over its "
      "micro-batches and replicas: the amax its delayed scaling records"},
-    {"fp8_x_scale", "%.9g", true, 0, "the scale x was quantized with in the step: E4M3 codes of x · scale"},
+    {"fp8_x_scale", "%.9g", true, 0,
+     "the scale x was quantized with in the step: E4M3 codes of x · scale (a fresh start's first step, where each "
+     "micro-batch takes its own just in time: the one of the largest amax)"},
     {"fp8_x_underflow", "%.17g", true, 0,
      "share of x's values cast in the step that were non-zero and became zero (a zero code)"},
     {"fp8_x_saturated", "%.17g", true, 0,

@@ -12,9 +12,8 @@ Fp8LinearScaling::Fp8LinearScaling(std::string module, const Fp8Recipe& recipe)
                 Fp8DelayedScaling(Fp8Format::e5m2, recipe)} {}
 
 void Fp8LinearScaling::load_scales() {
-  std::array<float, kRoles> scales{};
-  for (int r = 0; r < kRoles; ++r) scales[r] = scalings_[r].scale();
-  scales_.upload(scales.data(), kRoles);
+  for (int r = 0; r < kRoles; ++r) loaded_[r] = scalings_[r].scale();
+  scales_.upload(loaded_.data(), kRoles);
 }
 
 void Fp8LinearScaling::begin_step() {
@@ -33,6 +32,11 @@ Operand Fp8LinearScaling::quantize(Backend& be, Role role, Operand values, std::
     scratch.resize(n);
     be.unpack(values, scratch.data(), n);
     fp32_values = scratch.data();
+  }
+  const Fp8DelayedScaling& scaling = scalings_[int(role)];
+  if (!scaling.has_history() && !scaling.frozen()) {  // no delayed scale yet: this use's own (see the header)
+    loaded_[int(role)] = scaling.scale_for(be.abs_max(values, n));
+    scales_.upload(loaded_.data(), kRoles);
   }
   codes.resize(n);
   float* scale = scales_.data() + int(role);
@@ -53,13 +57,18 @@ void Fp8LinearScaling::end_step() {
   casts_.download(cast.data());
   for (int r = 0; r < kRoles; ++r) {
     scalings_[r].record(cast[r].amax);
-    step_[r] = {cast[r], counted_[r], scalings_[r].scale()};
+    step_[r] = {cast[r], counted_[r], cast_scale(Role(r), cast[r].amax)};
   }
 }
 
 void Fp8LinearScaling::update() {
   for (Fp8DelayedScaling& s : scalings_) s.update();
   load_scales();
+}
+
+float Fp8LinearScaling::cast_scale(Role r, float step_amax) const {
+  const Fp8DelayedScaling& s = scalings_[int(r)];
+  return s.has_history() || s.frozen() ? s.scale() : s.scale_for(step_amax);
 }
 
 void Fp8LinearScaling::freeze() {

@@ -10,6 +10,14 @@
 // step_amax() and the statistics over the data-parallel replicas; update() (the new scales into
 // tensor memory; step() keeps what the step's casts did, at the scales they used). Outside a step
 // (evaluation) the products use the scales as they are and record nothing.
+// A tensor whose scaling has no amax history yet (a fresh start's first step, or a tensor no step has
+// seen) is quantized with a scale taken just in time from its own amax in this use
+// (Fp8DelayedScaling::scale_for), not with the first scale of 1, at which small gradients underflow
+// to zero in E5M2. Each use depends only on its own values (its micro-batch): every layout of
+// micro-batches over replicas and stages quantizes alike (dy, seeded with 1 / micro-batches per
+// replica, a power of 2 apart: its scale too, the same codes), and the step's amaxes still go to the
+// history as in any step (MAX over micro-batches and replicas), so that the next step's scales are
+// every layout's. A frozen scaling (debug.fp8_freeze_scale) takes no such scale: it stays at 1.
 #include <array>
 #include <string>
 
@@ -40,8 +48,10 @@ class Fp8LinearScaling {
   // The fp8 codes of `role`'s tensor, n values (fp32, or a 16-bit copy read as its values), quantized
   // with the step's scale into `codes` (resized); `scratch` takes a 16-bit tensor's fp32 values. Where
   // `record` and within a step, what the cast did (its amax among it) is folded into the step's, in
-  // the cast's pass. The same tensor quantized again within a
-  // step gives the same codes (the scale is fixed): backward quantizes forward's x and W again.
+  // the cast's pass. The same tensor quantized again within a step gives the same codes (the scale
+  // is fixed, or taken just in time from the same values): backward quantizes forward's x and W
+  // again. The returned operand's scale is valid until the next quantize of `role` (a just-in-time
+  // scale is rewritten there) or update().
   Operand quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes, Buffer& scratch,
                    bool record);
   // The step's statistics read back and its amaxes recorded into the scalings (NaN where a tensor
@@ -59,6 +69,10 @@ class Fp8LinearScaling {
     double values = 0;
     float scale = 1.0f;
   };
+  // The scale of the step's casts: the delayed one; on a step without history (a fresh start's first,
+  // where each use takes its scale just in time from its own amax) the scale of the use whose amax is
+  // the step's, `step_amax` (the smallest of the step's scales).
+  float cast_scale(Role r, float step_amax) const;
   StepCasts& step(Role r) { return step_[int(r)]; }
   const StepCasts& step(Role r) const { return step_[int(r)]; }
 
@@ -69,8 +83,9 @@ class Fp8LinearScaling {
  private:
   std::string module_;
   std::array<Fp8DelayedScaling, kRoles> scalings_;
-  Buffer scales_;                       // kRoles floats, tensor memory
-  AlignedArray<Fp8CastStats> casts_;    // kRoles, tensor memory: the step's casts so far
+  Buffer scales_;                         // kRoles floats, tensor memory
+  std::array<float, kRoles> loaded_{};    // scales_'s values on the host
+  AlignedArray<Fp8CastStats> casts_;      // kRoles, tensor memory: the step's casts so far
   std::array<double, kRoles> counted_{};  // values cast this step so far (host)
   std::array<StepCasts, kRoles> step_{};
   bool recording_ = false;  // within a step

@@ -66,6 +66,7 @@ void Fp8Linears::end_step(const Reduce& reduce_max, const Reduce& reduce_sum) {
       s->scaling(Role(r)).set_step_amax(amax);
       Fp8LinearScaling::StepCasts& c = s->step(Role(r));
       c.cast.amax = amax;
+      c.scale = s->cast_scale(Role(r), amax);  // the replicas' largest amax: every replica's same scale
       c.cast.min_nonzero = min_code == kNone ? 0.0f : float(-min_code);  // exact: a finite fp32 value
       c.cast.underflow = sums[j++];
       c.cast.saturated = sums[j++];

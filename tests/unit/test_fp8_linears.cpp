@@ -96,9 +96,10 @@ TEST(Fp8Linears, TakesTheSelectedLinearsAndReducesEachAmaxOverTheReplicasNaNIncl
   for (Replica* r : {&s0, &s1}) {
     EXPECT_EQ(r->fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
     EXPECT_EQ(r->fp8.scalings()[1]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
-    // What the step's casts did, over both replicas: x's 5 x 8 values on each, at the step's scale 1.
+    // What the step's casts did, over both replicas: x's 5 x 8 values on each, at the first step's
+    // just-in-time scales, each replica's own (448 / 3, 448 / 12): reported, the largest amax's.
     const Fp8LinearScaling::StepCasts& x = r->fp8.scalings()[0]->step(Role::x);
-    EXPECT_EQ(x.scale, 1.0f);
+    EXPECT_EQ(x.scale, kFp8E4M3Max / 12.0f);
     EXPECT_EQ(x.cast.amax, 12.0f);
     EXPECT_EQ(x.cast.min_nonzero, 0.25f);
     EXPECT_EQ(x.values, 80);
@@ -130,8 +131,10 @@ TEST(Fp8Linears, CountsUnderflowAndSaturationAtTheStepsScaleAndAFrozenModuleKeep
   EXPECT_FALSE(r.fp8.freeze("blocks.9.attn.qkv"));
   const auto none = [](double*, std::size_t) {};
   r.fp8.begin_step();
-  r.forward(rows_of(7.0f));  // step 1 at scale 1: amax 7
+  r.forward(rows_of(7.0f));  // step 1 just in time (448 / 7), the frozen module at 1: amax 7
   r.fp8.end_step(none, none);
+  EXPECT_EQ(r.fp8.scalings()[0]->step(Role::x).scale, kFp8E4M3Max / 7.0f);
+  EXPECT_EQ(r.fp8.scalings()[1]->step(Role::x).scale, 1.0f);
   EXPECT_EQ(r.fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 7.0f);
   EXPECT_EQ(r.fp8.scalings()[1]->scaling(Role::x).scale(), 1.0f) << "frozen";
   // Step 2 at 448 / 7: 1e-5 x 64 is below E4M3's smallest subnormal's half (one value underflows),
