@@ -44,11 +44,11 @@ void StageRunner::freeze_fp8_scale() {
   double found = fp8_.freeze(module) ? 1.0 : 0.0;
   if (topo_.world > 1) groups_.world->all_reduce(&found, 1, parallel::ReduceOp::max);
   if (found > 0) return;
+  // The same line on every rank: the run's FP8 linears are listed where this stage holds them all.
   std::string linears;
   for (const std::string& m : fp8_.modules()) linears += (linears.empty() ? "" : ", ") + m;
-  throw Error("option debug.fp8_freeze_scale = " + module + ": no FP8 linear of that name (" +
-              (topo_.pp > 1 ? "on any stage; this stage's: " : "the run's: ") +
-              (linears.empty() ? "none" : linears) + ")");
+  throw Error("option debug.fp8_freeze_scale = " + module + ": no FP8 linear of that name " +
+              (topo_.pp > 1 ? std::string("on any stage") : "(the run's: " + (linears.empty() ? "none" : linears) + ")"));
 }
 
 void StageRunner::end_fp8_step() {
