@@ -56,10 +56,11 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   Buffer& z = ws_[kZ];
   z.resize(std::size_t(B) * 2 * D);
   be_.concat_columns(pa.data(), pv.data(), z.data(), B, D, D);
-  st.z.round_and_keep(be_, z, cls_.dtype());
+  Buffer16* z16 = ws_.fp8_input_for(cls_.fp8(), cls_.dtype(), 0);  // FP8: z kept as cls's E4M3 copy
+  st.z.round_and_keep(be_, z, cls_.dtype(), z16);
   Buffer& logits = ws_[kLogits];
   logits.resize(std::size_t(B) * classes_);
-  cls_.forward(be_, st.z.operand(), logits.data(), B);
+  cls_.forward(be_, st.z.operand(), logits.data(), B, z16 ? &st.z : nullptr);
   note_activation(be_, flow, cls_.module(), logits.data(), logits.size());
 
   const bool training = flow.mode == Mode::train;

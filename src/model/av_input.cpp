@@ -115,10 +115,12 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   patches.resize(std::size_t(B) * Nv * g_.patch_dim);
   be_.video_patches(video_in_.data(), patches.data(), B, set_.frames, set_.height, set_.width, set_.channels,
                     g_.tubelet_frames, g_.patch);
-  st.patches.round_and_keep(be_, patches, patch_.dtype());
+  // FP8: the patches kept as video.patch's E4M3 copy.
+  Buffer16* patches16 = ws_.fp8_input_for(patch_.fp8(), patch_.dtype(), 0);
+  st.patches.round_and_keep(be_, patches, patch_.dtype(), patches16);
   Buffer& video = ws_[kVideo];
   video.resize(nv);
-  patch_.forward(be_, st.patches.operand(), video.data(), B * Nv);
+  patch_.forward(be_, st.patches.operand(), video.data(), B * Nv, patches16 ? &st.patches : nullptr);
   be_.mask_rows(video.data(), st.video_mask.data(), B * Nv, D);
   note_activation(be_, flow, patch_.module(), video.data(), nv);
 

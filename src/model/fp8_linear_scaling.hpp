@@ -54,6 +54,8 @@ class Fp8LinearScaling {
   // scale is rewritten there) or update().
   Operand quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes, Buffer& scratch,
                    bool record);
+  // The scale the last quantize of `role` took (the step's, or that use's own: just in time), on the host.
+  float scale_in_use(Role role) const { return loaded_[int(role)]; }
   // The step's statistics read back and its amaxes recorded into the scalings (NaN where a tensor
   // held one).
   void end_step();

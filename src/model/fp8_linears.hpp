@@ -1,7 +1,7 @@
 #pragma once
 // The FP8 linears of a stage under precision.mode fp8: each linear module precision.fp8_layers selects
-// (less precision.fp32_layers; with precision.fp8_first_last_bf16, less the first and last blocks'
-// and the input and head layers') gets its Fp8LinearScaling here and multiplies in FP8. Once per step,
+// (less precision.fp32_layers; with precision.fp8_first_last_bf16, less the linears of the first and
+// the last block) gets its Fp8LinearScaling here and multiplies in FP8. Once per step,
 // every replica alike: the step's amaxes read back, reduced (MAX) over the data-parallel replicas —
 // a NaN reaching every replica as NaN, an inf as inf — and the scales updated; the rest of what the
 // step's casts did (layers.csv's fp8 columns) reduced too, so every replica holds the statistics of

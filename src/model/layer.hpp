@@ -67,10 +67,18 @@ struct Workspace {
   Buffer slot[kSlots];
   // A gradient's 16-bit copy, written as it is rounded, read by the two products of one backward.
   Buffer16 grad16;
+  // The 16-bit copy of an FP8 linear's input, read by its forward alone: the layer keeps the E4M3
+  // copy the linear makes (SavedTensor's for_fp8); two, for fc1's input and output in one op.
+  Buffer16 fp8_input[2];
   std::unique_ptr<LayerState> recomputed;
   Buffer& operator[](int i) { return slot[i]; }
+  // fp8_input[i] where a tensor kept in type `kept` is read in backward by an FP8 linear alone
+  // (`fp8_linear`) and its copy is 16-bit; else null (the tensor kept as it is).
+  Buffer16* fp8_input_for(bool fp8_linear, DType kept, int i) {
+    return fp8_linear && kept != DType::f32 ? &fp8_input[i] : nullptr;
+  }
   std::size_t bytes() const {
-    std::size_t n = (recomputed ? recomputed->bytes() : 0) + grad16.bytes();
+    std::size_t n = (recomputed ? recomputed->bytes() : 0) + grad16.bytes() + fp8_input[0].bytes() + fp8_input[1].bytes();
     for (const Buffer& b : slot) n += b.bytes();
     return n;
   }

@@ -17,11 +17,21 @@ void Linear::use_fp8(Fp8LinearScaling* fp8) {
   fp8_ = fp8;
 }
 
-void Linear::forward(Backend& be, Operand x, Output y, int rows) {
+std::pair<Operand, Operand> Linear::quantize_forward(Backend& be, Operand x, int rows, SavedTensor* keep_x8) {
+  using Role = Fp8LinearScaling::Role;
+  Mask& x_codes = keep_x8 ? keep_x8->fp8_codes() : x8_;
+  const Operand x8 = fp8_->quantize(be, Role::x, x, std::size_t(rows) * in_, x_codes, fp8_scratch_, true);
+  const Operand w8 =
+      fp8_->quantize(be, Role::w, params_.operand(weight_), std::size_t(out_) * in_, w8_, fp8_scratch_, true);
+  if (!keep_x8) return {x8, w8};
+  keep_x8->kept_fp8(x8.dtype, fp8_->scale_in_use(Role::x));
+  return {keep_x8->operand(), w8};
+}
+
+void Linear::forward(Backend& be, Operand x, Output y, int rows, SavedTensor* keep_x8) {
+  require(!keep_x8 || fp8_, "internal: " + module_ + ": an E4M3 copy of x kept by a module without FP8 products");
   if (fp8_) {
-    const Operand x8 = fp8_->quantize(be, Fp8LinearScaling::Role::x, x, std::size_t(rows) * in_, x8_, fp8_scratch_, true);
-    const Operand w8 = fp8_->quantize(be, Fp8LinearScaling::Role::w, params_.operand(weight_), std::size_t(out_) * in_,
-                                      w8_, fp8_scratch_, true);
+    const auto [x8, w8] = quantize_forward(be, x, rows, keep_x8);
     be.linear_forward(DType::e4m3, x8, w8, bias_ >= 0 ? params_.value(bias_) : nullptr, y, rows, in_, out_);
     return;
   }
@@ -29,11 +39,10 @@ void Linear::forward(Backend& be, Operand x, Output y, int rows) {
                     out_);
 }
 
-void Linear::forward_gelu(Backend& be, Operand x, Output f, Output g, int rows) {
+void Linear::forward_gelu(Backend& be, Operand x, Output f, Output g, int rows, SavedTensor* keep_x8) {
+  require(!keep_x8 || fp8_, "internal: " + module_ + ": an E4M3 copy of x kept by a module without FP8 products");
   if (fp8_) {
-    const Operand x8 = fp8_->quantize(be, Fp8LinearScaling::Role::x, x, std::size_t(rows) * in_, x8_, fp8_scratch_, true);
-    const Operand w8 = fp8_->quantize(be, Fp8LinearScaling::Role::w, params_.operand(weight_), std::size_t(out_) * in_,
-                                      w8_, fp8_scratch_, true);
+    const auto [x8, w8] = quantize_forward(be, x, rows, keep_x8);
     be.linear_gelu_forward(DType::e4m3, x8, w8, bias_ >= 0 ? params_.value(bias_) : nullptr, f, g, rows, in_, out_);
     return;
   }
@@ -61,12 +70,15 @@ void Linear::backward(Backend& be, Operand x, Output dy, float* dx, int rows) {
   be.round_to(rounded(dx, dtype_), std::size_t(rows) * in_);
 }
 
-// wgrad dW = dy8^T x8 and dgrad dx = dy8 W8 (E5M2 x E4M3), then as the 16-bit module's: dW and db
+// wgrad dW = dy8^T x8 and dgrad dx = dy8 W8 (E5M2 x E4M3), x8 forward's kept copy or x quantized
+// again; then as the 16-bit module's: dW and db
 // (from dy's bf16 values, not from dy8: the bias takes no product) rounded and added to the main grads.
 void Linear::backward_fp8(Backend& be, Operand x, Operand dy, const float* dy_values, float* dx, int rows) {
   const Operand dy8 =
       fp8_->quantize(be, Fp8LinearScaling::Role::dy, dy, std::size_t(rows) * out_, dy8_, fp8_scratch_, true);
-  const Operand x8 = fp8_->quantize(be, Fp8LinearScaling::Role::x, x, std::size_t(rows) * in_, x8_, fp8_scratch_, false);
+  const Operand x8 = x.dtype == DType::e4m3  // forward's kept copy
+                        ? x
+                        : fp8_->quantize(be, Fp8LinearScaling::Role::x, x, std::size_t(rows) * in_, x8_, fp8_scratch_, false);
   be.gemm(DType::e5m2, Trans::yes, Trans::no, out_, in_, rows, 1.0f, dy8, out_, x8, in_, 0.0f, dw_.data(), in_);
   be.accumulate_rounded(dtype_, params_.grad(weight_), dw_.data(), std::size_t(out_) * in_);
   if (bias_ >= 0) {

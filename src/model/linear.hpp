@@ -5,15 +5,18 @@
 // (as PyTorch autocast's do; this is where fp16 gradients underflow) and are added to the fp32 main
 // grads; in fp32 they accumulate there directly.
 // Under precision.mode fp8 a bf16 module given an Fp8LinearScaling takes its three products in FP8:
-// x and W quantized to E4M3 forward, dy to E5M2 backward, dgrad dy8 x W8 and wgrad dy8^T x x8 (x and W
-// quantized again with the step's unchanged scales: the same codes), each product's output in fp32 and
-// then as the bf16 module's (bias added in fp32, y and dx rounded to bf16, dW and db rounded to bf16
-// and added to the main grads).
+// x and W quantized to E4M3 forward, dy to E5M2 backward, dgrad dy8 x W8 and wgrad dy8^T x x8, each
+// product's output in fp32 and then as the bf16 module's (bias added in fp32, y and dx rounded to
+// bf16, dW and db rounded to bf16 and added to the main grads). x8 is the E4M3 copy forward made, kept
+// by the caller (forward's keep_x8: 1 byte an element in place of the 16-bit x) and handed to backward
+// as x; a 16-bit x is quantized again (as W is) with the scale forward used: the same codes.
 #include <string>
+#include <utility>
 
 #include "backend/backend.hpp"
 #include "model/fp8_linear_scaling.hpp"
 #include "model/param_store.hpp"
+#include "model/saved_tensor.hpp"
 
 namespace avtrain {
 
@@ -22,14 +25,18 @@ class Linear {
   Linear(ParamStore& params, std::string module, int in, int out, float init_std, DType dtype,
          bool bias = true);
   // x: values exact in the module's type; y: written, rounded to it (y's type: the module's), and its
-  // copy in the same pass where y has one (a copy_only y: the copy alone is the result).
-  void forward(Backend& be, Operand x, Output y, int rows);
-  void forward(Backend& be, Operand x, float* y, int rows) { forward(be, x, rounded(y, dtype_), rows); }
+  // copy in the same pass where y has one (a copy_only y: the copy alone is the result). `keep_x8`
+  // (FP8 modules only): x's E4M3 codes and scale are kept there, for backward (see above).
+  void forward(Backend& be, Operand x, Output y, int rows, SavedTensor* keep_x8 = nullptr);
+  void forward(Backend& be, Operand x, float* y, int rows, SavedTensor* keep_x8 = nullptr) {
+    forward(be, x, rounded(y, dtype_), rows, keep_x8);
+  }
   // forward, then g = GELU(f) rounded to the module's type (g's copy where it has one): one op, which
   // a backend may run as one pass after the product.
-  void forward_gelu(Backend& be, Operand x, Output f, Output g, int rows);
+  void forward_gelu(Backend& be, Operand x, Output f, Output g, int rows, SavedTensor* keep_x8 = nullptr);
   // Accumulates dW, db (Backend::linear_param_grads); writes dx (rounded to the module's type) when it
-  // is not null. dy as the op that rounded it to the module's type left it: its values, and its copy
+  // is not null; x as forward took it, or its E4M3 copy that forward kept (an FP8 module). dy as the
+  // op that rounded it to the module's type left it: its values, and its copy
   // where it has one, which the products then read (as it is: no packing of dy for each); a copy_only
   // dy (16-bit types only): the products and the bias gradient read the copy alone (the bits of its
   // values).
@@ -45,6 +52,8 @@ class Linear {
   Fp8LinearScaling* fp8() const { return fp8_; }
 
  private:
+  // The FP8 forward's operands (x8 kept in `keep_x8` when given).
+  std::pair<Operand, Operand> quantize_forward(Backend& be, Operand x, int rows, SavedTensor* keep_x8);
   void backward_fp8(Backend& be, Operand x, Operand dy, const float* dy_values, float* dx, int rows);
 
   ParamStore& params_;

@@ -100,28 +100,35 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   a.resize(n);
   st.ln1_mean.resize(rows);
   st.ln1_rstd.resize(rows);
+  // An input only an FP8 linear reads in backward (a, ctx without fused attention, b, g) is kept as
+  // the linear's E4M3 copy (SavedTensor's for_fp8; keep_* below).
+  Buffer16* a16 = ws_.fp8_input_for(qkv_.fp8(), ln1_.dtype(), 0);
+  SavedTensor* keep_a = a16 ? &st.a : nullptr;
   st.a.keep_written(a, ln1_.dtype(), true, [&](Output y) {
     ln1_.forward(be_, x, y, st.ln1_mean.data(), st.ln1_rstd.data(), rows);
     note(ln1_.module(), y.result(), n);
-  });
+  }, a16);
 
   Buffer& qkv = ws_[kQkv];
   qkv.resize(3 * n);
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
   const DType products = attention_products();
   const float* qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), products != DType::f32, [&](Output y) {
-    qkv_.forward(be_, st.a.operand(), y, rows);
+    qkv_.forward(be_, st.a.operand(), y, rows, keep_a);
     note(qkv_.module(), y.result(), 3 * n);
   });
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
+  SavedTensor* keep_ctx = nullptr;  // read by attention's backward too, unless p is kept
   if (recompute_ == Recompute::none && !fused_attention()) {
     Buffer& p = ws_[kP];
     p.resize(std::size_t(B) * H * L * L);
+    Buffer16* ctx16 = ws_.fp8_input_for(proj_.fp8(), qkv_.dtype(), 0);
+    keep_ctx = ctx16 ? &st.ctx : nullptr;
     st.ctx.keep_written(ctx, qkv_.dtype(), false, [&](Output y) {
       be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, y, B, L, H, hd);
-    });
+    }, ctx16);
     // Products in the storage type return p rounded to it already: kept without another rounding pass.
     if (products == qkv_.dtype())
       st.p.keep(be_, p, qkv_.dtype());
@@ -136,7 +143,7 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
 
   Buffer& h = ws_[kH];
   h.resize(n);
-  proj_.forward(be_, st.ctx.operand(), h.data(), rows);
+  proj_.forward(be_, st.ctx.operand(), h.data(), rows, keep_ctx);
   note(proj_.module(), fp32(h.data()), n);
   const float* h_values = st.h.keep_written(h, proj_.dtype(), false, [&](Output y) {
     be_.add_round(y, x, n);  // the residual
@@ -146,23 +153,30 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   b.resize(n);
   st.ln2_mean.resize(rows);
   st.ln2_rstd.resize(rows);
+  Buffer16* b16 = ws_.fp8_input_for(fc1_.fp8(), ln2_.dtype(), 0);
+  SavedTensor* keep_b = b16 ? &st.b : nullptr;
   st.b.keep_written(b, ln2_.dtype(), true, [&](Output y) {
     ln2_.forward(be_, h_values, y, st.ln2_mean.data(), st.ln2_rstd.data(), rows);
     note(ln2_.module(), y.result(), n);
-  });
+  }, b16);
 
   Buffer& f1 = ws_[kF1];
   Buffer& g = ws_[kG];
   f1.resize(nh);
   g.resize(nh);
+  // g's copy beside b's (fc1 reads b as it writes g); under recomputation (no `out`) fc2's forward
+  // does not run and backward quantizes g's copy again.
+  Buffer16* g16 = ws_.fp8_input_for(fc2_.fp8(), fc1_.dtype(), 1);
   st.f1.keep_written(f1, fc1_.dtype(), true, [&](Output f) {
-    st.g.keep_written(g, fc1_.dtype(), true, [&](Output gy) { fc1_.forward_gelu(be_, st.b.operand(), f, gy, rows); });
+    st.g.keep_written(g, fc1_.dtype(), true, [&](Output gy) {
+      fc1_.forward_gelu(be_, st.b.operand(), f, gy, rows, keep_b);
+    }, g16);
     note(fc1_.module(), f.result(), nh);
   });
   if (!out) return;
 
   out->resize(n);  // in fp32, x's storage was taken over: `out` is another buffer
-  fc2_.forward(be_, st.g.operand(), out->data(), rows);
+  fc2_.forward(be_, st.g.operand(), out->data(), rows, g16 ? &st.g : nullptr);
   note(fc2_.module(), fp32(out->data()), n);
   be_.add_round(rounded(out->data(), fc2_.dtype()), h_values, n);  // the residual
 }

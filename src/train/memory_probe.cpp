@@ -2,10 +2,15 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "model/av_net.hpp"
+#include "model/fp8_linears.hpp"
 #include "model/param_store.hpp"
+#include "precision/fp8_layers.hpp"
+#include "precision/precision_policy.hpp"
 
 namespace avtrain {
 
@@ -46,16 +51,19 @@ MicroBatchMemory measure(AVNet& net, const data::SetInfo& s, int B) {
 }
 
 // Whether every block computes in the same types: each block's modules (by their name within the
-// block) take the types block 0's do. Registers the whole net's parameters; allocates nothing.
-bool blocks_alike(Backend& be, const ModelConfig& model, const data::SetInfo& input, const PrecisionPolicy& policy) {
+// block) take the types block 0's do, in FP8 or not alike. Registers the whole net's parameters;
+// allocates nothing.
+bool blocks_alike(Backend& be, const ModelConfig& model, const data::SetInfo& input, const PrecisionConfig& precision) {
+  const PrecisionPolicy policy(precision);
+  Fp8Layers fp8(precision);
   ParamStore params;
   AVNet net(be, params, model, input, policy);
-  std::map<std::string, DType> block0;
+  std::map<std::string, std::pair<DType, bool>> block0;
   for (const ParamInfo& p : params.params()) {
     if (p.module.rfind("blocks.", 0) != 0) continue;
     const std::size_t dot = p.module.find('.', 7);
     const std::string block = p.module.substr(0, dot), within = dot == std::string::npos ? "" : p.module.substr(dot);
-    const DType type = policy.of(p.module);
+    const std::pair<DType, bool> type{policy.of(p.module), fp8.in_fp8(p.module, model.depth)};
     if (block == "blocks.0") block0[within] = type;
     else if (!block0.count(within) || block0[within] != type) return false;
   }
@@ -78,15 +86,22 @@ MicroBatchMemory MicroBatchMemoryModel::at(int B) const {
 }
 
 MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data::SetInfo& input,
-                                            const PrecisionPolicy& policy, Recompute recompute, std::uint64_t seed) {
+                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed) {
   SizesOnlyBackend be;
-  const bool one_block = model.depth > 1 && blocks_alike(be, model, input, policy);
+  const bool one_block = model.depth > 1 && blocks_alike(be, model, input, precision);
   ModelConfig probed = model;
   if (one_block) probed.depth = 1;
   ParamStore params;
-  AVNet net(be, params, probed, input, policy, {}, recompute);
+  AVNet net(be, params, probed, input, PrecisionPolicy(precision), {}, recompute);
   params.allocate(seed);
   params.refresh_working(be);
+  // The FP8 linears, as a stage selects them (of the whole net's depth), in a step: they keep x8.
+  std::vector<Linear*> linears;
+  for (auto& layer : net.layers()) layer->linears(linears);
+  Fp8Layers select(precision);
+  Fp8Linears fp8(linears, [&](const std::string& m) { return select.in_fp8(m, model.depth); },
+                 Fp8Recipe::of(precision));
+  fp8.begin_step();
   MicroBatchMemoryModel m;
   m.one = measure(net, input, 1);
   m.two = measure(net, input, 2);

@@ -9,7 +9,7 @@
 #include "data/shard_set.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
-#include "precision/precision_policy.hpp"
+#include "precision/precision_config.hpp"
 
 namespace avtrain {
 
@@ -29,11 +29,12 @@ struct MicroBatchMemoryModel {
   MicroBatchMemory at(int B) const;
 };
 
-// Measures the net of `model` on `input` in `policy`'s types with `recompute`, on the CPU backend
-// with attention's arithmetic left out (sizes do not depend on values). Where every block computes in
-// the same types, a net of one block is measured and each block keeps what it keeps (the blocks are
-// alike): a probe of a deep net at a long clip costs one block's forward, not depth's.
+// Measures the net of `model` on `input` in the types `precision` gives (its FP8 linears in FP8,
+// keeping their inputs' E4M3 copies) with `recompute`, on the CPU backend with attention's arithmetic
+// left out (sizes do not depend on values). Where every block computes in the same types, a net of
+// one block is measured and each block keeps what it keeps (the blocks are alike): a probe of a deep
+// net at a long clip costs one block's forward, not depth's.
 MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data::SetInfo& input,
-                                            const PrecisionPolicy& policy, Recompute recompute, std::uint64_t seed);
+                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed);
 
 }  // namespace avtrain

@@ -126,7 +126,7 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
       << enum_name(recompute) << ")\n";
   if (policy.compute() != DType::f32) {
     const std::size_t act32 =
-        measure_micro_batches(c.model, s, PrecisionPolicy(), Recompute::none, c.train.seed).at(B).kept();
+        measure_micro_batches(c.model, s, PrecisionConfig{}, Recompute::none, c.train.seed).at(B).kept();
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(3) << double(memory.kept()) / double(act32);
     out << "                    (fp32: " << mib(double(act32)) << "; ratio " << ratio.str() << ")\n";

@@ -18,6 +18,7 @@
 #include "model/fp8_linear_scaling.hpp"
 #include "model/linear.hpp"
 #include "model/param_store.hpp"
+#include "model/saved_tensor.hpp"
 
 namespace avtrain {
 namespace {
@@ -73,6 +74,36 @@ class Fp8LinearTest : public ::testing::Test {
     linear.forward(*be, {xb.data(), DType::bf16}, rounded(r.y.data(), DType::bf16, yb.data()), rows);
     std::vector<float> dyv = dy;
     linear.backward(*be, {xb.data(), DType::bf16}, rounded(dyv.data(), DType::bf16, dyb.data()), r.dx.data(), rows);
+    r.dw.assign(params.grad(0), params.grad(0) + std::size_t(out) * in);
+    r.db.assign(params.grad(1), params.grad(1) + out);
+    return r;
+  }
+
+  // step(), but x kept as forward's E4M3 copy (a layer's SavedTensor with its 16-bit copy in the
+  // workspace, keep_x8) for backward; between them another micro-batch's forward (x reversed) keeps
+  // its own copy, and the workspace's 16-bit copy is overwritten with NaNs (backward must not read it).
+  StepResult step_keeping_x8() {
+    StepResult r{std::vector<float>(std::size_t(rows) * out), std::vector<float>(std::size_t(rows) * in), {}, {}};
+    std::vector<std::uint16_t> yb(r.y.size()), dyb(dy.size());
+    be->pack(dy.data(), {dyb.data(), DType::bf16}, dy.size());
+    params.zero_grads();
+    Buffer values, other_values;
+    Buffer16 workspace16;
+    SavedTensor kept, other;
+    values.upload(x.data(), x.size());
+    kept.round_and_keep(*be, values, DType::bf16, &workspace16);
+    linear.forward(*be, kept.operand(), rounded(r.y.data(), DType::bf16, yb.data()), rows, &kept);
+    EXPECT_EQ(kept.operand().dtype, DType::e4m3);
+    EXPECT_EQ(kept.bytes(), x.size() + sizeof(float));  // 1 byte an element and the scale
+    std::vector<float> reversed(x.rbegin(), x.rend());
+    for (float& v : reversed) v *= 64.0f;  // another amax: another just-in-time scale
+    other_values.upload(reversed.data(), reversed.size());
+    other.round_and_keep(*be, other_values, DType::bf16, &workspace16);
+    std::vector<float> other_y(r.y.size());
+    linear.forward(*be, other.operand(), other_y.data(), rows, &other);
+    for (std::size_t i = 0; i < workspace16.size(); ++i) workspace16[i] = 0x7FC0;  // bf16 NaN
+    std::vector<float> dyv = dy;
+    linear.backward(*be, kept.operand(), rounded(dyv.data(), DType::bf16, dyb.data()), r.dx.data(), rows);
     r.dw.assign(params.grad(0), params.grad(0) + std::size_t(out) * in);
     r.db.assign(params.grad(1), params.grad(1) + out);
     return r;
@@ -196,6 +227,29 @@ TEST_F(Fp8LinearTest, AFirstStepTakesEachTensorsScaleFromItsOwnAmax) {
   resumed.load_scales();
   resumed.begin_step();
   EXPECT_EQ(*resumed.quantize(*be, Role::dy, fp32(tiny.data()), tiny.size(), codes, scratch, true).scale, kFp8E5M2Max);
+}
+
+// Forward's E4M3 copy of x, kept (1 byte an element) and handed to backward, gives the bits backward
+// quantizing the bf16 x again gives (the scale forward used: the same codes), at the first step's
+// just-in-time scales (each micro-batch its own) and at delayed ones; a 16-bit module refuses to keep
+// one without FP8 products.
+TEST_F(Fp8LinearTest, TheKeptE4M3CopyOfXGivesTheBitsOfQuantizingXAgain) {
+  {
+    SavedTensor nowhere;
+    EXPECT_THROW(linear.forward(*be, fp32(x.data()), std::vector<float>(std::size_t(rows) * out).data(), rows, &nowhere),
+                 Error);
+  }
+  linear.use_fp8(&fp8);
+  for (int s = 0; s < 2; ++s) {
+    fp8.begin_step();
+    const StepResult again = step(), kept = step_keeping_x8();
+    EXPECT_EQ(again.y, kept.y) << "step " << s;
+    EXPECT_EQ(again.dx, kept.dx) << "step " << s;
+    EXPECT_EQ(again.dw, kept.dw) << "step " << s;
+    EXPECT_EQ(again.db, kept.db) << "step " << s;
+    fp8.end_step();
+    fp8.update();
+  }
 }
 
 TEST_F(Fp8LinearTest, AnFp32ModuleRefusesFp8ProductsAndQuantizeBeforeTheStepIsRefused) {
