@@ -73,8 +73,8 @@ class CudaBackend final : public Backend {
   void round_to(Output x, std::size_t n) override;
   void pack(const float* x, Target packed, std::size_t n) override;
   void unpack(Operand packed, float* x, std::size_t n) override;
-  // One pass (cuda_fp8.cu): x read once, its codes written and its amax folded in.
-  void quantize(Operand x, Target codes, std::size_t n, float* amax, float* scratch) override;
+  // One pass (cuda_fp8.cu): x read once, its codes written and the cast's statistics folded in.
+  void quantize(Operand x, Target codes, std::size_t n, Fp8CastStats* stats, float* scratch) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;

@@ -2,8 +2,8 @@
 // - pack to e4m3/e5m2 quantizes with the tensor's scale, codes = fp8(x * scale), and unpack gives
 //   code * (1 / scale): core/fp8's scalar conversions compiled as device code (rounding to nearest
 //   even, saturating, NaN to 0x7F), so the GPU gives the CPU's bits; quantize does what the layers'
-//   unpack, abs_max_into and pack of a bf16 tensor do, in one pass: x read once (2 bytes an element
-//   where the three passes read and wrote 13), its codes written, its amax folded in;
+//   unpack and counted pack of a bf16 tensor do, in one pass: x read once, its codes written, the
+//   cast's statistics (amax, smallest non-zero |x|, underflow and saturation counts) folded in;
 // - gemm with fp8 operands is cuBLASLt's FP8 matmul (fp8_matmul.hpp). Row-major C = op(A) op(B) is
 //   column-major C^T = op(B)^T op(A)^T, and cuBLASLt's FP8 kernels take both operands with k
 //   contiguous (TN), sizes multiples of 16 and 16-byte alignment. So op(B) must be stored [N, K]
@@ -44,23 +44,53 @@ __global__ void quantize_kernel(const float* x, const float* scale, std::uint8_t
   }
 }
 
-// x (fp32 or 16-bit, read as its values) quantized as quantize_kernel does, and where amax is not
-// null the largest |x| folded in as abs_max_into folds it: the bits of |x| under an integer maximum
-// (every NaN above +inf), each warp's maximum into *amax (a maximum: the order does not matter).
+// stats->min_nonzero = the smaller of it and `bits` (|x| as bits), where 0 there means none yet.
+__device__ void fold_min_nonzero(std::uint32_t* held, std::uint32_t bits) {
+  std::uint32_t old = *held;
+  while (old == 0 || bits < old) {
+    const std::uint32_t seen = atomicCAS(held, old, bits);
+    if (seen == old) return;
+    old = seen;
+  }
+}
+
+// x (fp32 or 16-bit, read as its values) quantized as quantize_kernel does, and where stats is not
+// null what the cast did folded in as core/fp8's quantize_fp8_counted and Fp8CastStats::fold count
+// it: the amax and the smallest non-zero |x| as the bits of |x| under integer max and min (every NaN
+// above +inf: an amax lets it through, a minimum passes it over), the underflow (a non-zero value, a
+// zero code) and saturation (|x * scale| above the largest value) counts; each warp's into *stats
+// (maxima, minima and integer counts: the order does not matter, the same numbers as the CPU's).
 template <Fp8Format F>
 __global__ void quantize_operand_kernel(Operand x, const float* scale, std::uint8_t* codes, std::size_t n,
-                                        std::uint32_t* amax) {
+                                        Fp8CastStats* stats) {
+  constexpr float kLargest = F == Fp8Format::e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  constexpr std::uint32_t kInfBits = 0x7f800000u;
   const float s = *scale;
-  std::uint32_t largest = 0;
+  std::uint32_t largest = 0, smallest = 0xffffffffu;
+  unsigned long long underflow = 0, saturated = 0;
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const float v = value_at(x, i);
-    largest = max(largest, __float_as_uint(v) & 0x7fffffffu);
+    const std::uint32_t a = __float_as_uint(v) & 0x7fffffffu;
     const float scaled = v * s;
-    codes[i] = F == Fp8Format::e4m3 ? float_to_e4m3(scaled) : float_to_e5m2(scaled);
+    const std::uint8_t code = F == Fp8Format::e4m3 ? float_to_e4m3(scaled) : float_to_e5m2(scaled);
+    codes[i] = code;
+    largest = max(largest, a);
+    if (a != 0 && a <= kInfBits) smallest = min(smallest, a);
+    underflow += (a != 0 && (code & 0x7fu) == 0) ? 1 : 0;
+    saturated += fabsf(scaled) > kLargest ? 1 : 0;
   }
-  if (!amax) return;
-  for (int o = kWarp / 2; o > 0; o /= 2) largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, o));
-  if ((threadIdx.x & (kWarp - 1)) == 0 && largest) atomicMax(amax, largest);
+  if (!stats) return;
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, o));
+    smallest = min(smallest, __shfl_xor_sync(0xffffffffu, smallest, o));
+    underflow += __shfl_xor_sync(0xffffffffu, underflow, o);
+    saturated += __shfl_xor_sync(0xffffffffu, saturated, o);
+  }
+  if ((threadIdx.x & (kWarp - 1)) != 0) return;
+  if (largest) atomicMax(reinterpret_cast<std::uint32_t*>(&stats->amax), largest);
+  if (smallest != 0xffffffffu) fold_min_nonzero(reinterpret_cast<std::uint32_t*>(&stats->min_nonzero), smallest);
+  if (underflow) atomicAdd(&stats->underflow, double(underflow));
+  if (saturated) atomicAdd(&stats->saturated, double(saturated));
 }
 
 template <Fp8Format F>
@@ -141,16 +171,15 @@ void CudaBackend::pack_fp8(const float* x, Target to, std::size_t n) {
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::quantize(Operand x, Target to, std::size_t n, float* amax, float*) {
+void CudaBackend::quantize(Operand x, Target to, std::size_t n, Fp8CastStats* stats, float*) {
   require(is_fp8(to.dtype), std::string("internal: quantize to ") + dtype_name(to.dtype));
   const float* scale = scale_of(to.scale, to.dtype, "quantize");
   auto* codes = static_cast<std::uint8_t*>(to.data);
-  auto* into = reinterpret_cast<std::uint32_t*>(amax);
   if (n == 0) return;
   if (to.dtype == DType::e4m3)
-    quantize_operand_kernel<Fp8Format::e4m3><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, into);
+    quantize_operand_kernel<Fp8Format::e4m3><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, stats);
   else
-    quantize_operand_kernel<Fp8Format::e5m2><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, into);
+    quantize_operand_kernel<Fp8Format::e5m2><<<blocks_for(n), kThreads, 0, stream_>>>(x, scale, codes, n, stats);
   CUDA_CHECK_LAUNCH();
 }
 

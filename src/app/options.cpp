@@ -424,6 +424,10 @@ void bind(OptionTable& t, RunConfig& c) {
   t.add("[debug] fault injection for tests", "debug.stage_comm", &c.debug.stage_comm,
         "cpu: stage the data-parallel and pipeline collectives through host copies, made late, as --comm mpi "
         "does on cuda (checks that staging on machines without a GPU)");
+  t.add("[debug] fault injection for tests", "debug.fp8_freeze_scale", &c.debug.fp8_freeze_scale,
+        "MODULE: under precision.mode fp8, that FP8 linear's scales (x, W, dy) stay at the recipe's first, 1, "
+        "whatever its amaxes (the doctored run whose verdict must name it); a name that is not an FP8 linear "
+        "of the run is an error");
 }
 
 }  // namespace
@@ -493,6 +497,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (!vm.count("data.reader_threads") || vm["data.reader_threads"].defaulted())
     c.data.reader_threads = default_reader_threads(c.device.backend == DeviceBackend::cpu, c.train.threads);
   table.check();
+  if (!c.debug.fp8_freeze_scale.empty() && c.precision.mode != PrecisionMode::fp8)
+    throw Error("option debug.fp8_freeze_scale = " + c.debug.fp8_freeze_scale +
+                ": needs precision.mode fp8 (no FP8 scale to freeze)");
   if (c.precision.master_weights == MasterWeights::none && c.precision.mode != PrecisionMode::bf16)
     throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
                 (c.precision.mode == PrecisionMode::fp32 ? "fp32 weights are their own masters"

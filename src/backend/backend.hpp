@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/fp8.hpp"
 #include "core/stochastic_round.hpp"
 #include "core/tensor_memory.hpp"
 
@@ -124,10 +125,12 @@ class Backend : public TensorMemory {
   virtual void pack(const float* x, Target packed, std::size_t n) = 0;
   virtual void unpack(Operand packed, float* x, std::size_t n) = 0;
   // A tensor quantized for an FP8 product in one op: codes = pack of x's values into `codes` (an fp8
-  // Target with its scale) and, where amax is not null, abs_max_into(x, n, amax); x in fp32 or a 16-bit
-  // copy read as its values. `scratch`: n floats for a 16-bit x's values (null for an fp32 x). Default:
-  // unpack, abs_max_into, pack (their bits); CUDA reads x once and writes the codes and the amax.
-  virtual void quantize(Operand x, Target codes, std::size_t n, float* amax, float* scratch);
+  // Target with its scale); x in fp32 or a 16-bit copy read as its values (`scratch`: n floats a
+  // backend may use for a 16-bit x's values; null for an fp32 x). Where stats is not null, what the
+  // cast did is folded into *stats (Fp8CastStats::fold; in the backend's memory, so a device runs on):
+  // the amax a delayed scaling records, the smallest non-zero |x|, the underflow and saturation
+  // counts at the scale used (layers.csv's fp8 columns), all in the same pass over x.
+  virtual void quantize(Operand x, Target codes, std::size_t n, Fp8CastStats* stats, float* scratch) = 0;
 
   // ---- elementwise and small reductions
   virtual void fill(float* x, std::size_t n, float value) = 0;

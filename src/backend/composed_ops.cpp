@@ -59,17 +59,6 @@ void Backend::gelu_backward_round(const float* dy, Operand x, Output dx, std::si
   round_to(dx, n);
 }
 
-void Backend::quantize(Operand x, Target codes, std::size_t n, float* amax, float* scratch) {
-  const float* values = static_cast<const float*>(x.data);
-  if (x.dtype != DType::f32) {
-    require(scratch != nullptr, "internal: quantize of a 16-bit tensor without scratch for its values");
-    unpack(x, scratch, n);
-    values = scratch;
-  }
-  if (amax) abs_max_into(x, n, amax);
-  pack(values, codes, n);
-}
-
 void Backend::accumulate_rounded(DType type, float* acc, float* x, std::size_t n) {
   round_to(rounded(x, type), n);
   add(acc, x, n);

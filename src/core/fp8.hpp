@@ -103,4 +103,23 @@ void dequantize_fp8(Fp8Format f, const std::uint8_t* in, float factor, float* ou
 // The largest |in[i]|, NaN if some in[i] is NaN (an amax must see a non-finite tensor), 0 for n = 0.
 float abs_max(const float* in, std::size_t n);
 
+// What a cast to fp8 did to a tensor (layers.csv's fp8 columns), over the values x it quantized as
+// fp8(x * scale): its amax (abs_max's), the smallest non-zero |x| (0: none; NaN passed over), how
+// many non-zero values became a zero code (underflow: x * scale, rounded to fp32, below half the
+// smallest subnormal, or a tie to zero) and how many had |x * scale| beyond the format's largest
+// value (saturated to it; +-inf included). Counts in doubles, exact below 2^53. All zeros: nothing
+// seen yet, what fold() starts from.
+struct Fp8CastStats {
+  float amax = 0.0f;
+  float min_nonzero = 0.0f;
+  double underflow = 0;
+  double saturated = 0;
+  // This and `other` as one tensor: the larger amax (NaN where either is), the smaller non-zero
+  // minimum, the counts added.
+  void fold(const Fp8CastStats& other);
+};
+
+// quantize_fp8 and, in the same pass, the statistics of the cast.
+Fp8CastStats quantize_fp8_counted(Fp8Format f, const float* in, float scale, std::uint8_t* out, std::size_t n);
+
 }  // namespace avtrain

@@ -120,7 +120,39 @@ inline constexpr TraceColumn kLayerColumns[] = {
      "share of the module's gradient values, as accumulated (scaled by the loss scale), below the compute type's "
      "smallest normal — 2⁻¹⁴ for fp16, 2⁻¹²⁶ for bf16; FP32 runs report against fp16's — zeros included"},
     {"nonfinite", "%.0f", false, 0, "count of inf/NaN gradient values"},
+    // precision.mode fp8: what the casts of each FP8 linear's three tensors did (LayerRow::fp8, in
+    // kFp8LayerColumns' order); empty in the rows of other modules and of other modes.
+    {"fp8_x_amax", "%.9g", true, 0,
+     "FP8 linears only (empty elsewhere): largest \\|value\\| of the input x the step quantized, over its "
+     "micro-batches and replicas: the amax its delayed scaling records"},
+    {"fp8_x_scale", "%.9g", true, 0,
+     "the scale x was quantized with in the step: E4M3 codes of x · scale (a fresh start's first step, where each "
+     "micro-batch takes its own just in time: the one of the largest amax)"},
+    {"fp8_x_underflow", "%.17g", true, 0,
+     "share of x's values cast in the step that were non-zero and became zero (a zero code)"},
+    {"fp8_x_saturated", "%.17g", true, 0,
+     "share of x's values cast in the step with \\|x · scale\\| above E4M3's largest, 448 (cast to ±448; ±inf "
+     "included)"},
+    {"fp8_x_range", "%.9g", true, 0,
+     "dynamic range of x in the step in bits: log2(amax) − log2(smallest non-zero \\|x\\|) (E4M3 holds 17.8: "
+     "2⁻⁹ to 448); empty where no value was non-zero"},
+    {"fp8_w_amax", "%.9g", true, 0, "the same for the weight W (its bf16 working copy, E4M3)"},
+    {"fp8_w_scale", "%.9g", true, 0, "W's scale"},
+    {"fp8_w_underflow", "%.17g", true, 0, "W's underflow share"},
+    {"fp8_w_saturated", "%.17g", true, 0, "W's saturation share (above 448)"},
+    {"fp8_w_range", "%.9g", true, 0, "W's dynamic range"},
+    {"fp8_dy_amax", "%.9g", true, 0,
+     "the same for the output gradient dy (as scaled by the loss scale, E5M2: its largest is 57344, it holds "
+     "31.8 bits, 2⁻¹⁶ to 57344)"},
+    {"fp8_dy_scale", "%.9g", true, 0, "dy's scale"},
+    {"fp8_dy_underflow", "%.17g", true, 0, "dy's underflow share"},
+    {"fp8_dy_saturated", "%.17g", true, 0, "dy's saturation share (above 57344)"},
+    {"fp8_dy_range", "%.9g", true, 0, "dy's dynamic range"},
 };
+// Where the fp8 columns start in kLayerColumns, and how many there are: 5 for each of x, W, dy.
+inline constexpr std::size_t kFp8LayerColumnsFirst = 7;
+inline constexpr std::size_t kFp8LayerColumnsPerTensor = 5;
+inline constexpr std::size_t kFp8LayerColumns = 3 * kFp8LayerColumnsPerTensor;
 
 // A row of a table of columns: a value, or none (an empty field), per column.
 template <const auto& Columns>

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -74,13 +75,23 @@ void TraceWriter::write_step(const StepRow& r) {
   if (std::fflush(trace_.get()) != 0) throw Error("cannot write " + dir_ + "/trace.csv: " + std::strerror(errno));
 }
 
+static_assert(std::size(kLayerColumns) == kFp8LayerColumnsFirst + kFp8LayerColumns &&
+                  std::string_view(kLayerColumns[kFp8LayerColumnsFirst].name) == "fp8_x_amax" &&
+                  std::string_view(kLayerColumns[kFp8LayerColumnsFirst - 1].name) == "nonfinite",
+              "layers.csv: the fp8 columns are the last ones, after nonfinite (write_layers writes them so)");
+
 void TraceWriter::write_layers(std::int64_t step, const std::vector<LayerRow>& rows) {
   for (const LayerRow& r : rows) {
     char act[32] = "";
     if (r.act_absmax) std::snprintf(act, sizeof act, "%.9g", double(*r.act_absmax));
-    std::fprintf(layers_.get(), "%lld,%s,%.17g,%.17g,%s,%.17g,%llu\n", static_cast<long long>(step), r.layer.c_str(),
-                 r.grad_norm, r.param_norm, act, r.grad_underflow_frac,
-                 static_cast<unsigned long long>(r.nonfinite));
+    std::string fp8;
+    for (std::size_t i = 0; i < kFp8LayerColumns; ++i) {
+      fp8 += ',';
+      fp8 += format_field(kLayerColumns[kFp8LayerColumnsFirst + i], r.fp8[i]);
+    }
+    std::fprintf(layers_.get(), "%lld,%s,%.17g,%.17g,%s,%.17g,%llu%s\n", static_cast<long long>(step),
+                 r.layer.c_str(), r.grad_norm, r.param_norm, act, r.grad_underflow_frac,
+                 static_cast<unsigned long long>(r.nonfinite), fp8.c_str());
   }
   if (std::fflush(layers_.get()) != 0) throw Error("cannot write " + dir_ + "/layers.csv: " + std::strerror(errno));
 }

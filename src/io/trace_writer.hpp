@@ -3,6 +3,7 @@
 // step and rank), their columns as io/trace_columns.hpp's tables say, flushed every step so a killed
 // run keeps what it wrote. Floats are written with %.9g and doubles with %.17g so they read back to
 // the same bits.
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -20,6 +21,8 @@ struct LayerRow {
   std::optional<float> act_absmax;
   double grad_underflow_frac = 0;
   std::uint64_t nonfinite = 0;
+  // The fp8 columns in their order (kLayerColumns from kFp8LayerColumnsFirst): none outside FP8 linears.
+  std::array<std::optional<double>, kFp8LayerColumns> fp8{};
 };
 
 class TraceWriter {

@@ -1,12 +1,15 @@
 #pragma once
 // The FP8 side of one linear module under precision.mode fp8 (Transformer Engine's recipe): a delayed
 // scaling for each tensor its products quantize, x and W in E4M3 (forward; W again in dgrad, x in
-// wgrad) and dy in E5M2 (backward); their scales in tensor memory, fixed for a step; the amaxes the
-// step's micro-batches fold in there (abs_max_into), read back once at the step's end.
+// wgrad) and dy in E5M2 (backward); their scales in tensor memory, fixed for a step; what the
+// step's micro-batches' casts did (Fp8CastStats: the amax, the smallest non-zero |x|, underflow and
+// saturation counts) folded in there in the cast's own pass (Backend::quantize), read back once at
+// the step's end.
 // Per step: begin_step(); the module's forwards and backwards (quantize()); end_step() reads the
-// amaxes back into the scalings (record); the caller may reduce each scaling's step_amax() over the
-// data-parallel replicas; update() (the new scales into tensor memory). Outside a step (evaluation)
-// the products use the scales as they are and record nothing.
+// statistics back, the amaxes into the scalings (record); the caller may reduce each scaling's
+// step_amax() and the statistics over the data-parallel replicas; update() (the new scales into
+// tensor memory; step() keeps what the step's casts did, at the scales they used). Outside a step
+// (evaluation) the products use the scales as they are and record nothing.
 // A tensor whose scaling has no amax history yet (a fresh start's first step, or a tensor no step has
 // seen) is quantized with a scale taken just in time from its own amax in this use
 // (Fp8DelayedScaling::scale_for), not with the first scale of 1, at which small gradients underflow
@@ -14,7 +17,7 @@
 // micro-batches over replicas and stages quantizes alike (dy, seeded with 1 / micro-batches per
 // replica, a power of 2 apart: its scale too, the same codes), and the step's amaxes still go to the
 // history as in any step (MAX over micro-batches and replicas), so that the next step's scales are
-// every layout's.
+// every layout's. A frozen scaling (debug.fp8_freeze_scale) takes no such scale: it stays at 1.
 #include <array>
 #include <string>
 
@@ -44,24 +47,49 @@ class Fp8LinearScaling {
   void begin_step();
   // The fp8 codes of `role`'s tensor, n values (fp32, or a 16-bit copy read as its values), quantized
   // with the step's scale into `codes` (resized); `scratch` takes a 16-bit tensor's fp32 values. Where
-  // `record` and within a step, the tensor's amax is folded into the step's. The same tensor quantized again within a
-  // step gives the same codes (the scale is fixed, or taken just in time from the same values):
-  // backward quantizes forward's x and W again. The returned operand's scale is valid until the next
-  // quantize of `role` (a just-in-time scale is rewritten there) or update().
+  // `record` and within a step, what the cast did (its amax among it) is folded into the step's, in
+  // the cast's pass. The same tensor quantized again within a step gives the same codes (the scale
+  // is fixed, or taken just in time from the same values): backward quantizes forward's x and W
+  // again. The returned operand's scale is valid until the next quantize of `role` (a just-in-time
+  // scale is rewritten there) or update().
   Operand quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes, Buffer& scratch,
                    bool record);
   // The scale the last quantize of `role` took (the step's, or that use's own: just in time), on the host.
   float scale_in_use(Role role) const { return loaded_[int(role)]; }
-  // The step's amaxes read back and recorded into the scalings (NaN where a tensor held one).
+  // The step's statistics read back and its amaxes recorded into the scalings (NaN where a tensor
+  // held one).
   void end_step();
   // Each scaling's update() (after the caller's reduction of the step amaxes), then load_scales().
   void update();
 
+  // What the last step's casts of one tensor did, over its recorded casts (each micro-batch's x and
+  // W in forward, dy in backward; the re-quantizations of backward are the same codes and are not
+  // counted again): `cast` as read back by end_step (the caller may reduce it over the replicas),
+  // `values` the count of values cast, `scale` the scale they were cast with. layers.csv's fp8 columns.
+  struct StepCasts {
+    Fp8CastStats cast;
+    double values = 0;
+    float scale = 1.0f;
+  };
+  // The scale of the step's casts: the delayed one; on a step without history (a fresh start's first,
+  // where each use takes its scale just in time from its own amax) the scale of the use whose amax is
+  // the step's, `step_amax` (the smallest of the step's scales).
+  float cast_scale(Role r, float step_amax) const;
+  StepCasts& step(Role r) { return step_[int(r)]; }
+  const StepCasts& step(Role r) const { return step_[int(r)]; }
+
+  // debug.fp8_freeze_scale: from now on the three scales stay as they are (their amaxes still
+  // recorded): the bug of a scaling that does not follow its amax.
+  void freeze();
+
  private:
   std::string module_;
   std::array<Fp8DelayedScaling, kRoles> scalings_;
-  Buffer scales_, amaxes_;              // kRoles floats each, tensor memory
-  std::array<float, kRoles> loaded_{};  // scales_'s values on the host
+  Buffer scales_;                         // kRoles floats, tensor memory
+  std::array<float, kRoles> loaded_{};    // scales_'s values on the host
+  AlignedArray<Fp8CastStats> casts_;      // kRoles, tensor memory: the step's casts so far
+  std::array<double, kRoles> counted_{};  // values cast this step so far (host)
+  std::array<StepCasts, kRoles> step_{};
   bool recording_ = false;  // within a step
 };
 

@@ -43,19 +43,46 @@ float Fp8Linears::decode_amax(double code) {
   return float(code);  // exact: a finite fp32 value
 }
 
-void Fp8Linears::end_step(const std::function<void(double*, std::size_t)>& reduce_max) {
+void Fp8Linears::end_step(const Reduce& reduce_max, const Reduce& reduce_sum) {
   if (scalings_.empty()) return;
-  std::vector<double> amax;
+  constexpr double kNone = -std::numeric_limits<double>::infinity();  // no non-zero value: below any -min
+  std::vector<double> largest, sums;  // per module and tensor: amax, -min_nonzero; underflow, saturated, values
   for (auto& s : scalings_) {
     s->end_step();
-    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) amax.push_back(encode_amax(s->scaling(Role(r)).step_amax()));
+    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) {
+      const Fp8LinearScaling::StepCasts& c = s->step(Role(r));
+      largest.push_back(encode_amax(s->scaling(Role(r)).step_amax()));
+      largest.push_back(c.cast.min_nonzero != 0.0f ? -double(c.cast.min_nonzero) : kNone);
+      sums.insert(sums.end(), {c.cast.underflow, c.cast.saturated, c.values});
+    }
   }
-  reduce_max(amax.data(), amax.size());
-  std::size_t i = 0;
+  reduce_max(largest.data(), largest.size());
+  reduce_sum(sums.data(), sums.size());
+  std::size_t i = 0, j = 0;
   for (auto& s : scalings_) {
-    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) s->scaling(Role(r)).set_step_amax(decode_amax(amax[i++]));
+    for (int r = 0; r < Fp8LinearScaling::kRoles; ++r) {
+      const float amax = decode_amax(largest[i++]);
+      const double min_code = largest[i++];
+      s->scaling(Role(r)).set_step_amax(amax);
+      Fp8LinearScaling::StepCasts& c = s->step(Role(r));
+      c.cast.amax = amax;
+      c.scale = s->cast_scale(Role(r), amax);  // the replicas' largest amax: every replica's same scale
+      c.cast.min_nonzero = min_code == kNone ? 0.0f : float(-min_code);  // exact: a finite fp32 value
+      c.cast.underflow = sums[j++];
+      c.cast.saturated = sums[j++];
+      c.values = sums[j++];
+    }
     s->update();
   }
+}
+
+bool Fp8Linears::freeze(const std::string& module) {
+  for (auto& s : scalings_)
+    if (s->module() == module) {
+      s->freeze();
+      return true;
+    }
+  return false;
 }
 
 std::size_t Fp8Linears::state_size() const {

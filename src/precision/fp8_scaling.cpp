@@ -50,6 +50,7 @@ void Fp8DelayedScaling::update() {
   if (last == 0.0f) return;  // nothing seen: the history and the scale stay (TE's bulk update)
   ring_[next_] = last;
   next_ = (next_ + 1) % ring_.size();
+  if (frozen_) return;
   scale_ = scale_for(algorithm_ == Fp8Amax::most_recent ? last : window_amax());
 }
 

@@ -53,6 +53,10 @@ class Fp8DelayedScaling {
   void set_step_amax(float amax) { step_amax_ = amax; }
   // Ends the step: the history takes the step's amax and the scale is computed again.
   void update();
+  // From now on update() leaves the scale as it is (the history still takes the amaxes): a test's
+  // doctored scaling (debug.fp8_freeze_scale), the bug of a scale that does not follow its amax.
+  void freeze() { frozen_ = true; }
+  bool frozen() const { return frozen_; }
 
   // The amaxes of the last `history` steps that recorded one, oldest first (zeros before there are
   // that many).
@@ -75,6 +79,7 @@ class Fp8DelayedScaling {
   float step_amax_ = 0.0f;
   std::vector<float> ring_;  // the last `history` amaxes; ring_[next_] is the oldest
   std::size_t next_ = 0;
+  bool frozen_ = false;
 };
 
 }  // namespace avtrain

@@ -1,9 +1,11 @@
 #include "train/layer_statistics.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "backend/update_gate.hpp"
+#include "core/error.hpp"
 
 namespace avtrain {
 
@@ -76,6 +78,25 @@ std::vector<LayerRow> LayerStatistics::rows(DistributedOptimizer& optimizer, con
     rows.push_back(std::move(r));
   }
   return rows;
+}
+
+void LayerStatistics::add_fp8(std::vector<LayerRow>& rows, const Fp8Linears& fp8) {
+  for (const auto& s : fp8.scalings()) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const LayerRow& r) { return r.layer == s->module(); });
+    require(row != rows.end(), "internal: FP8 linear " + s->module() + " has no row in layers.csv");
+    for (int t = 0; t < Fp8LinearScaling::kRoles; ++t) {
+      const Fp8LinearScaling::StepCasts& c = s->step(Fp8LinearScaling::Role(t));
+      std::optional<double>* col = row->fp8.data() + std::size_t(t) * kFp8LayerColumnsPerTensor;
+      col[0] = c.cast.amax;
+      col[1] = c.scale;
+      if (c.values > 0) {
+        col[2] = c.cast.underflow / c.values;
+        col[3] = c.cast.saturated / c.values;
+      }
+      if (c.cast.min_nonzero > 0.0f)
+        col[4] = std::log2(double(c.cast.amax)) - std::log2(double(c.cast.min_nonzero));
+    }
+  }
 }
 
 }  // namespace avtrain

@@ -1,12 +1,14 @@
 #pragma once
 // The rows of layers.csv for a stage: per module (its parameters, grouped as registered) the norm
 // of its gradients (unscaled) and of its values, the share of its gradient values the compute type
-// does not hold at full precision, its non-finite count, and its output's largest |value|.
+// does not hold at full precision, its non-finite count, and its output's largest |value|; under
+// precision.mode fp8, each FP8 linear's casts (add_fp8).
 #include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
 #include "io/trace_writer.hpp"
+#include "model/fp8_linears.hpp"
 #include "model/activation_stats.hpp"
 #include "model/param_store.hpp"
 #include "optim/distributed_optimizer.hpp"
@@ -33,6 +35,10 @@ class LayerStatistics {
   // grad_sum_squares gets the unscaled sum of squares over the stage.
   std::vector<LayerRow> rows(DistributedOptimizer& optimizer, const ActivationStats& acts, double loss_scale,
                              double& grad_sum_squares) const;
+
+  // The fp8 columns of the rows of the stage's FP8 linears, from what the step's casts did
+  // (Fp8Linears after its end_step: reduced over the replicas, at the scales the step used).
+  static void add_fp8(std::vector<LayerRow>& rows, const Fp8Linears& fp8);
 
  private:
   std::vector<std::string> names_;  // the modules, in registration order

@@ -34,10 +34,12 @@ std::string encode_report(const RankReport& report) {
     out << (v ? number(*v) : "-") << ' ';
   }
   out << report.layers.size() << '\n';
-  for (const LayerRow& l : report.layers)
+  for (const LayerRow& l : report.layers) {
     out << l.layer << ' ' << number(l.grad_norm) << ' ' << number(l.param_norm) << ' '
-        << (l.act_absmax ? number(*l.act_absmax) : "-") << ' ' << number(l.grad_underflow_frac) << ' ' << l.nonfinite
-        << '\n';
+        << (l.act_absmax ? number(*l.act_absmax) : "-") << ' ' << number(l.grad_underflow_frac) << ' ' << l.nonfinite;
+    for (const std::optional<double>& v : l.fp8) out << ' ' << (v ? number(*v) : "-");
+    out << '\n';
+  }
   return out.str();
 }
 
@@ -68,6 +70,14 @@ RankReport decode_report(const std::string& text) {
     if (word != "-") l.act_absmax = std::strtof(word.c_str(), nullptr);
     l.grad_underflow_frac = read_number(in);
     in >> l.nonfinite;
+    for (std::optional<double>& v : l.fp8) {
+      in >> word;
+      if (word != "-") {
+        char* end = nullptr;
+        v = std::strtod(word.c_str(), &end);
+        require(!word.empty() && *end == '\0', "internal: malformed rank report field '" + word + "'");
+      }
+    }
     require(bool(in), "internal: malformed layer row in a rank report");
     report.layers.push_back(std::move(l));
   }

@@ -66,6 +66,7 @@ struct DebugConfig {
   std::string hold_checkpoint;  // "POINT:STEP": the write of checkpoint step-STEP stops at POINT for good (the kill test)
   double watchdog_s = -1;       // seconds without progress before a rank aborts the job; -1: automatic; 0: off
   bool stage_comm = false;      // cpu: collectives staged through host copies made late, as --comm mpi on cuda
+  std::string fp8_freeze_scale; // MODULE: that FP8 linear's scales never follow its amaxes (stay at the first, 1)
 };
 
 // device.backend: where a rank computes.

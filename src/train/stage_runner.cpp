@@ -32,12 +32,32 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   // (under pipeline stages a glob may match another stage's layers alone).
   for (const ParamInfo& p : params_.params()) select.note_module(p.module);
   if (topo_.pp == 1) select.require_every_glob_used();
+  freeze_fp8_scale();
+}
+
+// debug.fp8_freeze_scale: the stage that holds the module freezes it; every rank learns whether one
+// did (a MAX over the world: under pipeline stages the others hold other layers), so a name that is
+// no FP8 linear of the run stops every rank with the same line.
+void StageRunner::freeze_fp8_scale() {
+  const std::string& module = config_.debug.fp8_freeze_scale;
+  if (module.empty()) return;
+  double found = fp8_.freeze(module) ? 1.0 : 0.0;
+  if (topo_.world > 1) groups_.world->all_reduce(&found, 1, parallel::ReduceOp::max);
+  if (found > 0) return;
+  // The same line on every rank: the run's FP8 linears are listed where this stage holds them all.
+  std::string linears;
+  for (const std::string& m : fp8_.modules()) linears += (linears.empty() ? "" : ", ") + m;
+  throw Error("option debug.fp8_freeze_scale = " + module + ": no FP8 linear of that name " +
+              (topo_.pp > 1 ? std::string("on any stage") : "(the run's: " + (linears.empty() ? "none" : linears) + ")"));
 }
 
 void StageRunner::end_fp8_step() {
-  fp8_.end_step([&](double* amax, std::size_t n) {
-    if (topo_.dp > 1) groups_.data->all_reduce(amax, n, parallel::ReduceOp::max);
-  });
+  const auto reduce = [&](parallel::ReduceOp op) {
+    return [&, op](double* values, std::size_t n) {
+      if (topo_.dp > 1) groups_.data->all_reduce(values, n, op);
+    };
+  };
+  fp8_.end_step(reduce(parallel::ReduceOp::max), reduce(parallel::ReduceOp::sum));
 }
 
 bool StageRunner::reads() const { return topo_.first_stage() || topo_.last_stage(); }

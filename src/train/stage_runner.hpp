@@ -78,6 +78,7 @@ class StageRunner {
 
   void forward(StepWork& w, int m);
   void backward(StepWork& w, int m, bool last_of_step);
+  void freeze_fp8_scale();
   template <class Receive>
   void wait_for_neighbour(StepWork& w, int m, const char* what, Receive receive);
   Slot& acquire();

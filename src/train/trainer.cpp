@@ -320,7 +320,11 @@ struct Trainer::Impl {
                                                     double(runner.net().workspace().bytes()) + runner.flow_bytes());
     watchdog.mark_all_ranks("the report of step " + std::to_string(w.step) + " to rank 0");
     RankReport mine_report{mine, {}};
-    if (topo.dp_rank == 0) mine_report.layers = std::move(a.layers);  // one replica per stage reports its modules
+    // One replica per stage reports its modules (the FP8 statistics are the whole group's: reduced).
+    if (topo.dp_rank == 0) {
+      LayerStatistics::add_fp8(a.layers, runner.fp8());
+      mine_report.layers = std::move(a.layers);
+    }
     const std::vector<std::string> reports = groups.world->gather(encode_report(mine_report), 0);
 
     StepReport r;

@@ -123,14 +123,16 @@ TEST_F(CudaFp8, PackWithAScaleGivesTheCpuCodesBitForBit) {
     }
 }
 
-// quantize (one pass on the GPU) against the CPU's default (unpack, abs_max_into, pack): the same codes
-// and the same amax bits, from fp32, bf16 and fp16 tensors, folded into an amax already above 0 (kept
-// where larger), and NaN where the tensor holds one; no amax asked, none written.
-TEST_F(CudaFp8, QuantizeGivesTheCodesAndTheAmaxOfTheSeparateOps) {
+// quantize (one pass on the GPU) against the CPU's: the same codes and the same statistics (amax and
+// smallest non-zero bits, underflow and saturation counts), from fp32, bf16 and fp16 tensors, folded
+// into statistics already held (an amax kept where larger, a minimum kept where smaller, counts added),
+// NaN as the amax where the tensor holds one; no statistics asked, none written.
+TEST_F(CudaFp8, QuantizeGivesTheCodesAndTheStatisticsOfTheCpu) {
   std::vector<float> x = quantize_inputs();
   std::vector<float> finite;
   for (float v : x)
     if (std::isfinite(v) && std::fabs(v) < 1e4f) finite.push_back(v);
+  finite[3] = 1e-30f;  // underflows at either scale
   for (DType store : {DType::f32, DType::bf16, DType::f16})
     for (bool with_nan : {false, true})
       for (float start : {0.0f, 3.0e3f, 1.0e6f}) {
@@ -140,28 +142,34 @@ TEST_F(CudaFp8, QuantizeGivesTheCodesAndTheAmaxOfTheSeparateOps) {
         if (store != DType::f32) g_cpu->pack(values.data(), {bits16.data(), store}, values.size());
         const Operand host = store == DType::f32 ? fp32(values.data()) : Operand{bits16.data(), store};
         const DType t = start == 0.0f ? DType::e4m3 : DType::e5m2;
-        float scale = t == DType::e4m3 ? 0.04f : 2.0f;
+        float scale = t == DType::e4m3 ? 0.5f : 8.0f;  // some values saturate in each
         std::vector<std::uint8_t> want(values.size());
         std::vector<float> scratch(values.size());
-        float want_amax = start;
-        g_cpu->quantize(host, {want.data(), t, &scale}, values.size(), &want_amax, scratch.data());
+        const Fp8CastStats held{start, start == 0.0f ? 0.0f : 1e-3f, 7, 2};
+        Fp8CastStats want_stats = held;
+        g_cpu->quantize(host, {want.data(), t, &scale}, values.size(), &want_stats, scratch.data());
+        ASSERT_GT(want_stats.saturated, held.saturated) << "the inputs saturate somewhere";
 
         const Dev<float> dvalues(values);
         const Dev<std::uint16_t> dbits(bits16);
         const Operand device = store == DType::f32 ? fp32(dvalues.get()) : Operand{dbits.get(), store};
-        const Dev<float> dscale({scale}), damax({start}), dscratch(std::vector<float>(values.size(), kNaN));
+        const Dev<float> dscale({scale}), dscratch(std::vector<float>(values.size(), kNaN));
+        const Dev<Fp8CastStats> dstats({held});
         const Dev<std::uint8_t> dcodes(std::vector<std::uint8_t>(values.size(), 0xA5));
-        g_gpu->quantize(device, {dcodes.get(), t, dscale.get()}, values.size(), damax.get(), dscratch.get());
+        g_gpu->quantize(device, {dcodes.get(), t, dscale.get()}, values.size(), dstats.get(), dscratch.get());
         const std::string what = std::string(dtype_name(store)) + " -> " + dtype_name(t) +
                                  (with_nan ? ", a NaN in it" : "") + ", amax from " + std::to_string(start);
         EXPECT_EQ(dcodes.download(), want) << what;
-        const float got_amax = damax.download()[0];
-        if (std::isnan(want_amax)) EXPECT_TRUE(std::isnan(got_amax)) << what << ": got " << got_amax;
-        else EXPECT_EQ(bits_of(got_amax), bits_of(want_amax)) << what << ": got " << got_amax << ", want " << want_amax;
-        // Without an amax: the same codes, nothing else.
+        const Fp8CastStats got = dstats.download()[0];
+        if (std::isnan(want_stats.amax)) EXPECT_TRUE(std::isnan(got.amax)) << what << ": got " << got.amax;
+        else EXPECT_EQ(bits_of(got.amax), bits_of(want_stats.amax)) << what << ": got " << got.amax;
+        EXPECT_EQ(bits_of(got.min_nonzero), bits_of(want_stats.min_nonzero)) << what;
+        EXPECT_EQ(got.underflow, want_stats.underflow) << what;
+        EXPECT_EQ(got.saturated, want_stats.saturated) << what;
+        // Without statistics: the same codes, nothing else.
         const Dev<std::uint8_t> again(std::vector<std::uint8_t>(values.size(), 0xA5));
-        g_gpu->quantize(device, {again.get(), t, dscale.get()}, values.size(), nullptr, nullptr);
-        EXPECT_EQ(again.download(), want) << what << ", no amax";
+        g_gpu->quantize(device, {again.get(), t, dscale.get()}, values.size(), nullptr, dscratch.get());
+        EXPECT_EQ(again.download(), want) << what << ", no statistics";
       }
 }
 

@@ -73,6 +73,71 @@ TEST_F(CpuFp8, PackAndUnpackWithAScaleGiveTheScalarConversions) {
   }
 }
 
+// quantize with statistics: pack's codes, and what the cast did counted element by element here (a zero code
+// from a non-zero value, |x * scale| above the largest value, the amax, the smallest non-zero |x|),
+// folded into what the statistics held before; the same on 1 and 2 threads.
+TEST_F(CpuFp8, QuantizeGivesPacksCodesAndTheCastsStatistics) {
+  KeyedRandom random(5, "cpu fp8 counted");
+  std::vector<float> x = random_matrix(random, 40000, 6.0);
+  for (std::size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-6f;  // some underflow at either scale
+  const float specials[] = {0.0f, -0.0f, kInf, -1e30f, 1e-30f, -3e-3f, 448.0f, 57344.0f, 2e-38f};
+  for (std::size_t i = 0; i < std::size(specials); ++i) x[i * 997 + 1] = specials[i];
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    const Fp8Format f = fp8_format(t);
+    const float scale = t == DType::e4m3 ? 20.0f : 0.375f;
+    double underflow = 0, saturated = 0;
+    float min_nonzero = 0.5f;  // what the statistics held before: larger than this tensor's minimum
+    for (float v : x) {
+      const float scaled = v * scale;
+      underflow += v != 0.0f && (float_to_fp8(f, scaled) & 0x7F) == 0;
+      saturated += std::fabs(scaled) > fp8_max(f);
+      if (v != 0.0f && std::fabs(v) < min_nonzero) min_nonzero = std::fabs(v);
+    }
+    ASSERT_GT(underflow, 0);
+    ASSERT_GE(saturated, 2);  // inf and -1e30 at least
+    for (int threads : {1, 2}) {
+      be->set_threads(threads);
+      std::vector<std::uint8_t> codes(x.size()), packed(x.size());
+      be->pack(x.data(), {packed.data(), t, const_cast<float*>(&scale)}, x.size());
+      Fp8CastStats stats{3.0f, 0.5f, 10, 1};
+      be->quantize(fp32(x.data()), {codes.data(), t, const_cast<float*>(&scale)}, x.size(), &stats, nullptr);
+      EXPECT_EQ(codes, packed) << dtype_name(t);
+      EXPECT_TRUE(std::isinf(stats.amax)) << "the inf is the amax";
+      EXPECT_EQ(stats.min_nonzero, min_nonzero);
+      EXPECT_EQ(stats.underflow, 10 + underflow) << dtype_name(t);
+      EXPECT_EQ(stats.saturated, 1 + saturated) << dtype_name(t);
+    }
+  }
+  // A bf16 copy, read through scratch as its values: the codes and statistics of those values in fp32.
+  std::vector<std::uint16_t> bits(x.size());
+  be->pack(x.data(), {bits.data(), DType::bf16}, x.size());
+  std::vector<float> widened(x.size()), scratch(x.size());
+  be->unpack({bits.data(), DType::bf16}, widened.data(), x.size());
+  const float scale16 = 3.0f;
+  std::vector<std::uint8_t> from16(x.size()), from32(x.size());
+  Fp8CastStats s16, s32;
+  be->quantize({bits.data(), DType::bf16}, {from16.data(), DType::e4m3, const_cast<float*>(&scale16)}, x.size(), &s16,
+               scratch.data());
+  be->quantize(fp32(widened.data()), {from32.data(), DType::e4m3, const_cast<float*>(&scale16)}, x.size(), &s32, nullptr);
+  EXPECT_EQ(from16, from32);
+  EXPECT_EQ(float_bits(s16.amax), float_bits(s32.amax));
+  EXPECT_EQ(s16.min_nonzero, s32.min_nonzero);
+  EXPECT_EQ(s16.underflow, s32.underflow);
+  EXPECT_EQ(s16.saturated, s32.saturated);
+  EXPECT_GT(s16.underflow, 0);
+  // A NaN is the amax (it stays), and is no minimum, underflow or saturation.
+  std::vector<float> y = {kNaN, 0.25f, 0.0f};
+  std::vector<std::uint8_t> codes(3);
+  const float scale = 1.0f;
+  Fp8CastStats stats;
+  be->quantize(fp32(y.data()), {codes.data(), DType::e4m3, const_cast<float*>(&scale)}, y.size(), &stats, nullptr);
+  EXPECT_TRUE(std::isnan(stats.amax));
+  EXPECT_EQ(stats.min_nonzero, 0.25f);
+  EXPECT_EQ(stats.underflow, 0);
+  EXPECT_EQ(stats.saturated, 0);
+  EXPECT_THROW(be->quantize(fp32(y.data()), {codes.data(), DType::bf16}, y.size(), &stats, nullptr), Error);
+}
+
 TEST_F(CpuFp8, PackAndUnpackRefuseAnFp8TensorWithoutAScale) {
   std::vector<float> x = {1.0f, 2.0f};
   std::vector<std::uint8_t> codes(2);

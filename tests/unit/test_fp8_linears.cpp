@@ -72,12 +72,13 @@ TEST(Fp8Linears, TakesTheSelectedLinearsAndReducesEachAmaxOverTheReplicasNaNIncl
   for (Replica* r : {&r0, &r1}) r->fp8.begin_step();
   r0.forward(rows_of(3.0f));
   r1.forward(rows_of(-12.0f));
-  std::vector<std::vector<double>> sent(2);
-  auto gather = [&](int i) {
-    return [&, i](double* v, std::size_t n) { sent[i].assign(v, v + n); };
+  std::vector<std::vector<double>> sent(2), summed(2);
+  auto gather = [&](std::vector<std::vector<double>>& to, int i) {
+    return [&to, i](double* v, std::size_t n) { to[i].assign(v, v + n); };
   };
-  r0.fp8.end_step(gather(0));  // as a collective would: each replica's values first, then the max
-  r1.fp8.end_step(gather(1));
+  // As a collective would: each replica's values first, then the max and the sum.
+  r0.fp8.end_step(gather(sent, 0), gather(summed, 0));
+  r1.fp8.end_step(gather(sent, 1), gather(summed, 1));
   EXPECT_EQ(r0.fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 3.0f) << "not reduced yet";
   // Again with the reduction: both replicas end with the same state.
   Replica s0(recipe), s1(recipe);
@@ -87,11 +88,24 @@ TEST(Fp8Linears, TakesTheSelectedLinearsAndReducesEachAmaxOverTheReplicasNaNIncl
   auto reduced = [&](double* v, std::size_t n) {
     for (std::size_t k = 0; k < n; ++k) v[k] = std::max(sent[0][k], sent[1][k]);
   };
-  s0.fp8.end_step(reduced);
-  s1.fp8.end_step(reduced);
+  auto added = [&](double* v, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k) v[k] = summed[0][k] + summed[1][k];
+  };
+  s0.fp8.end_step(reduced, added);
+  s1.fp8.end_step(reduced, added);
   for (Replica* r : {&s0, &s1}) {
     EXPECT_EQ(r->fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
     EXPECT_EQ(r->fp8.scalings()[1]->scaling(Role::x).scale(), kFp8E4M3Max / 12.0f);
+    // What the step's casts did, over both replicas: x's 5 x 8 values on each, at the first step's
+    // just-in-time scales, each replica's own (448 / 3, 448 / 12): reported, the largest amax's.
+    const Fp8LinearScaling::StepCasts& x = r->fp8.scalings()[0]->step(Role::x);
+    EXPECT_EQ(x.scale, kFp8E4M3Max / 12.0f);
+    EXPECT_EQ(x.cast.amax, 12.0f);
+    EXPECT_EQ(x.cast.min_nonzero, 0.25f);
+    EXPECT_EQ(x.values, 80);
+    EXPECT_EQ(x.cast.underflow, 0);
+    EXPECT_EQ(x.cast.saturated, 0);
+    EXPECT_EQ(r->fp8.scalings()[0]->step(Role::w).values, 2 * 12 * 8);
   }
   EXPECT_EQ(s0.fp8.state(0), s1.fp8.state(0));
   // Step 2: a NaN on replica 1 alone reaches replica 0 as NaN: both keep their scale.
@@ -99,17 +113,57 @@ TEST(Fp8Linears, TakesTheSelectedLinearsAndReducesEachAmaxOverTheReplicasNaNIncl
   s0.forward(rows_of(100.0f));
   s1.forward(rows_of(kNaN));
   std::vector<std::vector<double>> step2(2);
-  s0.fp8.end_step([&](double* v, std::size_t n) { step2[0].assign(v, v + n); });
-  s1.fp8.end_step([&](double* v, std::size_t n) { step2[1].assign(v, v + n); });
+  const auto none = [](double*, std::size_t) {};
+  s0.fp8.end_step([&](double* v, std::size_t n) { step2[0].assign(v, v + n); }, none);
+  s1.fp8.end_step([&](double* v, std::size_t n) { step2[1].assign(v, v + n); }, none);
   EXPECT_GT(step2[1][0], step2[0][0]) << "NaN's code is above 100's";
   EXPECT_TRUE(std::isnan(Fp8Linears::decode_amax(std::max(step2[0][0], step2[1][0]))));
+}
+
+// Underflow and saturation at the step's scale, the smallest non-zero |x| a MIN over the replicas
+// (carried as its negative in the MAX), and a frozen module's scales that stay at 1 while the other's
+// follow its amax.
+TEST(Fp8Linears, CountsUnderflowAndSaturationAtTheStepsScaleAndAFrozenModuleKeepsItsScale) {
+  const Fp8Recipe recipe{4, Fp8Amax::max, 0};
+  Replica r(recipe);
+  EXPECT_TRUE(r.fp8.freeze("head.cls"));
+  EXPECT_FALSE(r.fp8.freeze("blocks.0.mlp.fc1")) << "not in FP8";
+  EXPECT_FALSE(r.fp8.freeze("blocks.9.attn.qkv"));
+  const auto none = [](double*, std::size_t) {};
+  r.fp8.begin_step();
+  r.forward(rows_of(7.0f));  // step 1 just in time (448 / 7), the frozen module at 1: amax 7
+  r.fp8.end_step(none, none);
+  EXPECT_EQ(r.fp8.scalings()[0]->step(Role::x).scale, kFp8E4M3Max / 7.0f);
+  EXPECT_EQ(r.fp8.scalings()[1]->step(Role::x).scale, 1.0f);
+  EXPECT_EQ(r.fp8.scalings()[0]->scaling(Role::x).scale(), kFp8E4M3Max / 7.0f);
+  EXPECT_EQ(r.fp8.scalings()[1]->scaling(Role::x).scale(), 1.0f) << "frozen";
+  // Step 2 at 448 / 7: 1e-5 x 64 is below E4M3's smallest subnormal's half (one value underflows),
+  // 900 x 64 beyond 448 (one saturates); head.cls at scale 1: 900 saturates, 1e-5 underflows.
+  std::vector<float> x = rows_of(900.0f);
+  x[3] = 1e-5f;
+  r.fp8.begin_step();
+  r.forward(x);
+  std::vector<double> largest;
+  r.fp8.end_step([&](double* v, std::size_t n) { largest.assign(v, v + n); }, none);
+  for (int m = 0; m < 2; ++m) {
+    const Fp8LinearScaling::StepCasts& c = r.fp8.scalings()[m]->step(Role::x);
+    EXPECT_EQ(c.scale, m == 0 ? kFp8E4M3Max / 7.0f : 1.0f);
+    EXPECT_EQ(c.values, 40);
+    EXPECT_EQ(c.cast.amax, 900.0f);
+    EXPECT_EQ(c.cast.min_nonzero, 1e-5f);
+    EXPECT_EQ(c.cast.underflow, 1);
+    EXPECT_EQ(c.cast.saturated, 1);
+  }
+  EXPECT_EQ(largest[1], -double(1e-5f)) << "the minimum travels as its negative";
+  EXPECT_EQ(r.fp8.scalings()[1]->scaling(Role::x).scale(), 1.0f) << "still frozen";
+  EXPECT_EQ(r.fp8.scalings()[1]->scaling(Role::x).history().back(), 900.0f) << "its amaxes still recorded";
 }
 
 TEST(Fp8Linears, StatesRoundTripAndAStateOfAnotherHistoryIsRefused) {
   Replica r0(Fp8Recipe{4, Fp8Amax::max, 0}), r1(Fp8Recipe{4, Fp8Amax::max, 0}), other(Fp8Recipe{8, Fp8Amax::max, 0});
   r0.fp8.begin_step();
   r0.forward(rows_of(5.0f));
-  r0.fp8.end_step([](double*, std::size_t) {});
+  r0.fp8.end_step([](double*, std::size_t) {}, [](double*, std::size_t) {});
   EXPECT_EQ(r0.fp8.state_size(), 3u * (4 + 2));
   for (std::size_t i = 0; i < 2; ++i) r1.fp8.restore(i, r0.fp8.state(i));
   EXPECT_EQ(r1.fp8.state(0), r0.fp8.state(0));

@@ -831,12 +831,22 @@ TEST(TraceWriter, LayerRowsReadBackBitExactWithEmptyActAbsmaxWhenAbsent) {
   LayerRow unmeasured = measured;
   unmeasured.layer = "head.cls";
   unmeasured.act_absmax.reset();
+  measured.fp8[0] = double(3.5f);         // fp8_x_amax
+  measured.fp8[1] = double(128.0f / 3);   // fp8_x_scale: a float's bits
+  measured.fp8[2] = 1.0 / 3.0;            // fp8_x_underflow: a double's
+  measured.fp8[14] = 12.5;                // fp8_dy_range
   writer.write_layers(5, {measured, unmeasured});
 
   const auto lines = read_lines(dir / "layers.csv");
   ASSERT_EQ(lines.size(), 3u);
   const auto f = split_csv(lines[1]);
-  ASSERT_EQ(f.size(), 7u) << lines[1];
+  ASSERT_EQ(f.size(), std::size(kLayerColumns)) << lines[1];
+  ASSERT_EQ(f.size(), 22u) << "7 columns and 5 for each of x, W, dy";
+  EXPECT_EQ(std::strtof(f[7].c_str(), nullptr), 3.5f);
+  EXPECT_EQ(std::strtof(f[8].c_str(), nullptr), 128.0f / 3) << f[8];
+  EXPECT_TRUE(same_bits(std::strtod(f[9].c_str(), nullptr), 1.0 / 3.0)) << f[9];
+  EXPECT_EQ(f[10], "");
+  EXPECT_EQ(f[21], "12.5");
   EXPECT_EQ(f[0], "5");
   EXPECT_EQ(f[1], "blocks.0.attn.qkv");
   EXPECT_TRUE(same_bits(std::strtod(f[2].c_str(), nullptr), measured.grad_norm)) << f[2];
@@ -845,9 +855,10 @@ TEST(TraceWriter, LayerRowsReadBackBitExactWithEmptyActAbsmaxWhenAbsent) {
   EXPECT_TRUE(same_bits(std::strtod(f[5].c_str(), nullptr), 0.125)) << f[5];
   EXPECT_EQ(f[6], "3");
   const auto g = split_csv(lines[2]);
-  ASSERT_EQ(g.size(), 7u) << lines[2];
+  ASSERT_EQ(g.size(), std::size(kLayerColumns)) << lines[2];
   EXPECT_EQ(g[1], "head.cls");
   EXPECT_EQ(g[4], "");
+  for (std::size_t i = kFp8LayerColumnsFirst; i < g.size(); ++i) EXPECT_EQ(g[i], "") << "no FP8 linear";
 }
 
 TEST(WriteFileAtomically, ReplacesTheFileAndLeavesNoTmp) {
@@ -879,10 +890,14 @@ TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   a.act_absmax = 3.5f;
   a.grad_underflow_frac = 0.25;
   a.nonfinite = 12;
+  a.fp8[0] = 1.0 / 7.0;  // fp8_x_amax
+  a.fp8[2] = 0.0;
+  a.fp8[14] = std::numeric_limits<double>::infinity();  // fp8_dy_range
   LayerRow b = a;
   b.layer = "head.cls";
   b.grad_norm = 1e-300;
   b.act_absmax.reset();
+  b.fp8 = {};
   in.layers = {a, b};
   const RankReport out = decode_report(encode_report(in));
   EXPECT_EQ(out.row["step"], 7);
@@ -903,6 +918,13 @@ TEST(RankReport, RoundTripsBitExactWithInfNanAndAbsentValues) {
   EXPECT_EQ(out.layers[0].nonfinite, 12u);
   EXPECT_TRUE(same_bits(out.layers[1].grad_norm, 1e-300));
   EXPECT_FALSE(out.layers[1].act_absmax.has_value());
+  for (std::size_t i = 0; i < kFp8LayerColumns; ++i) {  // the fp8 columns, set or not, as they were sent
+    EXPECT_EQ(out.layers[0].fp8[i].has_value(), a.fp8[i].has_value()) << i;
+    EXPECT_FALSE(out.layers[1].fp8[i].has_value()) << i;
+  }
+  EXPECT_TRUE(same_bits(*out.layers[0].fp8[0], 1.0 / 7.0));
+  EXPECT_EQ(*out.layers[0].fp8[2], 0.0);
+  EXPECT_TRUE(std::isinf(*out.layers[0].fp8[14]));
 
   RankReport middle;  // a stage that is not last has no loss, a replica other than 0 no layers
   EXPECT_FALSE(decode_report(encode_report(middle)).row.has("local_loss"));

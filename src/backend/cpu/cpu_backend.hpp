@@ -47,6 +47,7 @@ class CpuBackend : public Backend {
   void round_to(Output x, std::size_t n) override;
   void pack(const float* x, Target packed, std::size_t n) override;
   void unpack(Operand packed, float* x, std::size_t n) override;
+  void quantize(Operand x, Target codes, std::size_t n, Fp8CastStats* stats, float* scratch) override;
 
   void fill(float* x, std::size_t n, float value) override;
   void add(float* y, const float* x, std::size_t n) override;

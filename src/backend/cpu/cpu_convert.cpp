@@ -2,6 +2,7 @@
 // between fp32 and the fp8 formats with their scales (core/fp8), run over chunks on the threads
 // (chunks.hpp).
 #include <algorithm>
+#include <vector>
 
 #include "backend/cpu/chunks.hpp"
 #include "backend/cpu/cpu_backend.hpp"
@@ -52,6 +53,30 @@ void CpuBackend::pack(const float* x, Target packed, std::size_t n) {
     if (packed.dtype == DType::f16) floats_to_half(x + lo, bits + lo, m);
     else floats_to_bf16(x + lo, bits + lo, m);
   });
+}
+
+// x's values (a 16-bit x widened into scratch first) packed chunk by chunk as pack does; with stats,
+// each chunk's statistics kept and folded in chunk order (the same numbers on any thread count: the
+// counts are integers, the amax and the minimum exact).
+void CpuBackend::quantize(Operand x, Target codes, std::size_t n, Fp8CastStats* stats, float* scratch) {
+  require(is_fp8(codes.dtype), std::string("internal: quantize to ") + dtype_name(codes.dtype));
+  const float* values = static_cast<const float*>(x.data);
+  if (x.dtype != DType::f32) {
+    require(scratch != nullptr, "internal: quantize of a 16-bit tensor without scratch for its values");
+    unpack(x, scratch, n);
+    values = scratch;
+  }
+  if (!stats) {
+    pack(values, codes, n);
+    return;
+  }
+  const float scale = fp8_scale(codes.scale, codes.dtype, "quantize");
+  auto* out = static_cast<std::uint8_t*>(codes.data);
+  std::vector<Fp8CastStats> chunk((n + cpu::kChunk - 1) / cpu::kChunk);
+  cpu::over_chunks(n, [&](std::size_t lo, std::size_t m) {
+    chunk[lo / cpu::kChunk] = quantize_fp8_counted(fp8_format(codes.dtype), values + lo, scale, out + lo, m);
+  });
+  for (const Fp8CastStats& c : chunk) stats->fold(c);
 }
 
 // fp8: x[i] = value(codes[i]) * (1 / scale), the inverse scale in fp32 as the products take it.
