@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cublaslt_plan.hpp"
 #include "cuda_check.hpp"
 
 namespace avtrain::cuda {
@@ -11,17 +12,6 @@ namespace avtrain::cuda {
 namespace {
 cudaDataType_t cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
 
-// The largest power of two (at most 256) the address is a multiple of; null counts as 256.
-int alignment(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  if (address == 0) return 256;
-  return int(std::min<std::uintptr_t>(address & (~address + 1), 256));
-}
-
-template <typename T>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
-}
 }  // namespace
 
 LtMatmul::LtMatmul() { CUBLAS_CHECK(cublasLtCreate(&handle_)); }
@@ -32,10 +22,7 @@ LtMatmul::~LtMatmul() {
 }
 
 void LtMatmul::release(Plan& plan) {
-  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-  if (plan.d) cublasLtMatrixLayoutDestroy(plan.d);
-  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  cuda::release(plan);
   plan = Plan{};
 }
 
@@ -57,7 +44,6 @@ LtMatmul::Plan LtMatmul::make_plan(Kind kind, DType type, const void* a, const v
   const cudaDataType_t t = cuda_type(type);
   const bool forward = kind == Kind::forward;
   const cublasOperation_t op_a = forward ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = forward ? CUBLAS_OP_N : CUBLAS_OP_T;
-  cublasLtMatmulPreference_t pref = nullptr;
   try {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
@@ -78,38 +64,19 @@ LtMatmul::Plan LtMatmul::make_plan(Kind kind, DType type, const void* a, const v
     else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, t, n, k, n));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, t, m, n, m));
 
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::uint64_t workspace = workspace_bytes_;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                      sizeof workspace));
-    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const std::uint32_t bytes[] = {std::uint32_t(alignment(a)), std::uint32_t(alignment(b)),
-                                   std::uint32_t(alignment(d)), std::uint32_t(alignment(d))};
-    for (int i = 0; i < 4; ++i)
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &bytes[i], sizeof bytes[i]));
-
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    pref = nullptr;
-    if (status != CUBLAS_STATUS_SUCCESS || count == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    const LtChoice choice = choose_algorithm(handle_, plan, workspace_bytes_, a, b, d);
+    if (!choice.found) {
       last_refusal_ = std::string(forward ? "forward" : "weight gradient") + " " + dtype_name(type) + " m " +
                       std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
                       (bias ? " with its bias" : "") + ": " +
-                      (status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(status) : "no algorithm");
+                      (choice.status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(choice.status) : "no algorithm");
       ++refusals_;
       release(plan);
       return plan;
     }
-    plan.algo = result.algo;
     plan.found = true;
     return plan;
   } catch (...) {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     release(plan);
     throw;
   }

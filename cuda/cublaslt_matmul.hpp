@@ -27,6 +27,7 @@
 #include <tuple>
 
 #include "core/dtype.hpp"
+#include "cublaslt_plan.hpp"
 
 namespace avtrain::cuda {
 
@@ -65,10 +66,7 @@ class LtMatmul {
   enum class Kind { forward, weight_grad };
   // The shape, the type, the epilogue and each pointer's alignment (what the algorithm depends on).
   using Key = std::tuple<int, int, int, int, int, bool, int, int, int, int>;
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+  struct Plan : LtPlan {
     bool found = false;
     bool ran = false;  // cublasLtMatmul has taken it once
   };

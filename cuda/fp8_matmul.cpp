@@ -6,24 +6,13 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "cublaslt_plan.hpp"
 #include "cuda_check.hpp"
 
 namespace avtrain::cuda {
 
 namespace {
 cudaDataType_t fp8_type(DType t) { return t == DType::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
-
-// The largest power of two (at most 256) the address is a multiple of.
-int alignment(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  if (address == 0) return 256;
-  return int(std::min<std::uintptr_t>(address & (~address + 1), 256));
-}
-
-template <typename T>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
-}
 
 std::string shape(DType a_type, DType b_type, int m, int n, int k, int lda, int ldb, int ldd) {
   return std::string(dtype_name(a_type)) + " x " + dtype_name(b_type) + ", m " + std::to_string(m) + " n " +
@@ -39,18 +28,9 @@ Fp8Matmul::~Fp8Matmul() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void Fp8Matmul::release(Plan& plan) {
-  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-  if (plan.d) cublasLtMatrixLayoutDestroy(plan.d);
-  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-  plan = Plan{};
-}
-
 Fp8Matmul::Plan Fp8Matmul::make_plan(DType a_type, const void* a, int lda, DType b_type, const void* b, int ldb,
                                      const void* d, int ldd, int m, int n, int k) {
   Plan plan;
-  cublasLtMatmulPreference_t pref = nullptr;
   try {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -62,32 +42,13 @@ Fp8Matmul::Plan Fp8Matmul::make_plan(DType a_type, const void* a, int lda, DType
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, fp8_type(b_type), k, n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, m, n, ldd));
 
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::uint64_t workspace = workspace_bytes_;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                      sizeof workspace));
-    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const std::uint32_t bytes[] = {std::uint32_t(alignment(a)), std::uint32_t(alignment(b)),
-                                   std::uint32_t(alignment(d)), std::uint32_t(alignment(d))};
-    for (int i = 0; i < 4; ++i)
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &bytes[i], sizeof bytes[i]));
-
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    pref = nullptr;
-    if (status != CUBLAS_STATUS_SUCCESS || count == 0 || result.state != CUBLAS_STATUS_SUCCESS)
+    const LtChoice choice = choose_algorithm(handle_, plan, workspace_bytes_, a, b, d);
+    if (!choice.found)
       throw Error("cuBLASLt has no FP8 product for " + shape(a_type, b_type, m, n, k, lda, ldb, ldd) + ": " +
-                  (status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(status) : "no algorithm") +
+                  (choice.status != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(choice.status) : "no algorithm") +
                   " (precision.mode fp8 needs sm_89 or later; precision.mode bf16 runs without it)");
-    plan.algo = result.algo;
     return plan;
   } catch (...) {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     release(plan);
     throw;
   }

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "core/dtype.hpp"
+#include "cublaslt_plan.hpp"
 
 namespace avtrain::cuda {
 
@@ -44,14 +45,9 @@ class Fp8Matmul {
  private:
   // Types, shape, leading dimensions and the pointers' alignments (what the algorithm depends on).
   using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int>;
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-  };
+  using Plan = LtPlan;
   Plan make_plan(DType a_type, const void* a, int lda, DType b_type, const void* b, int ldb, const void* d, int ldd,
                  int m, int n, int k);
-  static void release(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
