@@ -12,9 +12,8 @@ Fp8LinearScaling::Fp8LinearScaling(std::string module, const Fp8Recipe& recipe)
                 Fp8DelayedScaling(Fp8Format::e5m2, recipe)} {}
 
 void Fp8LinearScaling::load_scales() {
-  std::array<float, kRoles> scales{};
-  for (int r = 0; r < kRoles; ++r) scales[r] = scalings_[r].scale();
-  scales_.upload(scales.data(), kRoles);
+  for (int r = 0; r < kRoles; ++r) loaded_[r] = scalings_[r].scale();
+  scales_.upload(loaded_.data(), kRoles);
 }
 
 void Fp8LinearScaling::begin_step() {
@@ -34,6 +33,11 @@ Operand Fp8LinearScaling::quantize(Backend& be, Role role, Operand values, std::
     fp32_values = scratch.data();
   }
   if (record && recording_) be.abs_max_into(values, n, amaxes_.data() + int(role));
+  const Fp8DelayedScaling& scaling = scalings_[int(role)];
+  if (!scaling.has_history()) {  // no delayed scale yet: this use's own (see the header)
+    loaded_[int(role)] = scaling.scale_for(be.abs_max(values, n));
+    scales_.upload(loaded_.data(), kRoles);
+  }
   codes.resize(n);
   float* scale = scales_.data() + int(role);
   be.pack(fp32_values, {codes.data(), type_of(role), scale}, n);

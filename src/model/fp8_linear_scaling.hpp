@@ -7,6 +7,14 @@
 // amaxes back into the scalings (record); the caller may reduce each scaling's step_amax() over the
 // data-parallel replicas; update() (the new scales into tensor memory). Outside a step (evaluation)
 // the products use the scales as they are and record nothing.
+// A tensor whose scaling has no amax history yet (a fresh start's first step, or a tensor no step has
+// seen) is quantized with a scale taken just in time from its own amax in this use
+// (Fp8DelayedScaling::scale_for), not with the first scale of 1, at which small gradients underflow
+// to zero in E5M2. Each use depends only on its own values (its micro-batch): every layout of
+// micro-batches over replicas and stages quantizes alike (dy, seeded with 1 / micro-batches per
+// replica, a power of 2 apart: its scale too, the same codes), and the step's amaxes still go to the
+// history as in any step (MAX over micro-batches and replicas), so that the next step's scales are
+// every layout's.
 #include <array>
 #include <string>
 
@@ -37,7 +45,9 @@ class Fp8LinearScaling {
   // The fp8 codes of `role`'s tensor, n values (fp32, or a 16-bit copy read as its values), quantized
   // with the step's scale into `codes` (resized); `scratch` takes a 16-bit tensor's fp32 values. Where
   // `record` and within a step, the tensor's amax is folded into the step's. The same tensor quantized again within a
-  // step gives the same codes (the scale is fixed): backward quantizes forward's x and W again.
+  // step gives the same codes (the scale is fixed, or taken just in time from the same values):
+  // backward quantizes forward's x and W again. The returned operand's scale is valid until the next
+  // quantize of `role` (a just-in-time scale is rewritten there) or update().
   Operand quantize(Backend& be, Role role, Operand values, std::size_t n, Mask& codes, Buffer& scratch,
                    bool record);
   // The step's amaxes read back and recorded into the scalings (NaN where a tensor held one).
@@ -48,7 +58,8 @@ class Fp8LinearScaling {
  private:
   std::string module_;
   std::array<Fp8DelayedScaling, kRoles> scalings_;
-  Buffer scales_, amaxes_;  // kRoles floats each, tensor memory
+  Buffer scales_, amaxes_;              // kRoles floats each, tensor memory
+  std::array<float, kRoles> loaded_{};  // scales_'s values on the host
   bool recording_ = false;  // within a step
 };
 

@@ -32,16 +32,25 @@ float Fp8DelayedScaling::window_amax() const {
   return largest;
 }
 
+float Fp8DelayedScaling::scale_for(float amax) const {
+  if (!(std::isfinite(amax) && amax > 0.0f)) return scale_;  // no scale can be taken from it: keep the old one
+  const float scale = scaled_max_ / amax;
+  return std::isinf(scale) ? std::numeric_limits<float>::max() : scale;
+}
+
+bool Fp8DelayedScaling::has_history() const {
+  for (const float a : ring_)
+    if (a != 0.0f) return true;  // NaN too
+  return false;
+}
+
 void Fp8DelayedScaling::update() {
   const float last = step_amax_;
   step_amax_ = 0.0f;
   if (last == 0.0f) return;  // nothing seen: the history and the scale stay (TE's bulk update)
   ring_[next_] = last;
   next_ = (next_ + 1) % ring_.size();
-  const float amax = algorithm_ == Fp8Amax::most_recent ? last : window_amax();
-  if (!(std::isfinite(amax) && amax > 0.0f)) return;  // no scale can be taken from it: keep the old one
-  const float scale = scaled_max_ / amax;
-  scale_ = std::isinf(scale) ? std::numeric_limits<float>::max() : scale;
+  scale_ = scale_for(algorithm_ == Fp8Amax::most_recent ? last : window_amax());
 }
 
 std::vector<float> Fp8DelayedScaling::history() const {

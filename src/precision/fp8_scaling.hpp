@@ -11,6 +11,9 @@
 // NaN keeps the scale it had; a scale that would be inf (amax below FP8 max / FLT_MAX) is FLT_MAX; a
 // step whose amax is 0 (the tensor unused, or all zeros) leaves the history as it was. Unlike its
 // fmaxf, a NaN in the history is not passed over: like inf it keeps the scale until it leaves.
+// Before the history holds an amax (a fresh start's first step, not a resumed one: the checkpoint
+// brings its history), the first scale of 1 would let small tensors (gradients) underflow: the user
+// (Fp8LinearScaling) then takes each use's scale just in time, scale_for() of the tensor's own amax.
 #include <cstddef>
 #include <vector>
 
@@ -38,6 +41,11 @@ class Fp8DelayedScaling {
   // multiplied by.
   float scale() const { return scale_; }
   float scale_inv() const { return 1.0f / scale_; }
+  // The scale `amax` gives: (FP8 max / amax) / 2^margin, FLT_MAX where that is inf; scale() where
+  // amax is zero, inf or NaN (no scale can be taken from it).
+  float scale_for(float amax) const;
+  // Whether a step has put an amax into the history yet (zeros only: none has).
+  bool has_history() const;
 
   // The amax of one use of the tensor this step; the step's amax is the largest (NaN if any is NaN).
   void record(float amax);

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Checks on the traces of runs in different pp x dp layouts.
 
-  same BASE CAND LOSS_RTOL GNORM_RTOL   loss and grad_norm per step agree within the relative
-                                         tolerances; same number of steps
+  same BASE CAND LOSS_RTOL GNORM_RTOL [--first N]
+                                         loss and grad_norm per step agree within the relative
+                                         tolerances; same number of steps (--first: only steps
+                                         0..N-1 are compared, of at least N)
   identical BASE CAND [--ignore COL,...] the same run bit for bit: every column of trace.csv but the
                                          process's measurements (and COLs), every row of layers.csv,
                                          and every dataset of the final checkpoint's stage files
@@ -33,8 +35,12 @@ def rows(run, name):
         return list(csv.DictReader(f))
 
 
-def same(base, cand, loss_rtol, gnorm_rtol):
+def same(base, cand, loss_rtol, gnorm_rtol, first=None):
     a, b = rows(base, "trace.csv"), rows(cand, "trace.csv")
+    if first is not None:
+        if first < 1 or len(a) < first or len(b) < first:
+            fail(f"--first {first}: {len(a)} steps in {base}, {len(b)} in {cand}")
+        a, b = a[:first], b[:first]
     if len(a) != len(b) or not a:
         fail(f"{len(a)} steps in {base}, {len(b)} in {cand}")
     worst = {"loss": 0.0, "grad_norm": 0.0}
@@ -117,10 +123,10 @@ def main():
     if not args:
         sys.exit(__doc__)
     what = args[0]
-    if what == "same" and len(args) == 5:
+    if what == "same" and (len(args) == 5 or (len(args) == 7 and args[5] == "--first")):
         if float(args[3]) == 0 and float(args[4]) == 0:
             sys.exit("check_layouts: 'same' with tolerances 0 compares two columns: use 'identical'")
-        same(args[1], args[2], float(args[3]), float(args[4]))
+        same(args[1], args[2], float(args[3]), float(args[4]), int(args[6]) if len(args) == 7 else None)
     elif what == "identical" and len(args) in (3, 5) and (len(args) == 3 or args[3] == "--ignore"):
         identical(args[1], args[2], set(args[4].split(",")) if len(args) == 5 else set())
     elif what == "less-activation" and len(args) == 3:

@@ -81,7 +81,7 @@ class Fp8LinearTest : public ::testing::Test {
 
 TEST_F(Fp8LinearTest, ProductsAreTheQuantizedProductsOfTheStepsScalesRoundedAsTheBf16Linears) {
   linear.use_fp8(&fp8);
-  // Step 1 at scale 1: the amaxes of x, W and dy are recorded.
+  // Step 1 at just-in-time scales (no history yet): the amaxes of x, W and dy are recorded.
   fp8.begin_step();
   step();
   fp8.end_step();
@@ -161,6 +161,41 @@ TEST_F(Fp8LinearTest, TheFp8ModuleDiffersFromTheBf16OneAndANaNReachesTheAmax) {
   fp8.end_step();
   EXPECT_TRUE(std::isnan(fp8.scaling(Role::x).step_amax()));
   EXPECT_FALSE(std::isnan(fp8.scaling(Role::w).step_amax()));
+}
+
+// A fresh start's first step: a tensor without amax history is quantized with the scale of its own
+// amax, (FP8 max / amax), not 1. An E5M2 gradient of magnitude 1e-6 (below E5M2's smallest value,
+// 2^-16, at scale 1: all zeros) keeps every value to E5M2's precision; the amax still goes to the
+// history, whose scale the next step takes (the same here: the same tensor). A restored history is
+// used as it is (no per-use scale after a resume).
+TEST_F(Fp8LinearTest, AFirstStepTakesEachTensorsScaleFromItsOwnAmax) {
+  std::vector<float> tiny = bf16_values(std::size_t(rows) * out, "tiny", 1.0);
+  const float to_1e6 = 2e-6f / amax_of(tiny);  // the largest 2e-6, below 2^-17 (half E5M2's smallest)
+  for (float& v : tiny) v = bf16_to_float(float_to_bf16(v * to_1e6));
+  const float amax = amax_of(tiny);
+  for (float v : tiny) ASSERT_EQ(fp8_to_float(Fp8Format::e5m2, float_to_fp8(Fp8Format::e5m2, v)), 0.0f);  // at scale 1
+  Mask codes;
+  Buffer scratch;
+  std::vector<float> back(tiny.size());
+  fp8.begin_step();
+  const Operand dy8 = fp8.quantize(*be, Role::dy, fp32(tiny.data()), tiny.size(), codes, scratch, true);
+  EXPECT_EQ(*dy8.scale, kFp8E5M2Max / amax);
+  be->unpack(dy8, back.data(), back.size());
+  for (std::size_t i = 0; i < tiny.size(); ++i)
+    ASSERT_NEAR(back[i], tiny[i], std::ldexp(std::fabs(tiny[i]), -3) + std::ldexp(amax, -30)) << i;  // 2 mantissa bits
+  fp8.end_step();
+  EXPECT_EQ(fp8.scaling(Role::dy).step_amax(), amax);
+  fp8.update();
+  EXPECT_EQ(fp8.scaling(Role::dy).scale(), kFp8E5M2Max / amax);
+  // A resumed scaling with a history uses its delayed scale, whatever the tensor.
+  Fp8LinearScaling resumed{"blocks.0.mlp.fc1", Fp8Recipe{16, Fp8Amax::max, 0}};
+  Fp8DelayedScaling held(Fp8Format::e5m2, Fp8Recipe{16, Fp8Amax::max, 0});
+  held.record(1.0f);
+  held.update();
+  resumed.scaling(Role::dy).restore(held.state());
+  resumed.load_scales();
+  resumed.begin_step();
+  EXPECT_EQ(*resumed.quantize(*be, Role::dy, fp32(tiny.data()), tiny.size(), codes, scratch, true).scale, kFp8E5M2Max);
 }
 
 TEST_F(Fp8LinearTest, AnFp32ModuleRefusesFp8ProductsAndQuantizeBeforeTheStepIsRefused) {

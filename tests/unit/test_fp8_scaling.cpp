@@ -151,6 +151,29 @@ TEST(Fp8DelayedScaling, CheckpointStateContinuesBitForBit) {
   }
 }
 
+// scale_for(amax), the scale a first step takes just in time, is the formula of update(); without an
+// amax (zero, inf, NaN) it is the scale held (1 at first). has_history(): after a step with an amax,
+// and after a restore of a state that had one.
+TEST(Fp8DelayedScaling, ScaleForIsTheFormulaOfTheAmaxAndHistoryStartsWithTheFirstAmax) {
+  Fp8DelayedScaling s(Fp8Format::e5m2, {4, Fp8Amax::max, 1});
+  EXPECT_FALSE(s.has_history());
+  EXPECT_EQ(s.scale_for(3.0f), 28672.0f / 3.0f);
+  EXPECT_EQ(s.scale_for(1e-40f), std::numeric_limits<float>::max());
+  for (const float none : {0.0f, kInf, std::numeric_limits<float>::quiet_NaN()}) EXPECT_EQ(s.scale_for(none), 1.0f);
+  step(s, {0.0f});  // a step that saw nothing: still no history
+  EXPECT_FALSE(s.has_history());
+  EXPECT_EQ(step(s, {3.0f}), s.scale_for(3.0f));
+  EXPECT_TRUE(s.has_history());
+  EXPECT_EQ(s.scale_for(kInf), s.scale());
+  Fp8DelayedScaling resumed(Fp8Format::e5m2, {4, Fp8Amax::max, 1});
+  resumed.restore(s.state());
+  EXPECT_TRUE(resumed.has_history());
+  Fp8DelayedScaling nan_seen(Fp8Format::e4m3, {4, Fp8Amax::max, 0});
+  step(nan_seen, {std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_TRUE(nan_seen.has_history());  // a NaN is history too: the scale held, not one per use
+  EXPECT_EQ(nan_seen.scale(), 1.0f);
+}
+
 TEST(Fp8DelayedScaling, RecipeOutsideItsRangeIsRefusedNamingTheOption) {
   EXPECT_THROW(Fp8DelayedScaling(Fp8Format::e4m3, {0, Fp8Amax::max, 0}), Error);
   EXPECT_THROW(Fp8DelayedScaling(Fp8Format::e4m3, {4, Fp8Amax::max, -1}), Error);
