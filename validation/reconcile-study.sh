@@ -7,8 +7,8 @@
 # segment check as --null pairs (docs/reconcile.md, "Offsets: the segment check").
 #
 #   validation/reconcile-study.sh DECK [--out DIR] [--data SHARDS] [--seeds 1,2,3]
-#       [--candidates bf16,fp16,NAME=FRAGMENT.ini (also fp32; bf16-sr, bf16-rn: bf16 without fp32 masters,
-#       stochastic or nearest rounding of the update)] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
+#       [--candidates bf16,fp16,NAME=FRAGMENT.ini (also fp32; fp8: every linear's products in FP8;
+#       bf16-sr, bf16-rn: bf16 without fp32 masters, stochastic or nearest rounding of the update)] [--steps N] [--ranks R] [--twin-ulps U] [--null-ulps U,...] [--reuse]
 #       [-- AVTRAIN_OPTIONS...]
 #
 # Writes, under DIR (default runs/study) and for each seed S:
@@ -92,7 +92,7 @@ declare -A cand_options
 cand_names=()
 for c in "${cand_list[@]}"; do
   case $c in
-    bf16|fp16|fp32) cand_names+=("$c"); cand_options[$c]="--precision"$'\n'"$c" ;;
+    bf16|fp16|fp32|fp8) cand_names+=("$c"); cand_options[$c]="--precision"$'\n'"$c" ;;
     bf16-sr|bf16-rn)  # bf16 without fp32 masters, the update written back stochastically or to nearest
       rounding=stochastic; [ "$c" = bf16-rn ] && rounding=nearest
       cand_names+=("$c")
@@ -105,7 +105,7 @@ for c in "${cand_list[@]}"; do
       opts=$(fragment_options "$file") || exit 2
       [ -n "$opts" ] || die "--candidates: $file: no [precision] setting"
       cand_names+=("$name"); cand_options[$name]=$opts ;;
-    *) die "--candidates: '$c' is not bf16, fp16, fp32, bf16-sr, bf16-rn or NAME=FRAGMENT.ini" ;;
+    *) die "--candidates: '$c' is not bf16, fp16, fp32, fp8, bf16-sr, bf16-rn or NAME=FRAGMENT.ini" ;;
   esac
 done
 cand_list=("${cand_names[@]}")
