@@ -1,6 +1,6 @@
 """What the gpu test scripts share: the one way they start a program (echo it, capture its
 output, stop the script with the program's tail and exit code when it fails), how many GPUs are
-there, and a fresh synthetic shard set."""
+there, a fresh synthetic shard set, and the start of a CPU-against-GPU run of the CI deck."""
 import os
 import shutil
 import subprocess
@@ -34,3 +34,17 @@ def fresh_shards(bin_dir, work, shards, samples):
     run([os.path.join(bin_dir, "avtrain-shards"), "synth", "--out", path, "--shards", str(shards), "--samples",
          str(samples), "--seed", "3"])
     return path
+
+
+def ci_deck_on_a_gpu(argv, usage):
+    """The start of a CPU-against-GPU test of the CI deck: argv is BIN_DIR SOURCE_DIR WORK_DIR (else the
+    usage); without a CUDA device, exit 77 (CTest: skipped); fresh shards (2 of 256 samples) in WORK_DIR.
+    Returns (source, work, avtrain, deck, shards)."""
+    if len(argv) != 3:
+        sys.exit(usage)
+    bin_dir, source, work = argv
+    if gpu_count(bin_dir) == 0:
+        print("no CUDA device: skipped")
+        sys.exit(77)
+    shards = fresh_shards(bin_dir, work, shards=2, samples=256)
+    return source, work, os.path.join(bin_dir, "avtrain"), os.path.join(source, "inputs", "ci.ini"), shards

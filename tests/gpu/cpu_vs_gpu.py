@@ -15,7 +15,7 @@ import csv
 import os
 import sys
 
-from checked_run import fresh_shards, gpu_count, run
+from checked_run import ci_deck_on_a_gpu, run
 
 
 def first_row(run_dir):
@@ -24,15 +24,7 @@ def first_row(run_dir):
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    bin_dir, source, work = sys.argv[1:]
-    if gpu_count(bin_dir) == 0:
-        print("no CUDA device: skipped")
-        sys.exit(77)
-    shards = fresh_shards(bin_dir, work, shards=2, samples=256)
-    deck = os.path.join(source, "inputs", "ci.ini")
-    avtrain = os.path.join(bin_dir, "avtrain")
+    source, work, avtrain, deck, shards = ci_deck_on_a_gpu(sys.argv[1:], __doc__)
     for device in ("cpu", "cuda"):
         run([avtrain, deck, "--data", shards, "--device", device, "--steps", "1", "--out",
              os.path.join(work, f"fp32_{device}")])

@@ -13,19 +13,11 @@ import os
 import subprocess
 import sys
 
-from checked_run import fresh_shards, gpu_count, run
+from checked_run import ci_deck_on_a_gpu, run
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    bin_dir, source, work = sys.argv[1:]
-    if gpu_count(bin_dir) == 0:
-        print("no CUDA device: skipped")
-        sys.exit(77)
-    shards = fresh_shards(bin_dir, work, shards=2, samples=256)
-    deck = os.path.join(source, "inputs", "ci.ini")
-    avtrain = os.path.join(bin_dir, "avtrain")
+    source, work, avtrain, deck, shards = ci_deck_on_a_gpu(sys.argv[1:], __doc__)
     common = [deck, "--data", shards, "--precision", "fp8", "--steps", "40"]
     probe = subprocess.run([avtrain, *common, "--device", "cuda", "--steps", "1", "--out", os.path.join(work, "probe")],
                            capture_output=True, text=True)
