@@ -311,6 +311,15 @@ class Backend : public TensorMemory {
                              float* x, int B, int Ta, int L, int D) = 0;
   virtual void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality,
                               int B, int Ta, int L, int D) = 0;
+  // ---- context parallelism (parallel.cp): a sample's tokens cut over ranks, heads exchanged
+  // y[r, :] = x[index[r], :] for r < rows; index (in tensor memory) -1: a row of zeros.
+  virtual void gather_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) = 0;
+  // y[index[r], :] = x[r, :] for every r < rows with index[r] >= 0; the other rows of y are left as
+  // they are (the indices name distinct rows).
+  virtual void scatter_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) = 0;
+  // x viewed as [n0, n1] blocks of `block_bytes` bytes each: y[j, i] = x[i, j] (any element type;
+  // how the Ulysses all-to-all puts each member's heads, or tokens, next to each other).
+  virtual void transpose_blocks(const void* x, void* y, int n0, int n1, std::size_t block_bytes) = 0;
   // pooled[B, D] = mean over tokens [begin, end) with mask of x[B, L, D]
   virtual void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B,
                                         int L, int D, int begin, int end) = 0;

@@ -67,6 +67,11 @@ class Communicator {
   virtual Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) = 0;
   virtual void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) = 0;
 
+  // Every member's `send` holds size() chunks of `bytes_each` bytes: chunk r goes to member r, which
+  // puts it at chunk `this member's rank` of its `recv` (context parallelism's head exchange). The
+  // chunk for this member itself is copied. Counts (size() - 1) x bytes_each in bytes_sent.
+  virtual void all_to_all(const void* send, void* recv, std::size_t bytes_each) = 0;
+
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void send(const void* data, std::size_t bytes, int peer, int tag) = 0;
   virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;

@@ -315,6 +315,44 @@ void MpiCommunicator::gather(const void* mine, void* all, const std::vector<std:
   if (rank_ != root) bytes_sent_ += (bounds[std::size_t(rank_) + 1] - own) * element;
 }
 
+void MpiCommunicator::all_to_all(const void* send, void* recv, std::size_t bytes_each) {
+  const auto* from = static_cast<const std::byte*>(send);
+  auto* to = static_cast<std::byte*>(recv);
+  if (size_ == 1) {
+    if (bytes_each) std::memcpy(to, from, bytes_each);
+    return;
+  }
+  // Each piece of at most chunk_ bytes a member goes as one MPI_Alltoallv (its displacements are
+  // the chunks' offsets, in bytes, within an int).
+  std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
+  std::vector<std::byte> piece_in, piece_out;
+  for_each_chunk(bytes_each, chunk_, [&](std::size_t offset, int n) {
+    const bool whole = offset == 0 && std::size_t(n) == bytes_each &&
+                       bytes_each * std::size_t(size_) <= std::size_t(INT_MAX);
+    if (whole) {
+      for (int r = 0; r < size_; ++r) counts[std::size_t(r)] = n, displs[std::size_t(r)] = r * n;
+      check(MPI_Alltoallv(from, counts.data(), displs.data(), MPI_BYTE, to, counts.data(), displs.data(), MPI_BYTE,
+                          comm_),
+            "MPI_Alltoallv");
+      return;
+    }
+    // A piece of every chunk, packed together (their offsets in the whole buffer exceed an int).
+    piece_in.resize(std::size_t(n) * size_);
+    piece_out.resize(std::size_t(n) * size_);
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(piece_in.data() + std::size_t(r) * n, from + std::size_t(r) * bytes_each + offset, std::size_t(n));
+      counts[std::size_t(r)] = n;
+      displs[std::size_t(r)] = r * n;
+    }
+    check(MPI_Alltoallv(piece_in.data(), counts.data(), displs.data(), MPI_BYTE, piece_out.data(), counts.data(),
+                        displs.data(), MPI_BYTE, comm_),
+          "MPI_Alltoallv");
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(to + std::size_t(r) * bytes_each + offset, piece_out.data() + std::size_t(r) * n, std::size_t(n));
+  });
+  bytes_sent_ += std::uint64_t(size_ - 1) * bytes_each;
+}
+
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   require_member(root, size_, where_, "broadcast root");
   auto* p = static_cast<std::byte*>(data);

@@ -44,6 +44,8 @@ class MpiCommunicator final : public Communicator {
   Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
   Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
   void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) override;
+  // MPI_Alltoall of bytes; chunks of over max_chunk bytes go in pieces.
+  void all_to_all(const void* send, void* recv, std::size_t bytes_each) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void send(const void* data, std::size_t bytes, int peer, int tag) override;
   void recv(void* data, std::size_t bytes, int peer, int tag) override;

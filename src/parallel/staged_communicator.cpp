@@ -275,6 +275,17 @@ void StagedCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   if (rank() != root && bytes) staging_->wait(staging_->to_device(data, host.host, bytes));
 }
 
+// Blocking, as the host's: both buffers through the host, everything queued before started first.
+void StagedCommunicator::all_to_all(const void* send, void* recv, std::size_t bytes_each) {
+  const std::size_t bytes = bytes_each * std::size_t(size());
+  const HostPool::Held out{*pool_, take(bytes)};
+  const HostPool::Held in{*pool_, take(bytes)};
+  if (bytes) staging_->wait(staging_->to_host(out.host, send, bytes));
+  start_all();
+  host_->all_to_all(out.host, in.host, bytes_each);
+  if (bytes) staging_->wait(staging_->to_device(recv, in.host, bytes));
+}
+
 void StagedCommunicator::send(const void* data, std::size_t bytes, int peer, int tag) {
   send_async(data, bytes, peer, tag).wait();
 }

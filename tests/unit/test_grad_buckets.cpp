@@ -60,6 +60,7 @@ class FakeGroup final : public Communicator {
   }
   void gather(const void*, void*, const std::vector<std::size_t>&, DType, int) override { unexpected("gather"); }
   void all_reduce(double*, std::size_t, ReduceOp) override { unexpected("all_reduce(double)"); }
+  void all_to_all(const void*, void*, std::size_t) override { unexpected("all_to_all"); }
   void broadcast(void*, std::size_t, int) override { unexpected("broadcast"); }
   void send(const void*, std::size_t, int, int) override { unexpected("send"); }
   void recv(void*, std::size_t, int, int) override { unexpected("recv"); }

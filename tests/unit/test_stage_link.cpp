@@ -72,6 +72,7 @@ class FakePipe final : public Communicator {
   void all_reduce(void*, std::size_t, DType, ReduceOp) override { unexpected("all_reduce"); }
   Request all_reduce_async(void*, std::size_t, DType, ReduceOp) override { return unexpected("all_reduce_async"), Request(); }
   void all_reduce(double*, std::size_t, ReduceOp) override { unexpected("all_reduce(double)"); }
+  void all_to_all(const void*, void*, std::size_t) override { unexpected("all_to_all"); }
   void broadcast(void*, std::size_t, int) override { unexpected("broadcast"); }
   Request reduce_scatter_async(void*, const std::vector<std::size_t>&, DType) override {
     return unexpected("reduce_scatter_async"), Request();

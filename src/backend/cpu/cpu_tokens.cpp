@@ -10,6 +10,31 @@ void CpuBackend::mask_rows(float* x, const std::uint8_t* row_mask, int rows, int
     if (!row_mask[r]) std::memset(x + std::size_t(r) * dim, 0, sizeof(float) * dim);
 }
 
+void CpuBackend::gather_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    float* out = y + std::size_t(r) * cols;
+    if (index[r] < 0) std::memset(out, 0, sizeof(float) * cols);
+    else std::memcpy(out, x + std::size_t(index[r]) * cols, sizeof(float) * cols);
+  }
+}
+
+void CpuBackend::scatter_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r)
+    if (index[r] >= 0) std::memcpy(y + std::size_t(index[r]) * cols, x + std::size_t(r) * cols, sizeof(float) * cols);
+}
+
+void CpuBackend::transpose_blocks(const void* x, void* y, int n0, int n1, std::size_t block_bytes) {
+  const auto* in = static_cast<const unsigned char*>(x);
+  auto* out = static_cast<unsigned char*>(y);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < n0; ++i)
+    for (int j = 0; j < n1; ++j)
+      std::memcpy(out + (std::size_t(j) * n0 + i) * block_bytes, in + (std::size_t(i) * n1 + j) * block_bytes,
+                  block_bytes);
+}
+
 void CpuBackend::embed_forward(const float* a, const float* v, const float* pos, const float* modality,
                                float* x, int B, int Ta, int L, int D) {
   const int Tv = L - Ta;
