@@ -67,8 +67,8 @@ __device__ int count_tokens(const std::uint8_t* mask_b, int begin, int end) {
   return count;
 }
 
-__global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, float* pooled, int L, int D, int begin,
-                                    int end, std::size_t n) {
+__global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, const float* counts, float* pooled, int L,
+                                    int D, int begin, int end, std::size_t n) {
   for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const std::size_t b = e / D;
     const int i = int(e % D);
@@ -76,23 +76,25 @@ __global__ void pool_forward_kernel(const float* x, const std::uint8_t* mask, fl
     float s = 0;
     for (int l = begin; l < end; ++l)
       if (mask_b[l]) s += x[(b * L + l) * D + i];
-    const int count = count_tokens(mask_b, begin, end);
-    pooled[e] = s * (count > 0 ? 1.0f / count : 0.0f);
+    const float over = counts ? counts[b] : float(count_tokens(mask_b, begin, end));
+    pooled[e] = s * (over > 0 ? 1.0f / over : 0.0f);
   }
 }
 
-__global__ void pool_counts_kernel(const std::uint8_t* mask, int* counts, int B, int L, int begin, int end) {
+// A sample's count: the mask's, or the one given (its tokens over every part, parallel.cp).
+__global__ void pool_counts_kernel(const std::uint8_t* mask, const float* given, float* counts, int B, int L, int begin,
+                                   int end) {
   for (std::size_t b = first_index(); b < std::size_t(B); b += grid_stride())
-    counts[b] = count_tokens(mask + b * L, begin, end);
+    counts[b] = given ? given[b] : float(count_tokens(mask + b * L, begin, end));
 }
 
-__global__ void pool_backward_kernel(const float* dpooled, const std::uint8_t* mask, const int* counts, float* dx,
+__global__ void pool_backward_kernel(const float* dpooled, const std::uint8_t* mask, const float* counts, float* dx,
                                      int L, int D, int begin, int end, std::size_t n) {
   const int span = end - begin;
   for (std::size_t e = first_index(); e < n; e += grid_stride()) {
     const int i = int(e % D), l = begin + int(e / D % span);
     const std::size_t b = e / D / span;
-    if (!mask[b * L + l] || counts[b] == 0) continue;
+    if (!mask[b * L + l] || counts[b] <= 0) continue;
     dx[(b * L + l) * D + i] += dpooled[b * D + i] * (1.0f / counts[b]);
   }
 }
@@ -134,20 +136,20 @@ void CudaBackend::embed_backward(const float* dx, float* da, float* dv, float* d
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B, int L,
-                                           int D, int begin, int end) {
+void CudaBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* mask, const float* counts, float* pooled,
+                                           int B, int L, int D, int begin, int end) {
   const std::size_t n = std::size_t(std::max(B, 0)) * std::max(D, 0);
   if (n == 0) return;
-  pool_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, mask, pooled, L, D, begin, end, n);
+  pool_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, mask, counts, pooled, L, D, begin, end, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx, int B, int L,
-                                            int D, int begin, int end) {
+void CudaBackend::masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, const float* given,
+                                            float* dx, int B, int L, int D, int begin, int end) {
   const std::size_t n = std::size_t(std::max(B, 0)) * std::max(end - begin, 0) * std::max(D, 0);
   if (n == 0) return;
-  int* counts = static_cast<int*>(scratch(sizeof(int) * B));
-  pool_counts_kernel<<<blocks_for(B), kThreads, 0, stream_>>>(mask, counts, B, L, begin, end);
+  float* counts = static_cast<float*>(scratch(sizeof(float) * B));
+  pool_counts_kernel<<<blocks_for(B), kThreads, 0, stream_>>>(mask, given, counts, B, L, begin, end);
   CUDA_CHECK_LAUNCH();
   pool_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dpooled, mask, counts, dx, L, D, begin, end, n);
   CUDA_CHECK_LAUNCH();

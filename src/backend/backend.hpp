@@ -320,11 +320,13 @@ class Backend : public TensorMemory {
   // x viewed as [n0, n1] blocks of `block_bytes` bytes each: y[j, i] = x[i, j] (any element type;
   // how the Ulysses all-to-all puts each member's heads, or tokens, next to each other).
   virtual void transpose_blocks(const void* x, void* y, int n0, int n1, std::size_t block_bytes) = 0;
-  // pooled[B, D] = mean over tokens [begin, end) with mask of x[B, L, D]
-  virtual void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B,
-                                        int L, int D, int begin, int end) = 0;
-  virtual void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx,
-                                         int B, int L, int D, int begin, int end) = 0;  // dx +=
+  // pooled[B, D] = mean over tokens [begin, end) with mask of x[B, L, D]: their sum divided by their
+  // count, or by counts[b] where counts (tensor memory, [B]) is given: the sample's tokens over every
+  // part of it under parallel.cp, whose pools are then summed over the parts.
+  virtual void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, const float* counts,
+                                        float* pooled, int B, int L, int D, int begin, int end) = 0;
+  virtual void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, const float* counts,
+                                         float* dx, int B, int L, int D, int begin, int end) = 0;  // dx +=
   // out[B, Da+Db] = [a | b] and back
   virtual void concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) = 0;
   virtual void split_columns(const float* d, float* da, float* db, int B, int Da, int Db) = 0;

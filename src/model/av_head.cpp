@@ -51,8 +51,14 @@ void AVHead::forward(Flow& flow, LayerState& state_base) {
   Buffer& pv = ws_[kPv];
   pa.resize(std::size_t(B) * D);
   pv.resize(std::size_t(B) * D);
-  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), pa.data(), B, L, D, 0, Ta);
-  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), pv.data(), B, L, D, Ta, L);
+  // parallel.cp: each part pools its own tokens over the sample's count, and the parts' pools add up.
+  const float* counts = flow.context ? flow.pool_counts.data() : nullptr;
+  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), counts, pa.data(), B, L, D, 0, Ta);
+  be_.masked_mean_pool_forward(y.data(), flow.token_mask.data(), counts ? counts + B : nullptr, pv.data(), B, L, D, Ta, L);
+  if (flow.context) {
+    flow.context->sum(pa.data(), pa.size());
+    flow.context->sum(pv.data(), pv.size());
+  }
   Buffer& z = ws_[kZ];
   z.resize(std::size_t(B) * 2 * D);
   be_.concat_columns(pa.data(), pv.data(), z.data(), B, D, D);
@@ -125,9 +131,14 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   const int B = flow.B, L = flow.L, D = D_, rows = B * L, Ta = flow.audio_tokens;
   const std::size_t n = std::size_t(rows) * D;
   be_.round_to(rounded(st.dlogits.data(), cls_.dtype()), st.dlogits.size());
+  // parallel.cp: every part computes head.cls whole; its gradient, added over the parts with the
+  // others', is counted once (1 / parts, exact for a power of two) and dz restored (parts x).
+  const int parts = flow.parts();
+  if (parts > 1) be_.scale(st.dlogits.data(), st.dlogits.size(), 1.0f / float(parts));
   Buffer& dz = ws_[kZ];
   dz.resize(std::size_t(B) * 2 * D);
   cls_.backward(be_, st.z.operand(), st.dlogits.data(), dz.data(), B);
+  if (parts > 1) be_.scale(dz.data(), dz.size(), float(parts));
   note_gradient(be_, flow, cls_.module(), dz.data(), dz.size());
   // dpa, dpv hold the InfoNCE gradient; add the classifier's (pooling runs in fp32).
   Buffer& dcls_a = ws_[kPa];
@@ -138,8 +149,10 @@ void AVHead::backward(Flow& flow, LayerState& state_base) {
   Buffer& dy = ws_[kY];
   dy.resize(n);
   be_.fill(dy.data(), n, 0.0f);
-  be_.masked_mean_pool_backward(st.dpa.data(), flow.token_mask.data(), dy.data(), B, L, D, 0, Ta);
-  be_.masked_mean_pool_backward(st.dpv.data(), flow.token_mask.data(), dy.data(), B, L, D, Ta, L);
+  const float* counts = flow.context ? flow.pool_counts.data() : nullptr;
+  be_.masked_mean_pool_backward(st.dpa.data(), flow.token_mask.data(), counts, dy.data(), B, L, D, 0, Ta);
+  be_.masked_mean_pool_backward(st.dpv.data(), flow.token_mask.data(), counts ? counts + B : nullptr, dy.data(), B, L, D,
+                                Ta, L);
   be_.round_to(rounded(dy.data(), ln_.dtype()), n);
   flow.dx.resize(n);
   ln_.backward(be_, st.x.operand(), dy.data(), st.mean.data(), st.rstd.data(), flow.dx.data(), rows);

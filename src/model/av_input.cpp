@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "model/saved_tensor.hpp"
+#include "model/token_parts.hpp"
 
 namespace avtrain {
 
@@ -10,14 +11,16 @@ struct AVInputState final : LayerState {
   Mask frame_mask, audio_mask, video_mask;  // in tensor memory
   SavedTensor col, conv_out, bn_out, patches;
   Buffer bn_mean, bn_rstd;
+  Labels rows;  // parallel.cp: the row of the whole sequence each of this part's tokens is
   std::size_t bytes() const override {
     return total_bytes(col, conv_out, bn_out, patches, bn_mean, bn_rstd) + frame_mask.size() + audio_mask.size() +
-           video_mask.size();
+           video_mask.size() + rows.size() * sizeof(std::int32_t);
   }
 };
 
 // Workspace slots.
-enum Slot { kLogmel, kCol, kConv, kBn, kAudio, kPatches, kVideo };
+// kTokens: under parallel.cp, the whole sequence's tokens (and their gradient) before the cut.
+enum Slot { kLogmel, kCol, kConv, kBn, kAudio, kPatches, kVideo, kTokens };
 }  // namespace
 
 AVInput::AVInput(Backend& be, ParamStore& params, Workspace& ws, const PrecisionPolicy& policy, const ModelConfig& m,
@@ -124,28 +127,65 @@ void AVInput::forward(Flow& flow, LayerState& state_base) {
   be_.mask_rows(video.data(), st.video_mask.data(), B * Nv, D);
   note_activation(be_, flow, patch_.module(), video.data(), nv);
 
-  // Tokens.
+  // Tokens: the whole sequence, then under parallel.cp this part's (model/token_parts.hpp). Every
+  // part computes this layer whole (its activations are a small share of a block's): BatchNorm's
+  // statistics are then the whole sequence's, and the embeddings those of the tokens' global places.
   flow.B = B;
   flow.L = L;
   flow.audio_tokens = Ta;
-  flow.x.resize(std::size_t(B) * L * D);
-  be_.embed_forward(audio.data(), video.data(), params_.value(pos_), params_.value(modality_), flow.x.data(), B, Ta,
+  Buffer& tokens = flow.context ? ws_[kTokens] : flow.x;
+  tokens.resize(std::size_t(B) * L * D);
+  be_.embed_forward(audio.data(), video.data(), params_.value(pos_), params_.value(modality_), tokens.data(), B, Ta,
                     L, D);
-  be_.round_to(rounded(flow.x.data(), embed_dtype_), flow.x.size());
+  be_.round_to(rounded(tokens.data(), embed_dtype_), tokens.size());
   flow.x_dtype = embed_dtype_;
-  note_activation(be_, flow, "embed", flow.x.data(), flow.x.size());
+  note_activation(be_, flow, "embed", tokens.data(), tokens.size());
+  if (flow.context) cut(flow, st, mb);
+}
+
+void AVInput::cut(Flow& flow, LayerState& state_base, const data::MicroBatch& mb) {
+  auto& st = static_cast<AVInputState&>(state_base);
+  const int B = mb.size, D = D_;
+  const TokenParts parts = TokenParts::of(g_, flow.context->parts(), flow.context->part());
+  std::vector<int> valid_audio(std::size_t(B), 0), valid_video(std::size_t(B), 0);
+  for (int b = 0; b < B; ++b) {
+    valid_audio[std::size_t(b)] = g_.valid_audio_tokens(mb.audio_len[std::size_t(b)]);
+    valid_video[std::size_t(b)] = g_.valid_video_tokens(mb.video_len[std::size_t(b)]);
+    const int valid = valid_audio[std::size_t(b)] + valid_video[std::size_t(b)];
+    require(valid >= parts.parts, "parallel.cp " + std::to_string(parts.parts) + ": sample " +
+                                      std::to_string(mb.index[std::size_t(b)]) + " has " + std::to_string(valid) +
+                                      " valid tokens, fewer than the parts it would be cut into");
+  }
+  const TokenParts::Cut c = parts.cut(valid_audio, valid_video);
+  st.rows.upload(c.rows.data(), c.rows.size());
+  flow.token_mask.upload(c.mask.data(), c.mask.size());
+  flow.key_mask.upload(c.keys.data(), c.keys.size());
+  flow.pool_counts.upload(c.counts.data(), c.counts.size());
+  const int Lp = parts.tokens();
+  flow.L = Lp;
+  flow.audio_tokens = parts.audio_slots;
+  flow.x.resize(std::size_t(B) * Lp * D);
+  be_.gather_rows(ws_[kTokens].data(), st.rows.data(), flow.x.data(), B * Lp, D);
 }
 
 void AVInput::backward(Flow& flow, LayerState& state_base) {
   auto& st = static_cast<AVInputState&>(state_base);
   const int B = flow.B, D = D_, Ta = g_.audio_tokens, Nv = g_.video_tokens, L = g_.tokens;
   const std::size_t na = std::size_t(B) * Ta * D, nv = std::size_t(B) * Nv * D;
-  be_.round_to(rounded(flow.dx.data(), embed_dtype_), flow.dx.size());
+  // parallel.cp: this part's token gradients at their rows of the whole sequence, zero elsewhere
+  // (every gradient below is linear in them: the parts' parameter gradients add up to the whole's).
+  Buffer& dx = flow.context ? ws_[kTokens] : flow.dx;
+  if (flow.context) {
+    dx.resize(std::size_t(B) * L * D);
+    be_.fill(dx.data(), dx.size(), 0.0f);
+    be_.scatter_rows(flow.dx.data(), st.rows.data(), dx.data(), B * flow.L, D);
+  }
+  be_.round_to(rounded(dx.data(), embed_dtype_), dx.size());
   Buffer& d_audio = ws_[kAudio];
   Buffer& d_video = ws_[kVideo];
   d_audio.resize(na);
   d_video.resize(nv);
-  be_.embed_backward(flow.dx.data(), d_audio.data(), d_video.data(), params_.grad(pos_), params_.grad(modality_), B,
+  be_.embed_backward(dx.data(), d_audio.data(), d_video.data(), params_.grad(pos_), params_.grad(modality_), B,
                      Ta, L, D);
   be_.mask_rows(d_video.data(), st.video_mask.data(), B * Nv, D);
   be_.round_to(rounded(d_video.data(), patch_.dtype()), nv);

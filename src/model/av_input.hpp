@@ -39,6 +39,9 @@ class AVInput final : public Layer {
   void stage(const data::MicroBatch& mb);
 
  private:
+  // parallel.cp: this part's tokens of the whole sequence in the workspace, into flow.x, with the
+  // masks and counts the blocks and the head read.
+  void cut(Flow& flow, LayerState& state, const data::MicroBatch& mb);
   Backend& be_;
   Workspace& ws_;
   ParamStore& params_;

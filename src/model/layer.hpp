@@ -15,6 +15,7 @@
 #include "core/dtype.hpp"
 #include "data/shard_set.hpp"
 #include "model/activation_stats.hpp"
+#include "model/context_exchange.hpp"
 
 namespace avtrain {
 
@@ -39,6 +40,16 @@ struct Flow {
   DType x_dtype = DType::f32;         // the type x's values are exact in (the producer's)
   Buffer dx;                          // their gradient
   Mask token_mask;                    // [B, L], 1 for a real token (the key-padding mask)
+  // parallel.cp: the ranks this sample's tokens are cut over (null at cp 1). x then holds this part's
+  // L tokens of a sample (model/token_parts.hpp: [audio_tokens slots | video slots]), token_mask its
+  // valid ones; key_mask is the whole sequence's in the order attention gathers it [B, parts x L], and
+  // pool_counts [2, B] the valid audio, then video, tokens of each sample over every part.
+  ContextExchange* context = nullptr;
+  Mask key_mask;
+  Buffer pool_counts;
+  int parts() const { return context ? context->parts() : 1; }
+  // The mask of the keys attention sees (the whole sequence's).
+  const std::uint8_t* keys() const { return context ? key_mask.data() : token_mask.data(); }
   float grad_scale = 1;               // backward computes the gradient of grad_scale * loss
   double loss = 0, ce_loss = 0, nce_loss = 0;
   int correct = 0;
@@ -63,7 +74,7 @@ std::size_t total_bytes(const T&... tensors) {
 // Also the one state that layers which recompute their forward in backward (train.recompute =
 // blocks) refill there: what such a layer keeps per micro-batch is its input alone.
 struct Workspace {
-  static constexpr int kSlots = 10;
+  static constexpr int kSlots = 12;
   Buffer slot[kSlots];
   // A gradient's 16-bit copy, written as it is rounded, read by the two products of one backward.
   Buffer16 grad16;

@@ -6,9 +6,9 @@ void apply_spec_masks(Backend& be, float* logmel, const std::uint8_t* keep, cons
                       const std::uint8_t* frame_mask, const std::uint8_t* all_frames, float* mean, float* fill, int B,
                       int T, int M) {
   const std::size_t n = std::size_t(B) * T * M;
-  be.masked_mean_pool_forward(logmel, frame_mask, mean, B, T, M, 0, T);
+  be.masked_mean_pool_forward(logmel, frame_mask, nullptr, mean, B, T, M, 0, T);
   be.fill(fill, n, 0.0f);
-  be.masked_mean_pool_backward(mean, all_frames, fill, B, T, M, 0, T);  // mean / T in every frame
+  be.masked_mean_pool_backward(mean, all_frames, nullptr, fill, B, T, M, 0, T);  // mean / T in every frame
   be.scale(fill, n, float(T));
   be.mask_rows(fill, drop, int(n), 1);
   be.mask_rows(logmel, keep, int(n), 1);

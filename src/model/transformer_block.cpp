@@ -4,22 +4,27 @@
 #include <string>
 #include <utility>
 
+#include "core/error.hpp"
 #include "model/saved_tensor.hpp"
 
 namespace avtrain {
 
 struct TransformerBlock::State final : LayerState {
   SavedTensor x, a, qkv, p, ctx, h, b, f1, g;
+  // parallel.cp: attention's output as attention wrote it (every token, this part's heads), which a
+  // recomputation of p reads; qkv and p are kept so too, ctx as proj reads it (this part's tokens).
+  SavedTensor ctx_heads;
   Buffer row_stats;  // [B, H, L, 2] the softmax statistics, when p is not kept
   Buffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
   std::size_t bytes() const override {
-    return total_bytes(x, a, qkv, p, ctx, h, b, f1, g, row_stats, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd);
+    return total_bytes(x, a, qkv, p, ctx, ctx_heads, h, b, f1, g, row_stats, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd);
   }
 };
 
 namespace {
-// Workspace slots, named by what they hold in forward; kX: the input read back for a recomputation.
-enum Slot { kA, kQkv, kP, kCtx, kH, kB, kF1, kG, kX };
+// Workspace slots, named by what they hold in forward; kX: the input read back for a recomputation;
+// kQkvHeads, kCtxHeads: under parallel.cp, qkv and ctx (and their gradients) in attention's layout.
+enum Slot { kA, kQkv, kP, kCtx, kH, kB, kF1, kG, kX, kQkvHeads, kCtxHeads };
 
 std::string block_name(int index) { return "blocks." + std::to_string(index); }
 }  // namespace
@@ -113,32 +118,67 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   qkv.resize(3 * n);
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
   const DType products = attention_products();
-  const float* qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), products != DType::f32, [&](Output y) {
+  // parallel.cp: attention runs on every token of the sequence (Lk, the parts' one after the other)
+  // for this part's Hh heads: qkv goes there after its linear, ctx comes back before proj, in
+  // values rounded to their type (model/context_exchange.hpp).
+  const int parts = flow.parts(), Hh = H / parts, Lk = parts * L;
+  require(parts == 1 || (H % parts == 0 && !qkv_.fp8() && !proj_.fp8()),
+          "internal: " + name() + " cut over " + std::to_string(parts) + " parts");
+  const float* qkv_values = nullptr;
+  if (parts == 1) {
+    qkv_values = st.qkv.keep_written(qkv, qkv_.dtype(), products != DType::f32, [&](Output y) {
+      qkv_.forward(be_, st.a.operand(), y, rows, keep_a);
+      note(qkv_.module(), y.result(), 3 * n);
+    });
+  } else {
+    const Output y = rounded(qkv.data(), qkv_.dtype());
     qkv_.forward(be_, st.a.operand(), y, rows, keep_a);
     note(qkv_.module(), y.result(), 3 * n);
-  });
+    Buffer& heads = ws_[kQkvHeads];
+    heads.resize(3 * n);
+    flow.context->to_heads(qkv.data(), heads.data(), B, L, 3, head_bytes(Hh));
+    qkv_values = st.qkv.keep(be_, heads, qkv_.dtype());
+  }
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
+  // Attention's output: into ctx, or under parallel.cp into ctx_out and then ctx (this part's tokens).
+  Buffer& ctx_out = parts == 1 ? ctx : ws_[kCtxHeads];
+  ctx_out.resize(n);
+  const auto to_tokens = [&] { flow.context->to_tokens(ctx_out.data(), ctx.data(), B, L, 1, head_bytes(Hh)); };
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
   SavedTensor* keep_ctx = nullptr;  // read by attention's backward too, unless p is kept
   if (recompute_ == Recompute::none && !fused_attention()) {
     Buffer& p = ws_[kP];
-    p.resize(std::size_t(B) * H * L * L);
+    p.resize(std::size_t(B) * Hh * Lk * Lk);
     Buffer16* ctx16 = ws_.fp8_input_for(proj_.fp8(), qkv_.dtype(), 0);
     keep_ctx = ctx16 ? &st.ctx : nullptr;
-    st.ctx.keep_written(ctx, qkv_.dtype(), false, [&](Output y) {
-      be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, y, B, L, H, hd);
-    }, ctx16);
+    if (parts == 1) {
+      st.ctx.keep_written(ctx, qkv_.dtype(), false, [&](Output y) {
+        be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, y, B, L, H, hd);
+      }, ctx16);
+    } else {
+      be_.attention_forward(products, qkv_in, flow.keys(), p.data(), nullptr, rounded(ctx_out.data(), qkv_.dtype()), B,
+                            Lk, Hh, hd);
+      to_tokens();
+      st.ctx.keep(be_, ctx, qkv_.dtype());
+    }
     // Products in the storage type return p rounded to it already: kept without another rounding pass.
     if (products == qkv_.dtype())
       st.p.keep(be_, p, qkv_.dtype());
     else
       st.p.round_and_keep(be_, p, qkv_.dtype());
-  } else {  // backward recomputes p from q, k and these (fused attention: always)
+  } else if (parts == 1) {  // backward recomputes p from q, k and these (fused attention: always)
     st.row_stats.resize(std::size_t(B) * H * L * 2);
     st.ctx.keep_written(ctx, qkv_.dtype(), attention_copy_only(), [&](Output y) {
       be_.attention_forward(products, qkv_in, flow.token_mask.data(), nullptr, st.row_stats.data(), y, B, L, H, hd);
     });
+  } else {
+    st.row_stats.resize(std::size_t(B) * Hh * Lk * 2);
+    be_.attention_forward(products, qkv_in, flow.keys(), nullptr, st.row_stats.data(),
+                          rounded(ctx_out.data(), qkv_.dtype()), B, Lk, Hh, hd);
+    to_tokens();
+    st.ctx_heads.keep(be_, ctx_out, qkv_.dtype());
+    st.ctx.keep(be_, ctx, qkv_.dtype());
   }
 
   Buffer& h = ws_[kH];
@@ -220,19 +260,34 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
   const Operand qkv = products == DType::f32 ? fp32(st.qkv.load(be_, ws_[kQkv])) : st.qkv.operand();
   // p as kept, or recomputed (and rounded to the type a kept copy has); fused attention also reads
   // forward's output as kept.
+  const int parts = flow.parts(), Hh = H / parts, Lk = parts * L;
   const Backend::AttentionProbs p =
       recompute_ != Recompute::none || fused_attention()
-          ? Backend::AttentionProbs::recomputed(flow.token_mask.data(), st.row_stats.data(), qkv_.dtype(),
-                                                st.ctx.operand())
+          ? Backend::AttentionProbs::recomputed(flow.keys(), st.row_stats.data(), qkv_.dtype(),
+                                                (parts == 1 ? st.ctx : st.ctx_heads).operand())
           : Backend::AttentionProbs::kept(products == DType::f32 ? fp32(st.p.load(be_, ws_[kP])) : st.p.operand());
   Buffer& dqkv = ws_[kG];
   dqkv.resize(3 * n);
   Buffer& da = ws_[kF1];
   da.resize(n);
-  // dqkv rounded to qkv's type by the op, its copy alone where attention_copy_only (written by the
-  // fused attention itself).
-  const Output dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n, attention_copy_only());
-  be_.attention_backward(products, qkv, p, dctx.data(), dqkv_out, B, L, H, hd);
+  Output dqkv_out;
+  if (parts == 1) {
+    // dqkv rounded to qkv's type by the op, its copy alone where attention_copy_only (written by the
+    // fused attention itself).
+    dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n, attention_copy_only());
+    be_.attention_backward(products, qkv, p, dctx.data(), dqkv_out, B, L, H, hd);
+  } else {  // parallel.cp: dctx to attention's layout, dqkv (rounded values) back to this part's tokens
+    Buffer& dctx_heads = ws_[kCtxHeads];
+    Buffer& dqkv_heads = ws_[kQkvHeads];
+    dctx_heads.resize(n);
+    dqkv_heads.resize(3 * n);
+    flow.context->to_heads(dctx.data(), dctx_heads.data(), B, L, 1, head_bytes(Hh));
+    be_.attention_backward(products, qkv, p, dctx_heads.data(), rounded(dqkv_heads.data(), qkv_.dtype()), B, Lk, Hh,
+                           hd);
+    flow.context->to_tokens(dqkv_heads.data(), dqkv.data(), B, L, 3, head_bytes(Hh));
+    dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n);
+    be_.round_to(dqkv_out, 3 * n);  // the 16-bit copy of values rounded already
+  }
   note_gradient(be_, flow, name() + ".attn", dqkv_out.result(), 3 * n);
   qkv_.backward(be_, st.a.operand(), dqkv_out, da.data(), rows);
   note_gradient(be_, flow, qkv_.module(), da.data(), n);

@@ -5,8 +5,8 @@
 namespace avtrain {
 
 namespace {
-enum Tag { kHeader = 101, kMask = 102, kTokens = 103, kGradient = 104 };
-enum HeaderField { kB, kL, kAudioTokens, kType, kHeaderFields };
+enum Tag { kHeader = 101, kMask = 102, kTokens = 103, kGradient = 104, kKeys = 105, kCounts = 106 };
+enum HeaderField { kB, kL, kAudioTokens, kType, kKeyTokens, kHeaderFields };
 }  // namespace
 
 StageLink::StageLink(parallel::Communicator& activations, parallel::Communicator& gradients, Backend& be, int width)
@@ -20,7 +20,8 @@ StageLink::Outbox& StageLink::free_outbox() {
 
 void StageLink::send_activation(const Flow& flow) {
   Outbox& o = free_outbox();
-  const std::int32_t header[kHeaderFields] = {flow.B, flow.L, flow.audio_tokens, std::int32_t(flow.x_dtype)};
+  const std::int32_t keys = flow.context ? std::int32_t(flow.key_mask.size() / std::size_t(flow.B)) : 0;
+  const std::int32_t header[kHeaderFields] = {flow.B, flow.L, flow.audio_tokens, std::int32_t(flow.x_dtype), keys};
   o.header.upload(header, kHeaderFields);
   const std::size_t mask = flow.token_mask.size(), n = flow.x.size();
   require(mask == std::size_t(flow.B) * flow.L && n == mask * std::size_t(D_),
@@ -42,6 +43,14 @@ void StageLink::send_activation(const Flow& flow) {
   o.requests.push_back(act_.send_async(o.header.data(), o.header.bytes(), next, kHeader));
   act_.group_begin();
   o.requests.push_back(act_.send_async(o.mask.data(), mask, next, kMask));
+  if (keys) {  // parallel.cp: what attention and the head of the next stage read besides the tokens
+    o.keys.resize(flow.key_mask.size());
+    be_.copy(o.keys.data(), flow.key_mask.data(), o.keys.size());
+    o.counts.resize(flow.pool_counts.size());
+    be_.copy(o.counts.data(), flow.pool_counts.data(), flow.pool_counts.bytes());
+    o.requests.push_back(act_.send_async(o.keys.data(), o.keys.size(), next, kKeys));
+    o.requests.push_back(act_.send_async(o.counts.data(), o.counts.bytes(), next, kCounts));
+  }
   o.requests.push_back(act_.send_async(tokens, bytes, next, kTokens));
   act_.group_end();
 }
@@ -52,7 +61,8 @@ void StageLink::recv_activation(Flow& flow) {
   act_.recv(header_in_.data(), header_in_.bytes(), prev, kHeader);
   std::int32_t h[kHeaderFields];
   header_in_.download(h);
-  require(h[kB] > 0 && h[kL] > 0 && h[kType] >= 0 && h[kType] <= int(DType::bf16),
+  require(h[kB] > 0 && h[kL] > 0 && h[kType] >= 0 && h[kType] <= int(DType::bf16) && h[kKeyTokens] >= 0 &&
+              (h[kKeyTokens] > 0) == (flow.context != nullptr),
           "stage " + std::to_string(act_.rank()) + ": malformed activation header from stage " + std::to_string(prev));
   flow.B = h[kB];
   flow.L = h[kL];
@@ -65,10 +75,19 @@ void StageLink::recv_activation(Flow& flow) {
   if (!f32) packed_in_.resize(n);
   act_.group_begin();
   parallel::Request got_mask = act_.recv_async(flow.token_mask.data(), mask, prev, kMask);
+  parallel::Request got_keys, got_counts;
+  if (h[kKeyTokens] > 0) {
+    flow.key_mask.resize(std::size_t(flow.B) * h[kKeyTokens]);
+    flow.pool_counts.resize(std::size_t(2) * flow.B);
+    got_keys = act_.recv_async(flow.key_mask.data(), flow.key_mask.size(), prev, kKeys);
+    got_counts = act_.recv_async(flow.pool_counts.data(), flow.pool_counts.bytes(), prev, kCounts);
+  }
   parallel::Request got_tokens = f32 ? act_.recv_async(flow.x.data(), flow.x.bytes(), prev, kTokens)
                                      : act_.recv_async(packed_in_.data(), packed_in_.bytes(), prev, kTokens);
   act_.group_end();
   got_mask.wait();
+  got_keys.wait();
+  got_counts.wait();
   got_tokens.wait();
   if (!f32) be_.unpack({packed_in_.data(), flow.x_dtype}, flow.x.data(), n);
 }

@@ -41,8 +41,10 @@ class StageLink {
  private:
   // What one send owns until it completes; reused once it has.
   struct Outbox {
-    Labels header;  // B, L, audio tokens, type
+    Labels header;  // B, L, audio tokens, type, keys (parallel.cp: the gathered sequence's length; else 0)
     Mask mask;
+    Mask keys;      // parallel.cp: the key mask and the pools' counts (Flow)
+    Buffer counts;
     Buffer tokens;  // fp32 tokens or gradient
     Buffer16 packed;  // 16-bit tokens
     std::vector<parallel::Request> requests;

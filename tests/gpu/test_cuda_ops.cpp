@@ -1427,9 +1427,9 @@ TEST_F(CudaOps, MaskedMeanPoolForwardMatchesCpuOverBothTokenRanges) {
   DevF d_x(gpu(), x);
   for (auto [begin, end] : {std::pair{0, S::Ta}, std::pair{S::Ta, S::L}}) {
     std::vector<float> pooled = nans(sz(S::B, S::D));
-    cpu().masked_mean_pool_forward(x.data(), mask.data(), pooled.data(), S::B, S::L, S::D, begin, end);
+    cpu().masked_mean_pool_forward(x.data(), mask.data(), nullptr, pooled.data(), S::B, S::L, S::D, begin, end);
     DevF d_pooled(gpu(), nans(pooled.size()));
-    gpu().masked_mean_pool_forward(d_x, d_mask, d_pooled, S::B, S::L, S::D, begin, end);
+    gpu().masked_mean_pool_forward(d_x, d_mask, nullptr, d_pooled, S::B, S::L, S::D, begin, end);
     EXPECT_TRUE(close_l2(d_pooled.download(), pooled, kF32)) << "tokens [" << begin << ", " << end << ")";
   }
 }
@@ -1443,8 +1443,8 @@ TEST_F(CudaOps, MaskedMeanPoolBackwardMatchesCpuAndAccumulates) {
   for (auto [begin, end] : {std::pair{0, S::Ta}, std::pair{S::Ta, S::L}}) {
     std::vector<float> dx = normal(sz(S::B, S::L, S::D), "pool_bw.dx");
     DevF d_dx(gpu(), dx);
-    cpu().masked_mean_pool_backward(dpooled.data(), mask.data(), dx.data(), S::B, S::L, S::D, begin, end);
-    gpu().masked_mean_pool_backward(d_dpooled, d_mask, d_dx, S::B, S::L, S::D, begin, end);
+    cpu().masked_mean_pool_backward(dpooled.data(), mask.data(), nullptr, dx.data(), S::B, S::L, S::D, begin, end);
+    gpu().masked_mean_pool_backward(d_dpooled, d_mask, nullptr, d_dx, S::B, S::L, S::D, begin, end);
     EXPECT_TRUE(close_l2(d_dx.download(), dx, kF32)) << "tokens [" << begin << ", " << end << ")";
   }
 }

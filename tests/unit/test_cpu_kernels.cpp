@@ -1110,7 +1110,7 @@ TEST_F(CpuKernels, MaskedMeanPoolForwardAveragesValidTokensInTheRange) {
   const int B = pc.B, L = pc.L, D = pc.D;
   const auto x = random_floats(std::size_t(B) * L * D, "pool.x");
   auto pooled = poisoned(std::size_t(B) * D);
-  be->masked_mean_pool_forward(x.data(), pc.mask.data(), pooled.data(), B, L, D, pc.begin, pc.end);
+  be->masked_mean_pool_forward(x.data(), pc.mask.data(), nullptr, pooled.data(), B, L, D, pc.begin, pc.end);
   std::vector<double> want(pooled.size(), 0.0);
   for (int b = 0; b < B; ++b)
     for (int l = pc.begin; l < pc.end; ++l)
@@ -1126,7 +1126,7 @@ TEST_F(CpuKernels, MaskedMeanPoolBackwardSpreadsTheGradientOverValidTokensAndAcc
   const auto dpooled = random_floats(std::size_t(B) * D, "pool_bw.dpooled");
   const auto dx0 = random_floats(std::size_t(B) * L * D, "pool_bw.dx");
   auto dx = dx0;
-  be->masked_mean_pool_backward(dpooled.data(), pc.mask.data(), dx.data(), B, L, D, pc.begin, pc.end);
+  be->masked_mean_pool_backward(dpooled.data(), pc.mask.data(), nullptr, dx.data(), B, L, D, pc.begin, pc.end);
   std::vector<double> want(dx0.begin(), dx0.end());
   for (int b = 0; b < B; ++b)
     for (int l = pc.begin; l < pc.end; ++l)

@@ -105,9 +105,9 @@ class CpuBackend : public Backend {
                      int B, int Ta, int L, int D) override;
   void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality, int B,
                       int Ta, int L, int D) override;
-  void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled, int B, int L,
+  void masked_mean_pool_forward(const float* x, const std::uint8_t* mask, const float* counts, float* pooled, int B, int L,
                                 int D, int begin, int end) override;
-  void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx, int B,
+  void masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, const float* counts, float* dx, int B,
                                  int L, int D, int begin, int end) override;
   void concat_columns(const float* a, const float* b, float* out, int B, int Da, int Db) override;
   void split_columns(const float* d, float* da, float* db, int B, int Da, int Db) override;

@@ -66,8 +66,8 @@ void CpuBackend::embed_backward(const float* dx, float* da, float* dv, float* dp
     }
 }
 
-void CpuBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* mask, float* pooled,
-                                          int B, int L, int D, int begin, int end) {
+void CpuBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* mask, const float* counts,
+                                          float* pooled, int B, int L, int D, int begin, int end) {
   for (int b = 0; b < B; ++b) {
     float* out = pooled + std::size_t(b) * D;
     std::memset(out, 0, sizeof(float) * D);
@@ -78,18 +78,20 @@ void CpuBackend::masked_mean_pool_forward(const float* x, const std::uint8_t* ma
       const float* xr = x + (std::size_t(b) * L + l) * D;
       for (int i = 0; i < D; ++i) out[i] += xr[i];
     }
-    float inv = count > 0 ? 1.0f / count : 0.0f;
+    const float over = counts ? counts[b] : float(count);
+    float inv = over > 0 ? 1.0f / over : 0.0f;
     for (int i = 0; i < D; ++i) out[i] *= inv;
   }
 }
 
-void CpuBackend::masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, float* dx,
-                                           int B, int L, int D, int begin, int end) {
+void CpuBackend::masked_mean_pool_backward(const float* dpooled, const std::uint8_t* mask, const float* counts,
+                                           float* dx, int B, int L, int D, int begin, int end) {
   for (int b = 0; b < B; ++b) {
     int count = 0;
     for (int l = begin; l < end; ++l) count += mask[std::size_t(b) * L + l] != 0;
-    if (count == 0) continue;
-    float inv = 1.0f / count;
+    const float over = counts ? counts[b] : float(count);
+    if (count == 0 || over <= 0) continue;
+    float inv = 1.0f / over;
     const float* g = dpooled + std::size_t(b) * D;
     for (int l = begin; l < end; ++l) {
       if (!mask[std::size_t(b) * L + l]) continue;
