@@ -147,6 +147,9 @@ class CudaBackend final : public Backend {
                      int tp, int p) override;
 
   void mask_rows(float* x, const std::uint8_t* row_mask, int rows, int dim) override;
+  void gather_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) override;
+  void scatter_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) override;
+  void transpose_blocks(const void* x, void* y, int n0, int n1, std::size_t block_bytes) override;
   void embed_forward(const float* a, const float* v, const float* pos, const float* modality, float* x,
                      int B, int Ta, int L, int D) override;
   void embed_backward(const float* dx, float* da, float* dv, float* dpos, float* dmodality, int B,

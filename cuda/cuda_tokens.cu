@@ -1,6 +1,8 @@
-// Token assembly: embeddings, masks, pooling, column concatenation. Every sum over samples or
-// tokens is a loop in a fixed order inside one thread, so the gradients are the same every run.
+// Token assembly: embeddings, masks, pooling, column concatenation, and the rows and blocks context
+// parallelism moves. Every sum over samples or tokens is a loop in a fixed order inside one thread,
+// so the gradients are the same every run.
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -99,6 +101,41 @@ __global__ void pool_backward_kernel(const float* dpooled, const std::uint8_t* m
   }
 }
 
+// y[r, :] = x[index[r], :], or zeros where index[r] < 0.
+__global__ void gather_rows_kernel(const float* x, const std::int32_t* index, float* y, int cols, std::size_t n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
+    const std::int32_t from = index[e / cols];
+    y[e] = from < 0 ? 0.0f : x[std::size_t(from) * cols + e % cols];
+  }
+}
+
+// y[index[r], :] = x[r, :] where index[r] >= 0.
+__global__ void scatter_rows_kernel(const float* x, const std::int32_t* index, float* y, int cols, std::size_t n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
+    const std::int32_t to = index[e / cols];
+    if (to >= 0) y[std::size_t(to) * cols + e % cols] = x[e];
+  }
+}
+
+// x as [n0, n1] blocks of `words` Words each; y[j, i] = x[i, j]. One thread per word of y, in y's
+// order: the writes are coalesced, and so are the reads within a block.
+template <typename Word>
+__global__ void transpose_blocks_kernel(const Word* x, Word* y, int n0, int n1, std::size_t words, std::size_t n) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
+    const std::size_t block = e / words, k = e % words;
+    const std::size_t j = block / n0, i = block % n0;
+    y[e] = x[(i * n1 + j) * words + k];
+  }
+}
+
+template <typename Word>
+void launch_transpose(const void* x, void* y, int n0, int n1, std::size_t block_bytes, cudaStream_t s) {
+  const std::size_t words = block_bytes / sizeof(Word), n = std::size_t(n0) * n1 * words;
+  transpose_blocks_kernel<Word><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const Word*>(x), static_cast<Word*>(y),
+                                                                  n0, n1, words, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 // dst[rows, dst_pitch] columns [0, cols) <- src[rows, src_pitch] columns [0, cols), on the stream.
 void copy_columns(float* dst, int dst_pitch, const float* src, int src_pitch, int rows, int cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
@@ -113,6 +150,31 @@ void CudaBackend::mask_rows(float* x, const std::uint8_t* row_mask, int rows, in
   if (n == 0) return;
   mask_rows_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, row_mask, dim, n);
   CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::gather_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) {
+  const std::size_t n = std::size_t(std::max(rows, 0)) * std::max(cols, 0);
+  if (n == 0) return;
+  gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, index, y, cols, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::scatter_rows(const float* x, const std::int32_t* index, float* y, int rows, int cols) {
+  const std::size_t n = std::size_t(std::max(rows, 0)) * std::max(cols, 0);
+  if (n == 0) return;
+  scatter_rows_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, index, y, cols, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The widest word (16, 8, 4, 2 or 1 bytes) that divides the block and both buffers' addresses.
+void CudaBackend::transpose_blocks(const void* x, void* y, int n0, int n1, std::size_t block_bytes) {
+  if (n0 <= 0 || n1 <= 0 || block_bytes == 0) return;
+  const std::uintptr_t alignment = reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(y) | block_bytes;
+  if (alignment % 16 == 0) launch_transpose<uint4>(x, y, n0, n1, block_bytes, stream_);
+  else if (alignment % 8 == 0) launch_transpose<uint2>(x, y, n0, n1, block_bytes, stream_);
+  else if (alignment % 4 == 0) launch_transpose<std::uint32_t>(x, y, n0, n1, block_bytes, stream_);
+  else if (alignment % 2 == 0) launch_transpose<std::uint16_t>(x, y, n0, n1, block_bytes, stream_);
+  else launch_transpose<std::uint8_t>(x, y, n0, n1, block_bytes, stream_);
 }
 
 void CudaBackend::embed_forward(const float* a, const float* v, const float* pos, const float* modality, float* x,

@@ -219,6 +219,26 @@ void NcclCommunicator::gather(const void* mine, void* all, const std::vector<std
   enqueued().wait();
 }
 
+// A send and a receive per peer in one group; the own chunk by a device copy on stream(). Blocking,
+// as gather and broadcast: the caller reads recv next.
+void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t bytes_each) {
+  if (bytes_each == 0) return;
+  const auto* from = static_cast<const char*>(send);
+  auto* to = static_cast<char*>(recv);
+  const auto chunk = [&](int r) { return std::size_t(r) * bytes_each; };
+  group_begin();
+  order_after_compute();
+  CUDA_OK(cudaMemcpyAsync(to + chunk(rank_), from + chunk(rank_), bytes_each, cudaMemcpyDeviceToDevice, stream_.get()));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    NCCL_OK(ncclSend(from + chunk(r), bytes_each, ncclUint8, r, comm_, stream_.get()));
+    NCCL_OK(ncclRecv(to + chunk(r), bytes_each, ncclUint8, r, comm_, stream_.get()));
+  }
+  group_end();
+  bytes_sent_ += std::uint64_t(size_ - 1) * bytes_each;
+  enqueued().wait();
+}
+
 void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   parallel::require_member(root, size_, where_, "broadcast root");
   order_after_compute();

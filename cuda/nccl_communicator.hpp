@@ -6,8 +6,8 @@
 // all-reduce of statistics, gather and barrier. The host is either owned (make_nccl_groups: the
 // MPI group lives exactly as long as its NCCL twin) or borrowed (it must outlive this object).
 //
-// Buffers of all_reduce, broadcast, send and recv are device memory. Every operation is enqueued
-// on stream(); a Request completes when its operation has completed on the GPU. To make an
+// Buffers of all_reduce, all_to_all, broadcast, send and recv are device memory. Every operation
+// is enqueued on stream(); a Request completes when its operation has completed on the GPU. To make an
 // operation wait for the computation that produced its buffer, call after(compute) before it, or
 // follow(compute) once: make_nccl_groups has every group follow the backend's compute stream, so a
 // bucket's all-reduce or a stage transfer waits, on the GPU, for the work that wrote its buffer.
@@ -60,6 +60,8 @@ class NcclCommunicator final : public parallel::Communicator {
   parallel::Request reduce_scatter_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
   parallel::Request all_gather_async(void* data, const std::vector<std::size_t>& bounds, DType type) override;
   void gather(const void* mine, void* all, const std::vector<std::size_t>& bounds, DType type, int root) override;
+  // Device buffers; blocking (returns once recv holds every chunk).
+  void all_to_all(const void* send, void* recv, std::size_t bytes_each) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void send(const void* data, std::size_t bytes, int peer, int tag) override;
   void recv(void* data, std::size_t bytes, int peer, int tag) override;

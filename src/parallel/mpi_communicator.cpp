@@ -322,11 +322,12 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, std::size_t bytes
     if (bytes_each) std::memcpy(to, from, bytes_each);
     return;
   }
-  // Each piece of at most chunk_ bytes a member goes as one MPI_Alltoallv (its displacements are
-  // the chunks' offsets, in bytes, within an int).
+  // A piece of every chunk goes as one MPI_Alltoallv: at most chunk_ bytes, and at most INT_MAX / size_,
+  // so that the displacements (the pieces' offsets in bytes) stay within an int.
   std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
   std::vector<std::byte> piece_in, piece_out;
-  for_each_chunk(bytes_each, chunk_, [&](std::size_t offset, int n) {
+  const std::size_t piece = std::min(chunk_, std::size_t(INT_MAX) / std::size_t(size_));
+  for_each_chunk(bytes_each, piece, [&](std::size_t offset, int n) {
     const bool whole = offset == 0 && std::size_t(n) == bytes_each &&
                        bytes_each * std::size_t(size_) <= std::size_t(INT_MAX);
     if (whole) {

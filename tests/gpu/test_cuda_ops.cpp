@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -1365,6 +1366,60 @@ TEST_F(CudaOps, MaskRowsOfOneElementIsSpecAugmentsMask) {
       ASSERT_EQ(got[std::size_t(i)], 0.0f) << i;
     }
   }
+}
+
+// Context parallelism's row moves, bit for bit: gather takes rows (one twice) and writes zeros for
+// -1; scatter writes distinct rows, drops the -1 ones and leaves the other rows of y as they were
+// (one of them NaN). 129 columns: off multiples of 4.
+TEST_F(CudaOps, GatherAndScatterRowsMatchCpu) {
+  const int x_rows = 1500, rows = 1003, cols = 129;
+  KeyedRandom rng(kSeed, "rows.index");
+  std::vector<std::int32_t> gather(rows), scatter(rows), order(x_rows);
+  for (auto& i : gather) i = rng.uniform() < 0.1 ? -1 : std::int32_t(rng.below(x_rows));
+  gather[0] = -1, gather[2] = gather[1];
+  for (int i = 0; i < x_rows; ++i) order[std::size_t(i)] = i;
+  for (int i = x_rows - 1; i > 0; --i) std::swap(order[std::size_t(i)], order[rng.below(std::uint64_t(i) + 1)]);
+  for (int r = 0; r < rows; ++r) scatter[std::size_t(r)] = rng.uniform() < 0.1 ? -1 : order[std::size_t(r)];
+  scatter[0] = -1;
+  const auto x = normal(sz(x_rows, cols), "rows.x");
+  DeviceBuffer<std::int32_t> d_gather(gpu(), gather), d_scatter(gpu(), scatter);
+  DevF d_x(gpu(), x), d_y(gpu(), nans(sz(rows, cols)));
+  std::vector<float> y = nans(sz(rows, cols));
+  cpu().gather_rows(x.data(), gather.data(), y.data(), rows, cols);
+  gpu().gather_rows(d_x, d_gather, d_y, rows, cols);
+  EXPECT_TRUE(same_bits(bits(d_y.download()), bits(y))) << "gather_rows";
+
+  const auto from = normal(sz(rows, cols), "rows.from");
+  std::vector<float> to = normal(sz(x_rows, cols), "rows.to");
+  to[sz(order[std::size_t(x_rows) - 1], cols)] = kNaN;  // a row no index names
+  DevF d_from(gpu(), from), d_to(gpu(), to);
+  cpu().scatter_rows(from.data(), scatter.data(), to.data(), rows, cols);
+  gpu().scatter_rows(d_from, d_scatter, d_to, rows, cols);
+  EXPECT_TRUE(same_bits(bits(d_to.download()), bits(to))) << "scatter_rows";
+}
+
+// The Ulysses transposes in every word width the kernel picks (16, 8, 4, 2 bytes, single bytes):
+// blocks of 1 to 130 bytes, buffers at offsets that rule out the wider words, bit for bit. y starts
+// as a pattern, so a byte left unwritten differs from the CPU's.
+TEST_F(CudaOps, TransposeBlocksMatchesCpuInEveryWordWidth) {
+  const int n0 = 7, n1 = 301;
+  for (std::size_t block : {1, 2, 3, 4, 6, 8, 12, 16, 48, 130})
+    for (auto [x_at, y_at] : {std::pair<std::size_t, std::size_t>{0, 0}, {8, 0}, {4, 8}, {2, 6}, {1, 1}}) {
+      SCOPED_TRACE(std::to_string(block) + "-byte blocks, x at +" + std::to_string(x_at) + ", y at +" +
+                   std::to_string(y_at));
+      const std::size_t bytes = sz(n0, n1) * block;
+      KeyedRandom rng(kSeed, "transpose_blocks." + std::to_string(block));
+      std::vector<std::uint8_t> x(bytes), y(bytes, 0xa5);
+      for (auto& b : x) b = std::uint8_t(rng.below(256));
+      DevU8 d_x(gpu(), bytes + 16), d_y(gpu(), bytes + 16);
+      gpu().upload(d_x.get() + x_at, x.data(), bytes);
+      gpu().upload(d_y.get() + y_at, y.data(), bytes);
+      cpu().transpose_blocks(x.data(), y.data(), n0, n1, block);
+      gpu().transpose_blocks(d_x.get() + x_at, d_y.get() + y_at, n0, n1, block);
+      std::vector<std::uint8_t> got(bytes);
+      gpu().download(got.data(), d_y.get() + y_at, bytes);
+      ASSERT_TRUE(same_bits(got, y));
+    }
 }
 
 TEST_F(CudaOps, SpecMasksMatchCpu) {

@@ -170,6 +170,36 @@ void check_parts(NcclCommunicator& nccl, DType type) {
   }
 }
 
+// Context parallelism's head exchange: chunk r of each rank's send lands at chunk `sender` of rank
+// r's recv (the own chunk copied), whose every byte starts different from what it should get;
+// bytes_sent counts the chunks for the other ranks. Chunks of 64 KiB + 1 and of 6 bytes.
+void check_all_to_all(NcclCommunicator& nccl) {
+  const int rank = nccl.rank(), size = nccl.size();
+  for (std::size_t each : {std::size_t(65537), std::size_t(6)}) {
+    SCOPED_TRACE(std::to_string(each) + " bytes each");
+    std::vector<std::byte> send, want;
+    for (int r = 0; r < size; ++r) {
+      const std::vector<std::byte> out = pattern(each, 10 * rank + r), in = pattern(each, 10 * r + rank);
+      send.insert(send.end(), out.begin(), out.end());
+      want.insert(want.end(), in.begin(), in.end());
+    }
+    std::vector<std::byte> poison(want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) poison[i] = ~want[i];
+    DeviceBuffer from(send.size()), to(send.size());
+    from.upload(send);
+    to.upload(poison);
+    const std::uint64_t before = nccl.bytes_sent();
+    nccl.all_to_all(from.data(), to.data(), each);
+    EXPECT_EQ(nccl.bytes_sent() - before, std::uint64_t(size - 1) * each);
+    const std::vector<std::byte> got = to.download();
+    for (int r = 0; r < size; ++r)
+      EXPECT_TRUE(std::equal(got.begin() + std::ptrdiff_t(r * each), got.begin() + std::ptrdiff_t((r + 1) * each),
+                             want.begin() + std::ptrdiff_t(r * each)))
+          << "the chunk from rank " << r;
+    EXPECT_TRUE(from.download() == send) << "send changed";
+  }
+}
+
 // An NCCL group of one over MPI_COMM_SELF, borrowing its MPI communicator.
 class WorldOfOne : public ::testing::Test {
  public:
@@ -232,6 +262,24 @@ TEST_F(WorldOfOne, WaitsForTheComputeStream) {
   nccl_->after(compute);
   nccl_->all_reduce(buffer.data(), n, DType::f32, ReduceOp::sum);
   EXPECT_TRUE(buffer.download() == bytes);
+  CUDA_CHECK(cudaStreamDestroy(compute));
+}
+
+TEST_F(WorldOfOne, AllToAllCopiesTheOwnChunk) { check_all_to_all(*nccl_); }
+
+// The own chunk's copy runs on stream(), after the compute stream's work that wrote send.
+TEST_F(WorldOfOne, AllToAllWaitsForTheComputeStream) {
+  const std::size_t n = 1 << 22;
+  const std::vector<std::byte> bytes = pattern(n, 7);
+  DeviceBuffer from(n), to(n);
+  to.upload(pattern(n, 8));
+  cudaStream_t compute = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMemsetAsync(from.data(), 0, n, compute));
+  CUDA_CHECK(cudaMemcpyAsync(from.data(), bytes.data(), n, cudaMemcpyHostToDevice, compute));
+  nccl_->after(compute);
+  nccl_->all_to_all(from.data(), to.data(), n);
+  EXPECT_TRUE(to.download() == bytes);
   CUDA_CHECK(cudaStreamDestroy(compute));
 }
 
@@ -299,6 +347,8 @@ TEST_F(World, BlockingSendMatchesReceiveInOrder) {
 TEST_F(World, ReduceScatterAllGatherAndGatherOfUnevenParts) {
   for (DType type : {DType::f32, DType::f16, DType::bf16}) check_parts(*nccl_, type);
 }
+
+TEST_F(World, AllToAllExchangesEveryPairsChunk) { check_all_to_all(*nccl_); }
 
 TEST_F(World, BroadcastsFromTheLastRank) {
   const int root = nccl_->size() - 1;

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -396,6 +397,45 @@ TEST(MpiCommunicator, SendAndRecvAroundARingNonBlocking) {
   }
 }
 
+// The random bytes that member `from` sends member `to`.
+std::vector<unsigned char> chunk_bytes(std::size_t n, int from, int to) {
+  std::mt19937 rng(std::uint32_t(1000 * from + to + 17));
+  std::vector<unsigned char> bytes(n);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng() >> 24);
+  return bytes;
+}
+
+// Context parallelism's head exchange: chunk r of every member's send lands at chunk `sender` of
+// member r's recv; whole, and with chunk 100 in pieces (a 1001-byte chunk: ten and a remainder).
+// Every byte of recv starts different from what it should get; bytes_sent counts the other members'.
+TEST(MpiCommunicator, AllToAllSendsChunkRToMemberR) {
+  for (std::size_t chunk : {MpiCommunicator::max_chunk, std::size_t(100)}) {
+    auto comm = world_dup(chunk);
+    const int rank = comm->rank(), size = comm->size();
+    for (std::size_t each : {std::size_t(1001), std::size_t(64), std::size_t(0)}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + ", " + std::to_string(each) + " bytes each");
+      std::vector<unsigned char> send(each * std::size_t(size)), recv(send.size());
+      for (int r = 0; r < size; ++r) {
+        const std::vector<unsigned char> out = chunk_bytes(each, rank, r), in = chunk_bytes(each, r, rank);
+        for (std::size_t i = 0; i < each; ++i) {
+          send[std::size_t(r) * each + i] = out[i];
+          recv[std::size_t(r) * each + i] = static_cast<unsigned char>(~in[i]);
+        }
+      }
+      const std::vector<unsigned char> sent = send;
+      const std::uint64_t before = comm->bytes_sent();
+      comm->all_to_all(send.data(), recv.data(), each);
+      EXPECT_EQ(comm->bytes_sent() - before, std::uint64_t(size - 1) * each);
+      EXPECT_EQ(send, sent);
+      for (int r = 0; r < size; ++r) {
+        const std::vector<unsigned char> got(recv.begin() + std::ptrdiff_t(std::size_t(r) * each),
+                                             recv.begin() + std::ptrdiff_t(std::size_t(r + 1) * each));
+        EXPECT_EQ(got, chunk_bytes(each, r, rank)) << "the chunk from rank " << r;
+      }
+    }
+  }
+}
+
 // A message longer than its receive throws from the blocking MPI_Recv. Staged, every receive is an
 // MPI_Irecv, and OpenMPI 4.1 can hang for good in MPI_Waitall on a truncated MPI_Irecv over a
 // duplicated communicator (a 30-line C program shows it, 3 runs in 8): the staged run checks the
@@ -495,6 +535,14 @@ TEST(StagedCommunicator, ABlockingCallStartsWhatIsQueuedFirst) {
   EXPECT_EQ(d, double(size));
   pending.wait();
   EXPECT_EQ(x, std::vector<float>(x.size(), float(size)));
+  // The same before an all-to-all.
+  pending = comm->all_reduce_async(x.data(), x.size(), DType::f32, ReduceOp::sum);
+  if (comm->rank() == 0) pending.wait();
+  std::vector<int> ranks(std::size_t(size), comm->rank()), from(std::size_t(size), -1);
+  comm->all_to_all(ranks.data(), from.data(), sizeof(int));
+  for (int r = 0; r < size; ++r) EXPECT_EQ(from[std::size_t(r)], r);
+  pending.wait();
+  EXPECT_EQ(x, std::vector<float>(x.size(), float(size * size)));
   comm->barrier();
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -1052,6 +1053,62 @@ TEST_F(CpuKernels, MaskRowsZeroesExactlyTheMaskedRows) {
     for (int c = 0; c < dim; ++c) want[r * dim + c] = 0.0f;
   be->mask_rows(x.data(), mask.data(), rows, dim);
   EXPECT_TRUE(all_equal(x, want));
+}
+
+// Context parallelism's row moves: y[r] = x[index[r]] (index -1: zeros, a row may be taken twice),
+// and its inverse y[index[r]] = x[r] (index -1: dropped), which leaves y's other rows as they were.
+TEST_F(CpuKernels, GatherRowsTakesTheIndexedRowsAndZeroesForMinusOne) {
+  const int x_rows = 5, rows = 7, cols = 3;
+  const std::vector<std::int32_t> index = {4, -1, 0, 2, 2, -1, 1};
+  const auto x = random_floats(std::size_t(x_rows) * cols, "gather_rows");
+  auto y = poisoned(std::size_t(rows) * cols);
+  be->gather_rows(x.data(), index.data(), y.data(), rows, cols);
+  std::vector<float> want;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) want.push_back(index[r] < 0 ? 0.0f : x[index[r] * cols + c]);
+  EXPECT_TRUE(all_equal(y, want));
+}
+
+TEST_F(CpuKernels, ScatterRowsWritesTheIndexedRowsOnly) {
+  const int rows = 5, y_rows = 8, cols = 3;
+  const std::vector<std::int32_t> index = {6, -1, 0, 3, 7};
+  const auto x = random_floats(std::size_t(rows) * cols, "scatter_rows.x");
+  auto y = random_floats(std::size_t(y_rows) * cols, "scatter_rows.y");
+  auto want = y;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      if (index[r] >= 0) want[index[r] * cols + c] = x[r * cols + c];
+  be->scatter_rows(x.data(), index.data(), y.data(), rows, cols);
+  EXPECT_TRUE(all_equal(y, want));
+  // Gathered back by the same index, the rows come back (the dropped one as zeros).
+  auto back = poisoned(std::size_t(rows) * cols);
+  be->gather_rows(y.data(), index.data(), back.data(), rows, cols);
+  auto x_dropped = x;
+  for (int c = 0; c < cols; ++c) x_dropped[std::size_t(cols) + c] = 0.0f;
+  EXPECT_TRUE(all_equal(back, x_dropped));
+}
+
+// x as [n0, n1] blocks: block (i, j) holds bytes that name i, j and the byte's place k, so the
+// check reads where each block went from its contents. Blocks of one bf16 (2 bytes), odd sizes, floats.
+TEST_F(CpuKernels, TransposeBlocksMovesBlockIJToJI) {
+  const auto byte_of = [](int i, int j, std::size_t k) { return std::uint8_t(37 * i + 11 * j + 3 * k + 1); };
+  for (std::size_t block : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(6), std::size_t(20)})
+    for (auto [n0, n1] : {std::pair{3, 5}, std::pair{4, 1}, std::pair{1, 4}, std::pair{2, 2}}) {
+      SCOPED_TRACE(std::to_string(n0) + " x " + std::to_string(n1) + " blocks of " + std::to_string(block) + " bytes");
+      std::vector<std::uint8_t> x(std::size_t(n0) * n1 * block), y(x.size(), 0xff);
+      for (int i = 0; i < n0; ++i)
+        for (int j = 0; j < n1; ++j)
+          for (std::size_t k = 0; k < block; ++k) x[(std::size_t(i) * n1 + j) * block + k] = byte_of(i, j, k);
+      be->transpose_blocks(x.data(), y.data(), n0, n1, block);
+      std::size_t at = 0;  // y in its own order: rows j of n0 blocks
+      for (int j = 0; j < n1; ++j)
+        for (int i = 0; i < n0; ++i)
+          for (std::size_t k = 0; k < block; ++k, ++at) ASSERT_EQ(y[at], byte_of(i, j, k)) << "byte " << at;
+      // Transposed back as [n1, n0], it is x again.
+      std::vector<std::uint8_t> again(x.size(), 0xff);
+      be->transpose_blocks(y.data(), again.data(), n1, n0, block);
+      EXPECT_EQ(again, x);
+    }
 }
 
 TEST_F(CpuKernels, EmbedForwardStacksAudioThenVideoAndAddsPositionAndModality) {
