@@ -23,6 +23,21 @@ class SizesOnlyBackend final : public CpuBackend {
   void attention_forward(DType, Operand, const std::uint8_t*, float*, float*, Output, int, int, int, int) override {}
 };
 
+// parallel.cp's exchange without the other parts: the layers keep what a part keeps (its tokens,
+// attention over every token for its heads), which no value changes.
+class SizesOnlyExchange final : public ContextExchange {
+ public:
+  explicit SizesOnlyExchange(int parts) : parts_(parts) {}
+  int parts() const override { return parts_; }
+  int part() const override { return 0; }
+  void to_heads(const void*, void*, int, int, int, std::size_t) override {}
+  void to_tokens(const void*, void*, int, int, int, std::size_t) override {}
+  void sum(float*, std::size_t) override {}
+
+ private:
+  int parts_;
+};
+
 // A micro-batch with every sample at full length: what the memory estimate runs.
 data::MicroBatch full_length_probe(const data::SetInfo& s, int B) {
   data::MicroBatch probe;
@@ -37,11 +52,13 @@ data::MicroBatch full_length_probe(const data::SetInfo& s, int B) {
 }
 
 // Bytes each layer keeps for backward after a forward of B samples (one micro-batch in flight).
-MicroBatchMemory measure(AVNet& net, const data::SetInfo& s, int B) {
+MicroBatchMemory measure(AVNet& net, const data::SetInfo& s, int B, int parts) {
   const data::MicroBatch probe = full_length_probe(s, B);
   auto states = net.make_states();
+  SizesOnlyExchange exchange(parts);
   Flow flow;
   flow.batch = &probe;
+  flow.context = parts > 1 ? &exchange : nullptr;
   flow.mode = Mode::train;
   net.forward(flow, states);
   MicroBatchMemory m;
@@ -86,7 +103,8 @@ MicroBatchMemory MicroBatchMemoryModel::at(int B) const {
 }
 
 MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data::SetInfo& input,
-                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed) {
+                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed,
+                                            int parts) {
   SizesOnlyBackend be;
   const bool one_block = model.depth > 1 && blocks_alike(be, model, input, precision);
   ModelConfig probed = model;
@@ -103,8 +121,8 @@ MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data
                  Fp8Recipe::of(precision));
   fp8.begin_step();
   MicroBatchMemoryModel m;
-  m.one = measure(net, input, 1);
-  m.two = measure(net, input, 2);
+  m.one = measure(net, input, 1, parts);
+  m.two = measure(net, input, 2, parts);
   if (one_block) {
     // input, blocks.0, head -> input, blocks.0 .. blocks.depth-1, head: each block keeps what blocks.0 does.
     for (MicroBatchMemory* b : {&m.one, &m.two}) {

@@ -33,8 +33,10 @@ struct MicroBatchMemoryModel {
 // keeping their inputs' E4M3 copies) with `recompute`, on the CPU backend with attention's arithmetic
 // left out (sizes do not depend on values). Where every block computes in the same types, a net of
 // one block is measured and each block keeps what it keeps (the blocks are alike): a probe of a deep
-// net at a long clip costs one block's forward, not depth's.
+// net at a long clip costs one block's forward, not depth's. `parts` (parallel.cp): what one rank of a
+// sample's parts keeps (its share of the tokens; attention over them all for its share of the heads).
 MicroBatchMemoryModel measure_micro_batches(const ModelConfig& model, const data::SetInfo& input,
-                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed);
+                                            const PrecisionConfig& precision, Recompute recompute, std::uint64_t seed,
+                                            int parts = 1);
 
 }  // namespace avtrain

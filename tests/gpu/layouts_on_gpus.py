@@ -9,7 +9,8 @@ nccl: each rank on its own GPU (NCCL cannot put two ranks on one): the layouts t
       there are; exits 77 (skipped) with fewer than 2.
 mpi:  --comm mpi, staged through host memory, the ranks sharing the GPUs there are (all of them on one
       GPU where there is one): (pp, dp) = (1, 2), (2, 1) under 1F1B and under GPipe, (2, 2), ZeRO 1 at
-      dp 2, which must also be zero 0 bit for bit (both sum on the host in the same order); then the
+      dp 2, which must also be zero 0 bit for bit (both sum on the host in the same order), cp 2 and
+      pp 2 x cp 2 (parallel.cp: the head exchange of the Ulysses all-to-all on the GPU); then the
       (2, 2) run's checkpoint of step 8 resumes at (1, 1) and must match the straight (1, 1) run.
       Exits 77 without a GPU.
 """
@@ -24,6 +25,9 @@ LAYOUTS = {  # name: (ranks, options)
     "pp2_dp1_gpipe": (2, ["--train.micro_batches", "4", "--pp", "2", "--parallel.schedule", "gpipe"]),
     "pp2_dp2": (4, ["--train.micro_batches", "2", "--pp", "2", "--dp", "2"]),
     "zero_pp1_dp2": (2, ["--train.micro_batches", "2", "--dp", "2", "--parallel.zero", "1"]),
+    # parallel.cp: each sample's tokens over 2 ranks (the Ulysses all-to-all through NCCL or staged)
+    "cp2": (2, ["--train.micro_batches", "4", "--parallel.cp", "2"]),
+    "pp2_cp2": (4, ["--train.micro_batches", "4", "--pp", "2", "--parallel.cp", "2"]),
 }
 
 
