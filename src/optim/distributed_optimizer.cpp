@@ -34,7 +34,8 @@ void DistributedOptimizer::build(int dp, int dp_rank, parallel::Communicator* da
     for (const ParamInfo& p : params_.params()) bounds.push_back(p.offset);
     bounds.push_back(params_.total_size());
     buckets_ = std::make_unique<parallel::GradBuckets>(be_, params_.grads().data(), std::move(bounds),
-                                                       config_.bucket_mb, config_.wire, *data, parts_);
+                                                       config_.bucket_mb, config_.wire, *data, parts_,
+                                                       config_.sample_parts);
   }
   adamw_ = std::make_unique<AdamW>(be_, params_, config_.optim, own_part(), config_.rounding, config_.seed);
 }

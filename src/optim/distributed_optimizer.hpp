@@ -37,6 +37,9 @@ struct DistributedOptimizerConfig {
   int init_ulps = 0;        // train.init_ulps
   bool masters = true;      // precision.master_weights fp32; false (none): the bf16 weights are the parameters
   Rounding rounding = Rounding::nearest;  // precision.weight_rounding: how an update is written to them
+  // parallel.cp: the ranks of the group that hold parts of the same samples' tokens. Their gradients
+  // are parts of one replica's, so the group's sum is divided by the replicas, size / sample_parts.
+  int sample_parts = 1;
 };
 
 class DistributedOptimizer {

@@ -2,13 +2,18 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "parallel/zero_parts.hpp"
 
 namespace avtrain::parallel {
 
 GradBuckets::GradBuckets(Backend& be, float* grads, std::vector<std::size_t> bounds, double bucket_mb, DType wire,
-                         Communicator& group, std::vector<std::size_t> parts)
-    : be_(be), grads_(grads), wire_(wire), group_(group), scatter_(!parts.empty()) {
+                         Communicator& group, std::vector<std::size_t> parts, int sample_parts)
+    : be_(be), grads_(grads), wire_(wire), group_(group), replicas_(group.size() / std::max(1, sample_parts)),
+      scatter_(!parts.empty()) {
+  require(sample_parts >= 1 && group.size() % sample_parts == 0,
+          "internal: " + std::to_string(group.size()) + " ranks of a gradient group in parts of " +
+              std::to_string(sample_parts));
   const auto cap = std::max<std::size_t>(1, std::size_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   // Walk the parameters from the last one back, closing a bucket once it reaches the cap.
   if (bounds.size() < 2) return;
@@ -41,7 +46,7 @@ void GradBuckets::launch(Bucket& b) {
   const std::size_t n = b.end - b.begin;
   be_.sum_squares_into(g, n, local_sum_squares_.data());
   // Scaled in the gradient buffer (the result overwrites it anyway), then cast for a 16-bit wire.
-  be_.scale(g, n, 1.0f / float(group_.size()));
+  if (replicas_ > 1) be_.scale(g, n, 1.0f / float(replicas_));
   void* travels = g;
   if (wire_ != DType::f32) {
     be_.pack(g, {b.wire.data(), wire_}, n);

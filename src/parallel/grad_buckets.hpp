@@ -26,8 +26,10 @@ namespace avtrain::parallel {
 class GradBuckets {
  public:
   // param_bounds: the offsets where parameters begin in `grads`, ascending, then the buffer's size.
+  // sample_parts (parallel.cp): members of the group whose gradients are parts of the same samples',
+  // summed before the average over the group's size / sample_parts replicas.
   GradBuckets(Backend& be, float* grads, std::vector<std::size_t> param_bounds, double bucket_mb, DType wire,
-              Communicator& group, std::vector<std::size_t> parts = {});
+              Communicator& group, std::vector<std::size_t> parts = {}, int sample_parts = 1);
   std::size_t count() const { return buckets_.size(); }
 
   void start_step();
@@ -58,6 +60,7 @@ class GradBuckets {
   float* grads_;
   DType wire_;
   Communicator& group_;
+  int replicas_;                 // the group's size / sample_parts: what the sum is divided by
   bool scatter_;                 // reduce-scatter (ZeRO) instead of all-reduce
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
   std::size_t next_ = 0;         // first bucket not launched

@@ -12,6 +12,7 @@ DistributedOptimizerConfig distributed_optimizer_config(const RunConfig& c) {
   d.init_ulps = c.train.init_ulps;
   d.masters = c.precision.master_weights == MasterWeights::fp32;
   d.rounding = c.precision.weight_rounding;
+  d.sample_parts = c.parallel.cp;
   return d;
 }
 
