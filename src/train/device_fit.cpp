@@ -92,7 +92,8 @@ double device_bytes_for_tensors(const RunConfig& c) {
 void describe_device_fit(const RunConfig& c, Backend& be, const data::SetInfo& stored,
                          const std::map<Recompute, NetMemory>& measured, std::ostream& out) {
   const double available = device_bytes_for_tensors(c);
-  const int pp = c.parallel.pp, dp = c.parallel.dp, cp = c.parallel.cp, B = c.train.micro_batch, M = c.train.micro_batches;
+  const int pp = c.parallel.pp, dp = c.parallel.dp, cp = c.parallel.cp;
+  const int B = c.train.micro_batch, M = c.train.micro_batches;
   const Recompute recompute = c.train.recompute;
   const NetMemory& m = measured.at(recompute);
   const std::vector<RankMemory> ranks = rank_memory(c, m, pp, B);
