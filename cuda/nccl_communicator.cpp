@@ -313,6 +313,11 @@ void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute) {
   auto data = std::make_unique<NcclCommunicator>(std::move(groups.data), "data-parallel");
   data->follow(compute);
   groups.data = std::move(data);
+  // The exchange of token parts around attention (parallel.cp): made at cp 1 too (size 1), so that
+  // the group a layer is handed always moves device memory.
+  auto context = std::make_unique<NcclCommunicator>(std::move(groups.context), "context-parallel");
+  context->follow(compute);
+  groups.context = std::move(context);
   if (groups.topology.pp == 1) return;  // no stage transfers
   // One communicator per direction: NCCL has no tags, and one stream per direction keeps each a
   // FIFO in schedule order, so a send to the next stage never waits behind a receive from it.

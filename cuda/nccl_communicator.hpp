@@ -127,7 +127,8 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(parallel::Communicator&
 
 // Collective over the world: the data-parallel group becomes an NCCL communicator that owns the
 // MPI one it was and follows `compute` (each bucket's all-reduce waits for the backward that wrote
-// it). With pp > 1 the pipeline group becomes two, one per direction (activations forward,
+// it); so does the context-parallel group (its all-to-alls wait for the work that filled them),
+// at cp 1 too. With pp > 1 the pipeline group becomes two, one per direction (activations forward,
 // gradients back), both following `compute`. world stays MPI: it carries only host data
 // (found_inf, the norm's partial sums, the reports, barriers).
 void make_nccl_groups(parallel::ProcessGroups& groups, cudaStream_t compute);

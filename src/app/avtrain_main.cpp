@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
     }
     avtrain::require(!options.config.data.dir.empty(), "no shard set given: set data.dir in the deck or pass --data DIR");
     if (!options.config.dry_run.on)
-      groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp);
+      groups = avtrain::parallel::make_mpi_process_groups(options.config.parallel.pp, options.config.parallel.dp,
+                                                             options.config.parallel.cp);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "avtrain: %s\n", e.what());
     avtrain::record_exit_status(avtrain::kExitFailed, rank);

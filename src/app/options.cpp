@@ -328,10 +328,13 @@ void bind(OptionTable& t, RunConfig& c) {
         "SLURM_JOB_END_TIME, still counts)",
         kNonNegative, "max-minutes");
 
-  const std::string L = "[parallel] pipeline x data parallelism";
+  const std::string L = "[parallel] pipeline x data x context parallelism";
   t.add(L, "parallel.pp", &c.parallel.pp, "pipeline stages", kAtLeast1, "pp");
   t.add(L, "parallel.dp", &c.parallel.dp,
-        "data-parallel replicas; 0 infers world size / pp; world size must be pp x dp", kAtLeast0, "dp");
+        "data-parallel replicas; 0 infers world size / (pp x cp); world size must be pp x dp x cp", kAtLeast0, "dp");
+  t.add(L, "parallel.cp", &c.parallel.cp,
+        "context-parallel ranks: each sample's tokens cut over cp ranks (Ulysses all-to-all around attention); "
+        "world size = pp x dp x cp; model.heads must be divisible by it (docs/parallel.md)", kAtLeast1, "cp");
   t.add(L, "parallel.schedule", &c.parallel.schedule,
         "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (PipeDream-Flush)");
   t.add(L, "parallel.partition", &c.parallel.partition,
@@ -500,6 +503,13 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   if (!c.debug.fp8_freeze_scale.empty() && c.precision.mode != PrecisionMode::fp8)
     throw Error("option debug.fp8_freeze_scale = " + c.debug.fp8_freeze_scale +
                 ": needs precision.mode fp8 (no FP8 scale to freeze)");
+  if (c.parallel.cp > 1 && c.precision.mode == PrecisionMode::fp8)
+    throw Error("option parallel.cp = " + std::to_string(c.parallel.cp) +
+                ": not with precision.mode fp8 yet: per-tensor FP8 scales would differ between the parts");
+  if (c.model.heads % c.parallel.cp != 0)
+    throw Error("option parallel.cp = " + std::to_string(c.parallel.cp) + ": model.heads " +
+                std::to_string(c.model.heads) + " is not divisible by parallel.cp " + std::to_string(c.parallel.cp) +
+                " (the all-to-all gives each part heads / cp whole heads)");
   if (c.precision.master_weights == MasterWeights::none && c.precision.mode != PrecisionMode::bf16)
     throw Error(std::string("option precision.master_weights = none: needs precision.mode bf16 (") +
                 (c.precision.mode == PrecisionMode::fp32 ? "fp32 weights are their own masters"

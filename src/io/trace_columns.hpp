@@ -82,14 +82,15 @@ inline constexpr TraceColumn kStepColumns[] = {
 // ranks.csv: one row per step and rank, as that rank measured it.
 inline constexpr TraceColumn kRankColumns[] = {
     {"step", "%.0f", false, 0, "0-based step"},
-    {"rank", "%.0f", false, 0, "the rank (rank = pp_rank × dp + dp_rank)"},
+    {"rank", "%.0f", false, 0, "the rank (rank = pp_rank × dp × cp + dp_rank × cp + cp_rank)"},
     {"pp_rank", "%.0f", false, 0, "its pipeline stage"},
     {"dp_rank", "%.0f", false, 0, "its replica within the stage"},
+    {"cp_rank", "%.0f", false, 0, "its part of the replica's tokens (parallel.cp; 0 at cp 1)"},
     {"local_loss", "%.17g", true, 0, "last stages only: mean loss of this replica's micro-batches (empty elsewhere)"},
     {"loss_scale", "%.17g", false, 1, "the scale this rank used (the same on every rank, always)"},
     {"grad_norm_local", "%.17g", false, 0,
-     "norm of this rank's own gradient over its stage before the data-parallel all-reduce (unscaled; at dp = 1 the "
-     "stage's gradient)"},
+     "norm of this rank's own gradient over its stage before the data-parallel all-reduce (unscaled; at dp x cp = 1 "
+     "the stage's gradient)"},
     {"act_mb", "%.6f", false, 0, "activations this rank held for backward (its micro-batches in flight)"},
     {"step_ms", "%.6f", false, 0, "the rank's step"},
     {"schedule_ms", "%.6f", false, 0, "its schedule (first forward to last backward)"},

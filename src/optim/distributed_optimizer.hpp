@@ -51,8 +51,9 @@ class DistributedOptimizer {
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
 
-  // After registration: replica dp_rank of dp. `data` is the data-parallel group the gradients
-  // are reduced over; null in the dry run (nothing reduced, no buckets).
+  // After registration: replica dp_rank of dp (under parallel.cp, the stage's rank stage_rank() of
+  // its dp x cp ranks: each context part counts as a replica here). `data` is the data-parallel
+  // group the gradients are reduced over; null in the dry run (nothing reduced, no buckets).
   void build(int dp, int dp_rank, parallel::Communicator* data);
 
   // ---- the replicas' parts

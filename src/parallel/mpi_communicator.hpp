@@ -1,6 +1,6 @@
 #pragma once
 // The Communicator of the CPU backend, over one MPI communicator. Every MPI call is checked: a
-// failure throws Error naming the call, the group ("world", "data-parallel", "pipeline") and the
+// failure throws Error naming the call, the group ("world", "data-parallel", "context-parallel", "pipeline") and the
 // rank. Transfers larger than an MPI int count go in chunks of at most max_chunk elements.
 //
 // A Request from this class that is dropped while still active waits for its operation in the

@@ -1,5 +1,5 @@
 #pragma once
-// The [parallel] section of a deck: the pp x dp layout, the pipeline schedule and cut, and the
+// The [parallel] section of a deck: the pp x dp x cp layout, the pipeline schedule and cut, and the
 // gradient all-reduce (or, under ZeRO, reduce-scatter).
 #include <string>
 
@@ -10,7 +10,8 @@ namespace avtrain {
 
 struct ParallelConfig {
   int pp = 1;                          // pipeline stages
-  int dp = 0;                          // data-parallel replicas; 0: world size / pp
+  int dp = 0;                          // data-parallel replicas; 0: world size / (pp x cp)
+  int cp = 1;                          // context-parallel ranks: each sample's tokens cut over cp ranks
   parallel::Schedule schedule = parallel::Schedule::one_f_one_b;  // gpipe | 1f1b
   std::string partition = "params";    // params | uniform | first layers of stages 1.. ("blocks.2")
   double grad_bucket_mb = 25;          // gradient all-reduce bucket size (fp32 MiB)

@@ -7,7 +7,7 @@
 
 namespace avtrain::parallel {
 
-ProcessGroups make_mpi_process_groups(int pp, int dp) {
+ProcessGroups make_mpi_process_groups(int pp, int dp, int cp) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   require(initialized, "make_mpi_process_groups was called before MPI_Init_thread");
@@ -16,11 +16,12 @@ ProcessGroups make_mpi_process_groups(int pp, int dp) {
   auto world = std::make_unique<MpiCommunicator>(world_comm, true, "world");
 
   ProcessGroups groups;
-  // The same on every rank: a bad pp x dp throws everywhere before any split can hang.
-  groups.topology = Topology::of(world->size(), world->rank(), pp, dp);
+  // The same on every rank: a bad pp x dp x cp throws everywhere before any split can hang.
+  groups.topology = Topology::of(world->size(), world->rank(), pp, dp, cp);
   Topology& t = groups.topology;
-  groups.data = world->split(/*color=*/t.pp_rank, /*key=*/t.dp_rank, "data-parallel");
-  groups.pipeline = world->split(/*color=*/t.dp_rank, /*key=*/t.pp_rank, "pipeline");
+  groups.data = world->split(/*color=*/t.pp_rank, /*key=*/t.stage_rank(), "data-parallel");
+  groups.context = world->split(/*color=*/t.pp_rank * t.dp + t.dp_rank, /*key=*/t.cp_rank, "context-parallel");
+  groups.pipeline = world->split(/*color=*/t.stage_rank(), /*key=*/t.pp_rank, "pipeline");
   const auto node = world->split_shared_memory("node");
   t.local_rank = node->rank();
   t.local_size = node->size();

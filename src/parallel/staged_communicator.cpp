@@ -331,6 +331,9 @@ void StagedCommunicator::abort_job(int code) {
 
 void stage_through_host(ProcessGroups& groups, const StagingMaker& make) {
   groups.data = std::make_unique<StagedCommunicator>(std::move(groups.data), make("data-parallel"), "data-parallel");
+  if (groups.context)
+    groups.context =
+        std::make_unique<StagedCommunicator>(std::move(groups.context), make("context-parallel"), "context-parallel");
   if (groups.pipeline)
     groups.pipeline = std::make_unique<StagedCommunicator>(std::move(groups.pipeline), make("pipeline"), "pipeline");
 }

@@ -93,8 +93,8 @@ class StagedCommunicator final : public Communicator {
 // Makes one DeviceStaging per group, named by it.
 using StagingMaker = std::function<std::unique_ptr<DeviceStaging>(const std::string& group)>;
 
-// The data-parallel and pipeline groups become StagedCommunicators over the MPI ones they were; the
-// world stays as it is (it carries host data only).
+// The data-parallel, context-parallel and pipeline groups become StagedCommunicators over the MPI
+// ones they were; the world stays as it is (it carries host data only).
 void stage_through_host(ProcessGroups& groups, const StagingMaker& make);
 
 }  // namespace avtrain::parallel

@@ -1,7 +1,8 @@
 #pragma once
 // The feed phase of a step: this replica's micro-batches, read ahead on the data reader's threads.
 // Micro-batch m of a step is samples [(dp_rank M + m) mb, +mb) of the step's global batch, so that a
-// micro-batch holds the same samples in every layout. A stage that reads nothing (a middle stage)
+// micro-batch holds the same samples in every layout; the cp ranks of a replica read the same ones
+// (each computes its part of their tokens). A stage that reads nothing (a middle stage)
 // gets an empty list. With augmentation on (data/augment.hpp), a micro-batch is augmented as the
 // stage collects it (future::get), keyed by the step's epoch and its samples' indices alone.
 #include <cstdint>

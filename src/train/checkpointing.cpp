@@ -202,8 +202,8 @@ std::optional<checkpoint::Counters> Checkpointing::resume(Backend& be, Distribut
               "--resume none starts afresh");
 }
 
-// Each replica's part of the moments (and of the masters, where they are split) to the writer
-// (data-parallel rank 0), through a staging buffer of at most 16 MiB there, into its snapshot's
+// Each part's moments (and masters, where they are split) to the writer (rank 0 of the stage's
+// dp x cp ranks), through a staging buffer of at most 16 MiB there, into its snapshot's
 // host arrays.
 void Checkpointing::gather_parts(Backend& be, DistributedOptimizer& state) {
   constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats
@@ -211,7 +211,7 @@ void Checkpointing::gather_parts(Backend& be, DistributedOptimizer& state) {
   AdamW& adamw = state.adamw();
   const std::vector<std::size_t>& parts = state.parts();
   const std::size_t n = parts.back(), own = adamw.part().begin, own_end = adamw.part().end;
-  const bool writer = topo_.dp_rank == 0;
+  const bool writer = topo_.stage_rank() == 0;
   Buffer staging;
   if (writer) staging.resize(std::min(kChunk, n));
   std::vector<std::pair<Buffer*, checkpoint::HostFloats*>> split = {{&adamw.first_moments(), &snapshot_->m},
@@ -237,8 +237,8 @@ void Checkpointing::reserve_memory(DistributedOptimizer& state) {
   if (!writes()) return;
   const ParamStore& params = state.params();
   if (by_part(state))
-    snapshot_->reserve(params, state.adamw().part(), topo_.dp_rank == 0);
-  else if (topo_.dp_rank == 0)
+    snapshot_->reserve(params, state.adamw().part(), topo_.stage_rank() == 0);
+  else if (topo_.stage_rank() == 0)
     snapshot_->reserve(params, FlatPart{0, params.total_size()}, true);
 }
 
@@ -270,7 +270,7 @@ void Checkpointing::save(Backend& be, DistributedOptimizer& state, const checkpo
                          const nlohmann::json& fingerprint, std::ostream& log) {
   const auto t0 = Clock::now();
   settle(true, log);  // one checkpoint in flight at a time
-  InFlight next{dir_ + "/" + step_name(counters.next_step), counters, by_part(state) ? topo_.dp : 1, {}, 0, 0};
+  InFlight next{dir_ + "/" + step_name(counters.next_step), counters, by_part(state) ? topo_.stage_size() : 1, {}, 0, 0};
   const std::string& ck = next.dir;
   // A directory of this name without its marker is a write that did not finish: start it again.
   fail(agree([&] {
@@ -284,13 +284,14 @@ void Checkpointing::save(Backend& be, DistributedOptimizer& state, const checkpo
   if (holds(HoldPoint::copy, counters.next_step)) hold(topo_.rank, ck, "copy")();
   const bool parts = by_part(state), gathered = state.sharded() && !parts;
   if (gathered) gather_parts(be, state);
-  if (parts || topo_.dp_rank == 0) {
+  // Under ZeRO the stage's dp x cp ranks each own a part: the file of part stage_rank().
+  if (parts || topo_.stage_rank() == 0) {
     // (the previous write has finished)
     if (parts)
-      snapshot_->take_part(be, state.params(), state.adamw(), topo_.dp_rank == 0, counters, fingerprint);
+      snapshot_->take_part(be, state.params(), state.adamw(), topo_.stage_rank() == 0, counters, fingerprint);
     else
       snapshot_->take(be, state.params(), gathered ? nullptr : &state.adamw(), counters, fingerprint);
-    const std::string file = ck + "/" + stage_file_name(topo_.pp_rank, parts ? topo_.dp_rank : 0);
+    const std::string file = ck + "/" + stage_file_name(topo_.pp_rank, parts ? topo_.stage_rank() : 0);
     std::function<void()> before_rename;
     if (holds(HoldPoint::stage_file, counters.next_step)) before_rename = hold(topo_.rank, ck, "stage_file");
     next.write = std::async(std::launch::async, [snapshot = snapshot_, file, before_rename] {
@@ -347,7 +348,7 @@ void Checkpointing::commit(const InFlight& done, std::ostream& log) {
     if (topo_.rank != 0) return;
     if (holds(HoldPoint::commit, done.counters.next_step)) hold(topo_.rank, ck, "commit")();
     const nlohmann::json marker = {{"step", done.counters.next_step}, {"stages", topo_.pp},
-                                   {"files_per_stage", done.files_per_stage}, {"dp", topo_.dp},
+                                   {"files_per_stage", done.files_per_stage}, {"dp", topo_.dp}, {"cp", topo_.cp},
                                    {"micro_batch", config_.train.micro_batch},
                                    {"micro_batches", config_.train.micro_batches}};
     write_file_atomically(ck + "/committed", marker.dump() + "\n");

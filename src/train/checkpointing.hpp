@@ -79,9 +79,9 @@ class Checkpointing {
   // flight (and commits it), creates its directory, copies this stage's state out of the step (all
   // the step waits for) and writes it on a thread of its own. Collective. Under ZeRO (the state's
   // parts), the AdamW moments (and, in mixed precision, the fp32 masters) are split over the
-  // data-parallel group: with checkpoint.zero_write parallel each replica writes the file of its
-  // part at once, with no communication; gathered, each replica's part goes to the stage's writer,
-  // a chunk at a time, which writes the stage whole.
+  // data-parallel group (the stage's dp x cp ranks, a part each): with checkpoint.zero_write
+  // parallel each rank writes the file of its part at once, with no communication; gathered, each
+  // part goes to the stage's writer, a chunk at a time, which writes the stage whole.
   void save(Backend& be, DistributedOptimizer& state, const checkpoint::Counters& counters,
             const nlohmann::json& fingerprint, std::ostream& log);
   // Once per step, collective: commits the checkpoint in flight once every writer has finished.
@@ -91,17 +91,17 @@ class Checkpointing {
   ~Checkpointing();  // waits for a write in flight (uncommitted: its temporary file is removed)
 
  private:
-  // A checkpoint written beside training: this rank's stage file (dp rank 0 of each stage) or
-  // nothing, and what the commit line reports.
+  // A checkpoint written beside training: this rank's stage file (stage_rank 0 of each stage, or
+  // every rank's part under the parallel write) or nothing, and what the commit line reports.
   struct InFlight {
     std::string dir;
     checkpoint::Counters counters;
-    int files_per_stage = 1;    // dp when each replica writes its part
+    int files_per_stage = 1;    // dp x cp when each rank of the stage writes its part
     std::future<double> write;  // seconds the stage file took; invalid on ranks that do not write
     double pause_s = 0;         // how long the step waited: the copy out (and the previous write)
     double write_s = 0;         // the write's seconds, once taken from `write`
   };
-  // stage-S.h5 (the stage's main file), stage-S.part-R.h5 (replica R's part, R > 0).
+  // stage-S.h5 (the stage's main file), stage-S.part-R.h5 (part R's, R > 0: the stage's rank R of dp x cp).
   static std::string stage_file_name(int stage, int replica);
   // Whether each replica writes the file of its part (ZeRO, checkpoint.zero_write parallel).
   bool by_part(const DistributedOptimizer& state) const;

@@ -92,7 +92,8 @@ double device_bytes_for_tensors(const RunConfig& c) {
 void describe_device_fit(const RunConfig& c, Backend& be, const data::SetInfo& stored,
                          const std::map<Recompute, NetMemory>& measured, std::ostream& out) {
   const double available = device_bytes_for_tensors(c);
-  const int pp = c.parallel.pp, dp = c.parallel.dp, B = c.train.micro_batch, M = c.train.micro_batches;
+  const int pp = c.parallel.pp, dp = c.parallel.dp, cp = c.parallel.cp;
+  const int B = c.train.micro_batch, M = c.train.micro_batches;
   const Recompute recompute = c.train.recompute;
   const NetMemory& m = measured.at(recompute);
   const std::vector<RankMemory> ranks = rank_memory(c, m, pp, B);
@@ -107,7 +108,8 @@ void describe_device_fit(const RunConfig& c, Backend& be, const data::SetInfo& s
   for (int st = 0; st < pp; ++st) {
     const RankMemory& r = ranks[st];
     std::string who = "replicas";
-    if (dp > 0) who = dp == 1 ? std::to_string(st) : std::to_string(st * dp) + ".." + std::to_string(st * dp + dp - 1);
+    const int n = dp * cp;  // the stage's ranks
+    if (dp > 0) who = n == 1 ? std::to_string(st) : std::to_string(st * n) + ".." + std::to_string(st * n + n - 1);
     const bool ok = r.total() <= available;
     fits = fits && ok;
     out << "  " << std::left << std::setw(7) << st << std::setw(14) << who << std::right << std::setw(14)
@@ -146,7 +148,7 @@ void describe_device_fit(const RunConfig& c, Backend& be, const data::SetInfo& s
   for (int p = pp + 1; p <= int(m.layers.size()); ++p) {
     const double need = largest(rank_memory(c, m, p, B));
     if (need > available) continue;
-    remedies.push_back({"--pp " + std::to_string(p) + " (" + std::to_string(p * std::max(1, dp)) + " ranks)", need});
+    remedies.push_back({"--pp " + std::to_string(p) + " (" + std::to_string(p * std::max(1, dp) * cp) + " ranks)", need});
     break;
   }
   // The clip: the longest that fits, in whole seconds (a clip of 4 s or more) or whole tubelets of

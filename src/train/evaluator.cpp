@@ -54,20 +54,23 @@ Evaluator::Result Evaluator::evaluate(StageRunner& runner, data::Prefetcher& rea
   double sums[2] = {0, 0};  // loss x samples, correct
   const auto classes = std::size_t(shards_.info().num_classes);
   // Every sample's logits, then its set of classes, at its position in `val`: this rank's rows where it
-  // is a last stage, zero elsewhere, summed over the world (exact: one rank holds each value).
+  // is a last stage, zero elsewhere, summed over the world (exact: one rank holds each value). The cp
+  // ranks of a replica hold the same scores and sums: part 0's are counted.
+  const bool counted = topo_.cp_rank == 0;
   std::vector<double> rows(val.size() * 2 * classes, 0.0);
   for (std::size_t j = 0; j < mine.size(); ++j) {
     refill();
     ScoreRows scores;
     runner.forward_only(runner.reads() ? &pending.front() : nullptr, scores, sums);
     if (runner.reads()) pending.pop_front();
-    for (std::size_t i = 0; i < scores.logits.size(); ++i) {
+    for (std::size_t i = 0; counted && i < scores.logits.size(); ++i) {
       const std::size_t row = first_position[j] + i / classes, c = i % classes;
       rows[row * 2 * classes + c] = scores.logits[i];
       rows[row * 2 * classes + classes + c] = scores.targets[i];
     }
   }
   runner.finish_sends();
+  if (!counted) sums[0] = sums[1] = 0;
   world_.all_reduce(sums, 2, parallel::ReduceOp::sum);
   world_.all_reduce(rows.data(), rows.size(), parallel::ReduceOp::sum);
   std::vector<float>& logits = e.logits;

@@ -43,13 +43,14 @@ void init_from_file(const RunConfig& config, const parallel::Topology& topo, par
   }
 
   // What every stage took, over the world: each tensor of the file and each glob, used anywhere;
-  // the counts of each stage's first replica.
+  // the counts of each stage's first rank.
   const std::size_t n = file->tensors().size(), g = skip.globs().size();
   std::vector<double> flags(n + g + 2, 0.0);
   for (std::size_t i = 0; i < n; ++i) flags[i] = got.used[i];
   for (std::size_t i = 0; i < g; ++i) flags[n + i] = skip.used()[i];
   world.all_reduce(flags.data(), flags.size(), parallel::ReduceOp::max);
-  std::vector<double> counts = {topo.dp_rank == 0 ? double(got.loaded) : 0.0, topo.dp_rank == 0 ? double(got.skipped) : 0.0};
+  const bool counts_once = topo.stage_rank() == 0;
+  std::vector<double> counts = {counts_once ? double(got.loaded) : 0.0, counts_once ? double(got.skipped) : 0.0};
   world.all_reduce(counts.data(), counts.size(), parallel::ReduceOp::sum);
   for (std::size_t i = 0; i < g; ++i)
     require(flags[n + i] > 0, "model.init_skip: '" + skip.globs()[i] + "' matches no parameter of this model");

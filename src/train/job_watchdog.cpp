@@ -18,7 +18,7 @@ std::string all_ranks_of(const parallel::Topology& topo) {
 }
 std::string data_group_of(const parallel::Topology& topo) {
   std::string ranks;
-  for (int r = 0; r < topo.dp; ++r) ranks += (r ? ", " : "") + std::to_string(topo.rank_of(topo.pp_rank, r));
+  for (int r = 0; r < topo.stage_size(); ++r) ranks += (r ? ", " : "") + std::to_string(topo.pp_rank * topo.stage_size() + r);
   return "data-parallel group: ranks " + ranks;
 }
 }  // namespace

@@ -21,10 +21,13 @@ std::string mib(double bytes) {
   return s.str();
 }
 
-// Under parallel.zero 1, whose share the optimizer line shows.
+// Under parallel.zero 1, whose share the optimizer line shows: over the stage's dp x cp ranks.
 std::string zero_note(const RunConfig& c) {
   if (c.parallel.zero != 1) return "";
   if (c.parallel.dp < 1) return " (parallel.zero 1 splits it over the replicas: give --dp to see one replica's part)";
+  if (c.parallel.cp > 1)
+    return " (parallel.zero 1: rank 0's part of dp x cp = " + std::to_string(c.parallel.dp) + " x " +
+           std::to_string(c.parallel.cp) + ")";
   return " (parallel.zero 1: replica 0's part of " + std::to_string(c.parallel.dp) + ")";
 }
 
@@ -58,11 +61,11 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   const PrecisionPolicy policy(c.precision);
   const Recompute recompute = c.train.recompute;
   // The stage's training state as a run of this layout builds it: under parallel.zero 1 with --dp,
-  // replica 0's part of the optimizer state (and, in fp16/bf16, of the masters).
+  // the part of the stage's rank 0 of dp x cp (and, in fp16/bf16, of the masters).
   DistributedOptimizer optimizer(be, distributed_optimizer_config(c));
   ParamStore& params = optimizer.params();
   AVNet net(be, params, c.model, s, policy, {}, recompute);
-  optimizer.build(std::max(1, c.parallel.dp), 0, nullptr);
+  optimizer.build(c.parallel.dp < 1 ? 1 : c.parallel.dp * c.parallel.cp, 0, nullptr);
 
   const TokenGeometry& g = net.geometry();
   out << "AVNet on " << s.shards.size() << " shard(s), " << s.total_samples << " samples: audio " << s.audio_samples
@@ -157,6 +160,11 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   out << "\npipeline: " << pp << " stage(s), partition " << c.parallel.partition << ", schedule "
       << enum_name(schedule) << ", " << M << " micro-batch(es) per step; ideal bubble "
       << std::fixed << std::setprecision(3) << parallel::ideal_bubble(pp, M) << "\n";
+  if (const int cp = c.parallel.cp; cp > 1)
+    out << "context parallelism: cp " << cp << ": each sample's " << g.tokens << " tokens cut over " << cp
+        << " ranks (about " << (g.tokens + cp - 1) / cp << " a rank), " << c.model.heads / cp << " of "
+        << c.model.heads << " heads a rank in attention (Ulysses all-to-all); ranks pp x dp x cp, cp innermost; "
+        << "a stage's dp x cp ranks share its gradients (and, under parallel.zero 1, its optimizer state)\n";
   out << std::left << std::setw(7) << "stage" << std::setw(24) << "layers" << std::right << std::setw(12)
       << "parameters" << std::setw(14) << "fwd GFLOP/mb" << std::setw(16) << "act MiB/mb" << std::setw(11)
       << "in flight" << std::setw(16) << "peak act MiB" << "\n";

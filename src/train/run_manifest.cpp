@@ -118,6 +118,7 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
                  {"world_size", topo.world},
                  {"pp", topo.pp},
                  {"dp", topo.dp},
+                 {"cp", topo.cp},
                  {"schedule", enum_name(config.parallel.schedule)},
                  {"stages", stages},
                  {"micro_batch", config.train.micro_batch},
@@ -159,7 +160,11 @@ nlohmann::json RunManifest::run_json(const nlohmann::json& options, const nlohma
 void RunManifest::log_layout(std::ostream& log, const StagePlan& plan, const std::string& loss_scaling,
                              const std::string& parameter_memory) const {
   const parallel::Topology& topo = topo_;
-  log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp << ", "
+  log << "[rank 0] " << topo.world << " rank(s): pp " << topo.pp << " x dp " << topo.dp
+      << (topo.cp > 1 ? " x cp " + std::to_string(topo.cp) + " (each sample's tokens cut over " +
+                            std::to_string(topo.cp) + " ranks)"
+                      : std::string())
+      << ", "
       << enum_name(config_.parallel.schedule) << ", " << config_.train.micro_batches << " micro-batch(es) of "
       << config_.train.micro_batch << " per replica, global batch " << config_.global_batch(topo.dp) << "\n";
   for (std::size_t s = 0; s < plan.stages.size(); ++s)

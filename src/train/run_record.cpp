@@ -41,7 +41,7 @@ void RunRecord::open(nlohmann::json manifest, bool resumed, std::int64_t first_s
     }
   }
   nlohmann::json start = {{"time", std::time(nullptr)}, {"step", first_step}, {"ranks", topo_.world},
-                          {"pp", topo_.pp}, {"dp", topo_.dp}};
+                          {"pp", topo_.pp}, {"dp", topo_.dp}, {"cp", topo_.cp}};
   for (const char* slurm : {"SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"})
     if (const char* value = std::getenv(slurm)) start[slurm] = value;
   starts.push_back(start);
@@ -103,7 +103,7 @@ void RunRecord::log_step(std::ostream& log, const StepRow& row, int skipped, dou
       << std::scientific << std::setprecision(2) << row["lr"] << std::fixed << "  " << std::setprecision(1)
       << row["step_ms"] << " ms";
   if (topo_.pp > 1) log << "  bubble " << std::setprecision(3) << row["bubble"];
-  if (topo_.dp > 1) log << "  comm " << std::setprecision(1) << row["comm_ms"] << " ms";
+  if (topo_.stage_size() > 1) log << "  comm " << std::setprecision(1) << row["comm_ms"] << " ms";
   if (skipped >= 0) log << "  scale " << std::setprecision(0) << row["loss_scale"] << "  skipped " << skipped;
   if (row.has("val_acc"))
     log << "  val_loss " << std::setprecision(4) << row["val_loss"] << "  val_acc " << row["val_acc"] << "  val_mAP "

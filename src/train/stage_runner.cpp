@@ -54,7 +54,7 @@ void StageRunner::freeze_fp8_scale() {
 void StageRunner::end_fp8_step() {
   const auto reduce = [&](parallel::ReduceOp op) {
     return [&, op](double* values, std::size_t n) {
-      if (topo_.dp > 1) groups_.data->all_reduce(values, n, op);
+      if (topo_.stage_size() > 1) groups_.data->all_reduce(values, n, op);
     };
   };
   fp8_.end_step(reduce(parallel::ReduceOp::max), reduce(parallel::ReduceOp::sum));
@@ -85,8 +85,8 @@ void StageRunner::wait_for_neighbour(StepWork& w, int m, const char* what, Recei
   // phase before (the first stage collects the next micro-batch's data after its send).
   if (link_.sends_in_flight()) {
     std::string to;
-    if (!topo_.first_stage()) to = std::to_string(topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
-    if (!topo_.last_stage()) to += (to.empty() ? "" : " and ") + std::to_string(topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+    if (!topo_.first_stage()) to = std::to_string(topo_.in_stage(topo_.pp_rank - 1));
+    if (!topo_.last_stage()) to += (to.empty() ? "" : " and ") + std::to_string(topo_.in_stage(topo_.pp_rank + 1));
     const std::string phase = "complete the sends in flight to rank" + std::string(to.find(' ') == std::string::npos ? " " : "s ") +
                              to + ", at the start";
     watchdog_.mark_micro_batch(phase.c_str(), w.step, m);
@@ -102,7 +102,7 @@ void StageRunner::forward(StepWork& w, int m) {
   slot_of_[std::size_t(m)] = &slot;
   Flow& flow = slot.flow;
   if (!topo_.first_stage())
-    watchdog_.mark_micro_batch("recv activation", w.step, m, Peer::from, topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
+    watchdog_.mark_micro_batch("recv activation", w.step, m, Peer::from, topo_.in_stage(topo_.pp_rank - 1));
   wait_for_neighbour(w, m, "recv activation", [&] {
     if (!topo_.first_stage()) link_.recv_activation(flow);
     return !topo_.first_stage();
@@ -138,7 +138,7 @@ void StageRunner::forward(StepWork& w, int m) {
     }
     w.local_loss += flow.loss / config_.train.micro_batches;
   } else {
-    watchdog_.mark_micro_batch("send activation", w.step, m, Peer::to, topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+    watchdog_.mark_micro_batch("send activation", w.step, m, Peer::to, topo_.in_stage(topo_.pp_rank + 1));
     const auto t_send = Clock::now();
     link_.send_activation(flow);
     w.timeline->span("send activation", "send", t_send, Clock::now(), w.step, m);
@@ -159,7 +159,7 @@ void StageRunner::backward(StepWork& w, int m, bool last_of_step) {
   Slot& slot = *slot_of_[std::size_t(m)];
   Flow& flow = slot.flow;
   if (!topo_.last_stage())
-    watchdog_.mark_micro_batch("recv gradient", w.step, m, Peer::from, topo_.rank_of(topo_.pp_rank + 1, topo_.dp_rank));
+    watchdog_.mark_micro_batch("recv gradient", w.step, m, Peer::from, topo_.in_stage(topo_.pp_rank + 1));
   wait_for_neighbour(w, m, "recv gradient", [&] {
     if (!topo_.last_stage()) link_.recv_gradient(flow);
     return !topo_.last_stage();
@@ -178,7 +178,7 @@ void StageRunner::backward(StepWork& w, int m, bool last_of_step) {
   }
   w.timeline->span("backward", "backward", t, Clock::now(), w.step, m);
   if (!topo_.first_stage()) {
-    watchdog_.mark_micro_batch("send gradient", w.step, m, Peer::to, topo_.rank_of(topo_.pp_rank - 1, topo_.dp_rank));
+    watchdog_.mark_micro_batch("send gradient", w.step, m, Peer::to, topo_.in_stage(topo_.pp_rank - 1));
     const auto t_send = Clock::now();
     link_.send_gradient(flow);
     w.timeline->span("send gradient", "send", t_send, Clock::now(), w.step, m);
@@ -208,10 +208,13 @@ void StageRunner::forward_only(std::future<data::MicroBatch>* batch, ScoreRows& 
   slot.busy = false;
 }
 
+// Over the stage's dp x cp ranks: each cp rank of a replica holds the statistics of that replica's
+// micro-batches (cut by cp, their sums are summed over the context group before they are used), so
+// the sum over the data-parallel group counts each micro-batch cp times.
 void StageRunner::fold_batch_statistics() {
-  const int micro_batches = config_.train.micro_batches * topo_.dp;
+  const int micro_batches = config_.train.micro_batches * topo_.stage_size();
   const auto combine = [&](float* x, std::size_t n) {
-    if (topo_.dp > 1) groups_.data->all_reduce(x, n, DType::f32, parallel::ReduceOp::sum);
+    if (topo_.stage_size() > 1) groups_.data->all_reduce(x, n, DType::f32, parallel::ReduceOp::sum);
   };
   for (auto& layer : net_.layers()) layer->end_step(be_, combine, micro_batches);
 }

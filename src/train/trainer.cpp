@@ -79,16 +79,18 @@ struct Trainer::Impl {
         runner(c, b, g, policy, augmenter.input(), plan.stages[g.topology.pp_rank], optimizer, watchdog),
         manifest(c, g.topology, b, policy, s, v), faults(c.debug, g.topology.rank),
         bubble_theory(parallel::ideal_bubble(g.topology.pp, c.train.micro_batches)) {
-    optimizer.build(topo.dp, topo.dp_rank, g.data.get());  // the runner's layers have registered the parameters
+    // Over the stage's dp x cp ranks: the cp ranks of a replica count as replicas for the optimizer.
+    optimizer.build(topo.stage_size(), topo.stage_rank(), g.data.get());  // the runner's layers have registered the parameters
     layer_statistics.emplace(params);
   }
 
   bool amp() const { return policy.compute() != DType::f32; }
 
-  // The replicas of a stage apply the same averaged gradients, so their weights must stay equal to
-  // the bit; a difference would be a silent error (a non-deterministic all-reduce, a missed bucket).
+  // The replicas of a stage (and their context parts) apply the same averaged gradients, so their
+  // weights must stay equal to the bit; a difference would be a silent error (a non-deterministic
+  // all-reduce, a missed bucket).
   void check_replicas_agree(std::int64_t step) {
-    if (topo.dp == 1) return;
+    if (topo.stage_size() == 1) return;
     const auto [low, high] = optimizer.replica_range();
     require(low == high, "step " + std::to_string(step) + ": the data-parallel replicas of stage " +
                              std::to_string(topo.pp_rank) + " hold different weights (sum of squares from " +
@@ -211,7 +213,7 @@ struct Trainer::Impl {
     watchdog.mark("completing the sends of step " + std::to_string(w.step) + " to the neighbour stages");
     runner.finish_sends();
     w.row.set("comm_ms", topo.world > 1 ? ms_since(t_comm) : 0.0);
-    if (topo.dp > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
+    if (topo.stage_size() > 1) w.timeline->span("gradient all-reduce (exposed)", "allreduce", t_comm, Clock::now(), w.step);
   }
 
   // One rank has no one to agree with: its update follows the gradient statistics on the device,
@@ -248,8 +250,10 @@ struct Trainer::Impl {
     a.checkpoint_by_time = flags.checkpoint_by_time > 0;
     if (flags.stop_signal > 0) a.stop = signal_name(int(flags.stop_signal));
     else if (flags.out_of_time > 0) a.stop = run.budget.source();
-    // The global norm counts each parameter once: one replica per stage adds its stage's squares.
-    double sums[2] = {topo.dp_rank == 0 ? a.stage_sum_squares : 0.0, topo.last_stage() ? w.local_loss / topo.dp : 0.0};
+    // The global norm counts each parameter once: one rank per stage adds its stage's squares. The
+    // loss: the mean over the replicas of the last stage, whose cp ranks hold the same loss (part 0's).
+    double sums[2] = {topo.stage_rank() == 0 ? a.stage_sum_squares : 0.0,
+                      topo.last_stage() && topo.cp_rank == 0 ? w.local_loss / topo.dp : 0.0};
     groups.world->all_reduce(sums, 2, parallel::ReduceOp::sum);
     a.grad_norm = std::sqrt(sums[0]);
     a.loss = sums[1];
@@ -307,10 +311,12 @@ struct Trainer::Impl {
     mine.set("rank", topo.rank);
     mine.set("pp_rank", topo.pp_rank);
     mine.set("dp_rank", topo.dp_rank);
+    mine.set("cp_rank", topo.cp_rank);
     if (topo.last_stage()) mine.set("local_loss", w.local_loss);
     mine.set("loss_scale", w.loss_scale);
-    mine.set("grad_norm_local", std::sqrt(topo.dp > 1 ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
-                                                      : a.stage_sum_squares));
+    mine.set("grad_norm_local", std::sqrt(topo.stage_size() > 1
+                                              ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
+                                              : a.stage_sum_squares));
     mine.set("act_mb", double(w.act_bytes) / kMiB);
     mine.set("step_ms", w.train_ms);
     // An arena counts what the tensors really took; elsewhere the model's own tally is used.
@@ -320,8 +326,8 @@ struct Trainer::Impl {
                                                     double(runner.net().workspace().bytes()) + runner.flow_bytes());
     watchdog.mark_all_ranks("the report of step " + std::to_string(w.step) + " to rank 0");
     RankReport mine_report{mine, {}};
-    // One replica per stage reports its modules (the FP8 statistics are the whole group's: reduced).
-    if (topo.dp_rank == 0) {
+    // One rank per stage reports its modules (the FP8 statistics are the whole group's: reduced).
+    if (topo.stage_rank() == 0) {
       LayerStatistics::add_fp8(a.layers, runner.fp8());
       mine_report.layers = std::move(a.layers);
     }
@@ -413,9 +419,12 @@ struct Trainer::Impl {
         timeline.enabled() ? groups.world->gather(timeline.events_json(), 0) : std::vector<std::string>();
     if (topo.rank == 0 && timeline.enabled()) {
       std::vector<std::string> labels;
-      for (int r = 0; r < topo.world; ++r)
-        labels.push_back("rank " + std::to_string(r) + " (stage " + std::to_string(r / topo.dp) + ", replica " +
-                         std::to_string(r % topo.dp) + ")");
+      for (int r = 0; r < topo.world; ++r) {
+        const parallel::Topology at = topo.at(r);
+        labels.push_back("rank " + std::to_string(r) + " (stage " + std::to_string(at.pp_rank) + ", replica " +
+                         std::to_string(at.dp_rank) + (topo.cp > 1 ? ", part " + std::to_string(at.cp_rank) : "") +
+                         ")");
+      }
       Timeline::write(config.parallel.timeline, events, labels);
       log << "[rank 0] timeline: " << config.parallel.timeline << " (chrome://tracing or ui.perfetto.dev)" << std::endl;
     }

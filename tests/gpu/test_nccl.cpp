@@ -358,10 +358,12 @@ TEST_F(World, BroadcastsFromTheLastRank) {
   EXPECT_TRUE(buffer.download() == pattern(4096, root));
 }
 
-TEST(ProcessGroups, DataBecomesNcclPipelineAndWorldStayMpi) {
+TEST(ProcessGroups, DataAndContextBecomeNcclPipelineAndWorldStayMpi) {
   parallel::ProcessGroups groups = parallel::make_mpi_process_groups(/*pp=*/1, /*dp=*/0);
   make_nccl_groups(groups, nullptr);
   ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.data.get()), nullptr);
+  ASSERT_NE(dynamic_cast<NcclCommunicator*>(groups.context.get()), nullptr);  // made at cp 1 too, of size 1
+  EXPECT_EQ(groups.context->size(), 1);
   EXPECT_EQ(dynamic_cast<NcclCommunicator*>(groups.pipeline.get()), nullptr);
   EXPECT_EQ(dynamic_cast<NcclCommunicator*>(groups.world.get()), nullptr);
   EXPECT_EQ(groups.data->size(), groups.topology.world);

@@ -581,18 +581,34 @@ void expect_groups_match_topology(const ProcessGroups& g) {
   const Topology& t = g.topology;
   EXPECT_EQ(g.world->size(), t.world);
   EXPECT_EQ(g.world->rank(), t.rank);
-  EXPECT_EQ(g.data->size(), t.dp);
-  EXPECT_EQ(g.data->rank(), t.dp_rank);
+  EXPECT_EQ(g.data->size(), t.dp * t.cp);
+  EXPECT_EQ(g.data->rank(), t.stage_rank());
+  EXPECT_EQ(g.context->size(), t.cp);
+  EXPECT_EQ(g.context->rank(), t.cp_rank);
   EXPECT_EQ(g.pipeline->size(), t.pp);
   EXPECT_EQ(g.pipeline->rank(), t.pp_rank);
   EXPECT_GE(t.local_rank, 0);
   EXPECT_LT(t.local_rank, t.local_size);
   EXPECT_LE(t.local_size, t.world);
-  double same_stage = 0, same_replica = 0;
-  for (int d = 0; d < t.dp; ++d) same_stage += t.rank_of(t.pp_rank, d);
-  for (int s = 0; s < t.pp; ++s) same_replica += t.rank_of(s, t.dp_rank);
+  // Each group holds the ranks the topology names: the sums of their world ranks, and the world
+  // rank of the member at each group rank (a gather of world ranks in group order).
+  double same_stage = 0, same_replica = 0, same_part = 0;
+  for (int d = 0; d < t.dp; ++d)
+    for (int c = 0; c < t.cp; ++c) same_stage += t.rank_of(t.pp_rank, d, c);
+  for (int c = 0; c < t.cp; ++c) same_replica += t.rank_of(t.pp_rank, t.dp_rank, c);
+  for (int s = 0; s < t.pp; ++s) same_part += t.in_stage(s);
   EXPECT_EQ(sum_of_world_ranks(*g.data), same_stage);
-  EXPECT_EQ(sum_of_world_ranks(*g.pipeline), same_replica);
+  EXPECT_EQ(sum_of_world_ranks(*g.context), same_replica);
+  EXPECT_EQ(sum_of_world_ranks(*g.pipeline), same_part);
+  const std::vector<std::string> members = g.data->gather(std::to_string(t.rank), 0);
+  for (std::size_t r = 0; r < members.size(); ++r)
+    EXPECT_EQ(members[r], std::to_string(t.pp_rank * t.stage_size() + int(r))) << "data-parallel rank " << r;
+  const std::vector<std::string> parts = g.context->gather(std::to_string(t.rank), 0);
+  for (std::size_t r = 0; r < parts.size(); ++r)
+    EXPECT_EQ(parts[r], std::to_string(t.rank_of(t.pp_rank, t.dp_rank, int(r)))) << "context-parallel rank " << r;
+  const std::vector<std::string> stages = g.pipeline->gather(std::to_string(t.rank), 0);
+  for (std::size_t r = 0; r < stages.size(); ++r)
+    EXPECT_EQ(stages[r], std::to_string(t.in_stage(int(r)))) << "pipeline rank " << r;
   EXPECT_EQ(sum_of_world_ranks(*g.world), t.world * (t.world - 1) / 2.0);
 }
 
@@ -601,6 +617,33 @@ TEST(ProcessGroups, TwoByTwoSplitsIntoStagesAndReplicas) {
   const ProcessGroups g = make_mpi_process_groups(2, 2);
   EXPECT_EQ(g.topology.pp_rank, g.topology.rank / 2);
   EXPECT_EQ(g.topology.dp_rank, g.topology.rank % 2);
+  expect_groups_match_topology(g);
+}
+
+// cp innermost: at 4 ranks, pp 1 x dp 2 x cp 2 puts ranks 0, 1 in replica 0 and 2, 3 in replica 1;
+// pp 2 x dp 1 x cp 2 puts them in stages; the data-parallel group is the stage's dp x cp ranks.
+TEST(ProcessGroups, ContextPartsAreInnermost) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const ProcessGroups replicas = make_mpi_process_groups(1, 2, 2);
+  EXPECT_EQ(replicas.topology.dp_rank, replicas.topology.rank / 2);
+  EXPECT_EQ(replicas.topology.cp_rank, replicas.topology.rank % 2);
+  EXPECT_EQ(replicas.data->size(), 4);
+  expect_groups_match_topology(replicas);
+  const ProcessGroups stages = make_mpi_process_groups(2, 1, 2);
+  EXPECT_EQ(stages.topology.pp_rank, stages.topology.rank / 2);
+  EXPECT_EQ(stages.topology.cp_rank, stages.topology.rank % 2);
+  EXPECT_EQ(stages.data->size(), 2);
+  expect_groups_match_topology(stages);
+  const ProcessGroups inferred = make_mpi_process_groups(1, 0, 2);
+  EXPECT_EQ(inferred.topology.dp, 2);
+  expect_groups_match_topology(inferred);
+}
+
+TEST(ProcessGroups, ContextParallelAloneIsOneReplica) {
+  const int world = world_size();
+  const ProcessGroups g = make_mpi_process_groups(1, 1, world);
+  EXPECT_EQ(g.topology.cp_rank, g.topology.rank);
+  EXPECT_EQ(g.topology.dp_rank, 0);
   expect_groups_match_topology(g);
 }
 
@@ -623,6 +666,9 @@ TEST(ProcessGroups, ALayoutThatDoesNotFitTheWorldThrowsOnEveryRank) {
   EXPECT_THROW(make_mpi_process_groups(3, 0), Error);
   EXPECT_THROW(make_mpi_process_groups(2, world_size()), Error);
   EXPECT_THROW(make_mpi_process_groups(0, 0), Error);
+  EXPECT_THROW(make_mpi_process_groups(1, 0, 3), Error);
+  EXPECT_THROW(make_mpi_process_groups(1, world_size(), 2), Error);
+  EXPECT_THROW(make_mpi_process_groups(1, 1, 0), Error);
   EXPECT_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);  // every rank got here: none is left in a split
 }
 
@@ -637,7 +683,62 @@ TEST(Topology, RankMapsToStageAndReplica) {
     const Topology t = Topology::of(8, rank, 4, 0);
     EXPECT_EQ(t.dp, 2);
     EXPECT_EQ(t.rank_of(t.pp_rank, t.dp_rank), rank);
+    EXPECT_EQ(t.cp, 1);
+    EXPECT_EQ(t.cp_rank, 0);
+    EXPECT_EQ(t.stage_rank(), t.dp_rank);
+    EXPECT_EQ(t.stage_size(), t.dp);
   }
+}
+
+// pp 2 x dp 2 x cp 3 = 12 ranks, cp innermost: rank = pp_rank (dp cp) + dp_rank cp + cp_rank.
+TEST(Topology, ContextPartsAreInnermost) {
+  const Topology t = Topology::of(12, 11, 2, 2, 3);
+  EXPECT_EQ(t.pp_rank, 1);
+  EXPECT_EQ(t.dp_rank, 1);
+  EXPECT_EQ(t.cp_rank, 2);
+  EXPECT_EQ(t.stage_rank(), 5);
+  EXPECT_EQ(t.stage_size(), 6);
+  const Topology u = Topology::of(12, 7, 2, 2, 3);
+  EXPECT_EQ(u.pp_rank, 1);
+  EXPECT_EQ(u.dp_rank, 0);
+  EXPECT_EQ(u.cp_rank, 1);
+  EXPECT_EQ(u.in_stage(0), 1);  // its pipeline peer: the same replica and part in stage 0
+  EXPECT_EQ(u.rank_of(0, 1), 3);
+  EXPECT_EQ(u.rank_of(0, 1, 2), 5);
+  EXPECT_EQ(u.at(5).dp_rank, 1);
+  EXPECT_EQ(u.at(5).cp_rank, 2);
+  EXPECT_EQ(u.at(5).pp_rank, 0);
+  std::vector<int> seen;
+  for (int rank = 0; rank < 12; ++rank) {
+    const Topology r = Topology::of(12, rank, 2, 0, 3);  // dp inferred: 12 / (2 x 3)
+    EXPECT_EQ(r.dp, 2);
+    EXPECT_EQ(r.rank_of(r.pp_rank, r.dp_rank, r.cp_rank), rank);
+    EXPECT_EQ(r.pp_rank * r.stage_size() + r.stage_rank(), rank);
+    // Pipeline neighbours keep the replica and the part.
+    if (!r.last_stage()) {
+      const Topology next = r.at(r.in_stage(r.pp_rank + 1));
+      EXPECT_EQ(next.dp_rank, r.dp_rank);
+      EXPECT_EQ(next.cp_rank, r.cp_rank);
+      EXPECT_EQ(next.pp_rank, r.pp_rank + 1);
+    }
+  }
+}
+
+TEST(Topology, AGridThatDoesNotFitTheWorldIsRefusedNamingParallelCp) {
+  const auto message = [](int world, int pp, int dp, int cp) {
+    try {
+      Topology::of(world, 0, pp, dp, cp);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message(8, 2, 1, 2), "parallel.pp x parallel.dp x parallel.cp = 2 x 1 x 2 = 4 ranks, but 8 were started");
+  EXPECT_EQ(message(6, 1, 0, 4), "parallel.pp x parallel.cp = 1 x 4 does not divide the 6 ranks started, so "
+                                 "parallel.dp cannot be inferred");
+  EXPECT_EQ(message(3, 1, 1, 1), "parallel.pp x parallel.dp x parallel.cp = 1 x 1 x 1 = 1 ranks, but 3 were started");
+  EXPECT_EQ(message(8, 2, 2, 2), "(no error)");
+  EXPECT_EQ(message(4, 1, 1, 0), "option parallel.cp = 0: must be >= 1");
 }
 
 }  // namespace

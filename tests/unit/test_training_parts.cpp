@@ -641,6 +641,7 @@ TEST(ParseOptions, EveryShortFormIsInTheHelpAndRefusedBesideItsKey) {
       {"data", "data.dir"},         {"out", "train.out"},          {"steps", "train.steps"},
       {"seed", "train.seed"},       {"threads", "train.threads"},  {"precision", "precision.mode"},
       {"pp", "parallel.pp"},        {"dp", "parallel.dp"},         {"timeline", "parallel.timeline"},
+      {"cp", "parallel.cp"},
       {"device", "device.backend"}, {"comm", "device.comm"},       {"max-minutes", "train.max_minutes"}};
   for (const auto& [name, key] : forms) {
     EXPECT_NE(help.find("--" + name + " arg = --" + key + " "), std::string::npos) << name;
@@ -652,6 +653,21 @@ TEST(ParseOptions, EveryShortFormIsInTheHelpAndRefusedBesideItsKey) {
   EXPECT_TRUE(parse_options({"--allow-tf32"}).config.device.allow_tf32);
   EXPECT_NE(error_of({"--precision", "bf16", "--precision.mode", "fp16"}).find("both given"), std::string::npos);
   EXPECT_NE(error_of({"--detect-anomaly", "--precision.detect_anomaly", "0"}).find("both given"), std::string::npos);
+}
+
+// parallel.cp: heads the parts cannot share whole, and FP8 (each part's amaxes would scale its own
+// tokens), each refused in one line naming the option; heads that it divides pass.
+TEST(ParseOptions, ContextParallelNeedsHeadsItDividesAndNoFp8) {
+  EXPECT_EQ(parse_options({"--cp", "2", "--model.heads", "4"}).config.parallel.cp, 2);
+  EXPECT_EQ(parse_options({}).config.parallel.cp, 1);
+  EXPECT_EQ(error_of({"--cp", "3", "--model.heads", "4"}),
+            "option parallel.cp = 3: model.heads 4 is not divisible by parallel.cp 3 (the all-to-all gives each part "
+            "heads / cp whole heads)");
+  EXPECT_EQ(error_of({"--cp", "8", "--model.heads", "4"}).rfind("option parallel.cp = 8: model.heads 4 is not", 0), 0u);
+  EXPECT_EQ(error_of({"--cp", "2", "--precision", "fp8"}),
+            "option parallel.cp = 2: not with precision.mode fp8 yet: per-tensor FP8 scales would differ between the "
+            "parts");
+  EXPECT_EQ(error_of({"--cp", "0"}).rfind("option parallel.cp = 0", 0), 0u);
 }
 
 TEST(ParseOptions, ValuesOutsideTheirRangeAreErrorsNamingTheOption) {
