@@ -104,6 +104,9 @@ inline constexpr TraceColumn kRankColumns[] = {
     {"grad_bytes", "%.0f", false, 0,
      "payload bytes handed to the gradient all-reduce (halved by fp16/bf16 communication); under `parallel.zero 1` "
      "the reduce-scatter and the weights' all-gather, each counted as half its buffer"},
+    {"cp_bytes", "%.0f", false, 0,
+     "parallel.cp: bytes this rank sent to the other parts of its samples' tokens in the step (the Ulysses all-to-alls around attention, forward and backward, and the head's pooled sums); 0 at cp 1"},
+    {"cp_ms", "%.6f", false, 0, "parallel.cp: time in those exchanges, the transposes around each all-to-all included"},
 };
 
 // layers.csv: one row per step and module (rows are LayerRow, io/trace_writer.hpp).

@@ -59,7 +59,7 @@ NetMemory measure_net(const RunConfig& c, Backend& be, const data::SetInfo& inpu
   AVNet net(be, params, c.model, input, PrecisionPolicy(c.precision));
   m.state_bytes = state_per_param * double(params.total_size());
   m.layers = plan_stages(c, be, input, 1).layers;
-  m.micro_batch = measure_micro_batches(c.model, input, c.precision, r, c.train.seed);
+  m.micro_batch = measure_micro_batches(c.model, input, c.precision, r, c.train.seed, c.parallel.cp);
   return m;
 }
 

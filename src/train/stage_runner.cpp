@@ -26,6 +26,7 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   for (auto& layer : net_.layers()) layer->linears(linears);
   Fp8Layers select(config.precision);
   const int depth = config.model.depth;
+  if (topo_.cp > 1) context_ = std::make_unique<parallel::UlyssesExchange>(be_, *groups.context);
   fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
                     Fp8Recipe::of(config.precision));
   // A glob of precision.fp8_layers that matches no module: a typo, where this stage holds every layer
@@ -227,6 +228,7 @@ StageRunner::Slot& StageRunner::acquire() {
     }
   slots_.push_back(std::make_unique<Slot>());
   slots_.back()->states = net_.make_states();
+  slots_.back()->flow.context = context_.get();
   slots_.back()->busy = true;
   return *slots_.back();
 }

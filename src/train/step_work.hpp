@@ -31,6 +31,9 @@ struct StepWork {
   Timeline* timeline = nullptr;
   ActivationStats acts;
   double local_loss = 0, train_ms = 0;
+  // parallel.cp: the exchange's totals when the step began (its bytes and seconds since the start).
+  std::uint64_t cp_bytes_before = 0;
+  double cp_seconds_before = 0;
   bool loss_finite = true;
   std::size_t act_bytes = 0;
   RankRow row;  // this rank's row of ranks.csv, measured as the step goes (io/trace_columns.hpp)
