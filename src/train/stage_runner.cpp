@@ -26,6 +26,12 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   for (auto& layer : net_.layers()) layer->linears(linears);
   Fp8Layers select(config.precision);
   const int depth = config.model.depth;
+  // parallel.cp cuts each sample's tokens (model/token_parts.hpp): the same line on every rank where a
+  // sample has fewer tokens than parts (a sample with fewer valid ones stops its forward, naming it).
+  const TokenGeometry& g = net_.geometry();
+  require(topo_.cp <= g.tokens, "option parallel.cp = " + std::to_string(topo_.cp) + ": a sample has " +
+                                    std::to_string(g.tokens) + " tokens (" + std::to_string(g.audio_tokens) +
+                                    " audio, " + std::to_string(g.video_tokens) + " video), fewer than the parts");
   if (topo_.cp > 1) context_ = std::make_unique<parallel::UlyssesExchange>(be_, *groups.context);
   fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
                     Fp8Recipe::of(config.precision));
