@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "model/av_net.hpp"
+#include "model/token_parts.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/run_config.hpp"
@@ -160,11 +161,30 @@ void describe_run(const RunConfig& c, Backend& be, data::ShardSet& shards, std::
   out << "\npipeline: " << pp << " stage(s), partition " << c.parallel.partition << ", schedule "
       << enum_name(schedule) << ", " << M << " micro-batch(es) per step; ideal bubble "
       << std::fixed << std::setprecision(3) << parallel::ideal_bubble(pp, M) << "\n";
-  if (const int cp = c.parallel.cp; cp > 1)
+  if (const int cp = c.parallel.cp; cp > 1) {
+    const TokenParts part = TokenParts::of(g, cp, 0);
     out << "context parallelism: cp " << cp << ": each sample's " << g.tokens << " tokens cut over " << cp
-        << " ranks (about " << (g.tokens + cp - 1) / cp << " a rank), " << c.model.heads / cp << " of "
-        << c.model.heads << " heads a rank in attention (Ulysses all-to-all); ranks pp x dp x cp, cp innermost; "
+        << " ranks (" << part.tokens() << " slots a rank: " << part.audio_slots << " audio + " << part.video_slots
+        << " video), " << c.model.heads / cp << " of " << c.model.heads
+        << " heads a rank in attention over all " << part.gathered_tokens()
+        << " (Ulysses all-to-all); ranks pp x dp x cp, cp innermost; "
         << "a stage's dp x cp ranks share its gradients (and, under parallel.zero 1, its optimizer state)\n";
+    // What one rank keeps at each cp that divides the heads (the whole net on one stage), measured
+    // as above: the parts' share of the tokens, attention's of the heads.
+    out << "activations a rank keeps, one micro-batch of " << B << " (train.recompute " << enum_name(recompute)
+        << "), by parallel.cp:\n";
+    double at_one = 0;
+    for (int parts = 1; parts <= c.model.heads && parts <= g.tokens; parts *= 2) {
+      if (c.model.heads % parts) continue;
+      const double kept =
+          double(measure_micro_batches(c.model, s, c.precision, recompute, c.train.seed, parts).at(B).kept());
+      if (parts == 1) at_one = kept;
+      std::ostringstream ratio;
+      ratio << std::fixed << std::setprecision(3) << kept / at_one;
+      out << "  cp " << std::left << std::setw(4) << parts << std::right << std::setw(18) << mib(kept) << "  ("
+          << ratio.str() << " of cp 1)" << (parts == cp ? "  (this run)" : "") << "\n";
+    }
+  }
   out << std::left << std::setw(7) << "stage" << std::setw(24) << "layers" << std::right << std::setw(12)
       << "parameters" << std::setw(14) << "fwd GFLOP/mb" << std::setw(16) << "act MiB/mb" << std::setw(11)
       << "in flight" << std::setw(16) << "peak act MiB" << "\n";
