@@ -81,6 +81,8 @@ struct Workspace {
   // The 16-bit copy of an FP8 linear's input, read by its forward alone: the layer keeps the E4M3
   // copy the linear makes (SavedTensor's for_fp8); two, for fc1's input and output in one op.
   Buffer16 fp8_input[2];
+  // parallel.cp: a 16-bit tensor on its way between this part's tokens and attention's heads.
+  Buffer16 exchange16;
   std::unique_ptr<LayerState> recomputed;
   Buffer& operator[](int i) { return slot[i]; }
   // fp8_input[i] where a tensor kept in type `kept` is read in backward by an FP8 linear alone
@@ -89,7 +91,8 @@ struct Workspace {
     return fp8_linear && kept != DType::f32 ? &fp8_input[i] : nullptr;
   }
   std::size_t bytes() const {
-    std::size_t n = (recomputed ? recomputed->bytes() : 0) + grad16.bytes() + fp8_input[0].bytes() + fp8_input[1].bytes();
+    std::size_t n = (recomputed ? recomputed->bytes() : 0) + grad16.bytes() + fp8_input[0].bytes() + fp8_input[1].bytes() +
+                    exchange16.bytes();
     for (const Buffer& b : slot) n += b.bytes();
     return n;
   }

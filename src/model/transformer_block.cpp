@@ -119,9 +119,10 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
   // In bf16 the products read the kept 16-bit copy of qkv as it is.
   const DType products = attention_products();
   // parallel.cp: attention runs on every token of the sequence (Lk, the parts' one after the other)
-  // for this part's Hh heads: qkv goes there after its linear, ctx comes back before proj, in
-  // values rounded to their type (model/context_exchange.hpp).
+  // for this part's Hh heads: qkv goes there after its linear, ctx comes back before proj, each moved
+  // in its storage type (16-bit: the copy alone, half the bytes) and kept so (model/context_exchange.hpp).
   const int parts = flow.parts(), Hh = H / parts, Lk = parts * L;
+  const DType qt = qkv_.dtype();
   require(parts == 1 || (H % parts == 0 && !qkv_.fp8() && !proj_.fp8()),
           "internal: " + name() + " cut over " + std::to_string(parts) + " parts");
   const float* qkv_values = nullptr;
@@ -131,20 +132,40 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
       note(qkv_.module(), y.result(), 3 * n);
     });
   } else {
-    const Output y = rounded(qkv.data(), qkv_.dtype());
-    qkv_.forward(be_, st.a.operand(), y, rows, keep_a);
-    note(qkv_.module(), y.result(), 3 * n);
     Buffer& heads = ws_[kQkvHeads];
     heads.resize(3 * n);
-    flow.context->to_heads(qkv.data(), heads.data(), B, L, 3, head_bytes(Hh));
-    qkv_values = st.qkv.keep(be_, heads, qkv_.dtype());
+    if (qt == DType::f32) {
+      qkv_.forward(be_, st.a.operand(), fp32_out(qkv.data()), rows, keep_a);
+      note(qkv_.module(), fp32(qkv.data()), 3 * n);
+      flow.context->to_heads(qkv.data(), heads.data(), B, L, 3, head_bytes(Hh, qt));
+      qkv_values = st.qkv.keep(be_, heads, qt);
+    } else {
+      ws_.exchange16.resize(3 * n);
+      const Output y = avtrain::copy_only(qkv.data(), qt, ws_.exchange16.data());
+      qkv_.forward(be_, st.a.operand(), y, rows, keep_a);
+      note(qkv_.module(), y.result(), 3 * n);
+      st.qkv.keep_written(heads, qt, true, [&](Output kept) {
+        flow.context->to_heads(ws_.exchange16.data(), kept.copy.data, B, L, 3, head_bytes(Hh, qt));
+      });
+      if (products == DType::f32) qkv_values = st.qkv.load(be_, heads);  // fp16: fp32 products
+    }
   }
   Buffer& ctx = ws_[kCtx];
   ctx.resize(n);
-  // Attention's output: into ctx, or under parallel.cp into ctx_out and then ctx (this part's tokens).
+  // Attention's output: into ctx, or under parallel.cp into ctx_out (every token, this part's heads)
+  // and then, moved from `gathered` (its storage), into ctx (this part's tokens), kept for proj.
   Buffer& ctx_out = parts == 1 ? ctx : ws_[kCtxHeads];
   ctx_out.resize(n);
-  const auto to_tokens = [&] { flow.context->to_tokens(ctx_out.data(), ctx.data(), B, L, 1, head_bytes(Hh)); };
+  const auto to_tokens = [&](const void* gathered) {
+    if (qt == DType::f32) {
+      flow.context->to_tokens(gathered, ctx.data(), B, L, 1, head_bytes(Hh, qt));
+      st.ctx.keep(be_, ctx, qt);
+    } else {
+      st.ctx.keep_written(ctx, qt, true, [&](Output kept) {
+        flow.context->to_tokens(gathered, kept.copy.data, B, L, 1, head_bytes(Hh, qt));
+      });
+    }
+  };
   const Operand qkv_in = products == DType::f32 ? fp32(qkv_values) : st.qkv.operand();
   SavedTensor* keep_ctx = nullptr;  // read by attention's backward too, unless p is kept
   if (recompute_ == Recompute::none && !fused_attention()) {
@@ -157,10 +178,11 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
         be_.attention_forward(products, qkv_in, flow.token_mask.data(), p.data(), nullptr, y, B, L, H, hd);
       }, ctx16);
     } else {
-      be_.attention_forward(products, qkv_in, flow.keys(), p.data(), nullptr, rounded(ctx_out.data(), qkv_.dtype()), B,
-                            Lk, Hh, hd);
-      to_tokens();
-      st.ctx.keep(be_, ctx, qkv_.dtype());
+      if (qt != DType::f32) ws_.exchange16.resize(n);
+      void* copy = qt == DType::f32 ? nullptr : ws_.exchange16.data();
+      be_.attention_forward(products, qkv_in, flow.keys(), p.data(), nullptr, rounded(ctx_out.data(), qt, copy), B, Lk,
+                            Hh, hd);
+      to_tokens(copy ? copy : ctx_out.data());
     }
     // Products in the storage type return p rounded to it already: kept without another rounding pass.
     if (products == qkv_.dtype())
@@ -174,11 +196,10 @@ void TransformerBlock::run_forward(Flow& flow, const float* x, State& st, Buffer
     });
   } else {
     st.row_stats.resize(std::size_t(B) * Hh * Lk * 2);
-    be_.attention_forward(products, qkv_in, flow.keys(), nullptr, st.row_stats.data(),
-                          rounded(ctx_out.data(), qkv_.dtype()), B, Lk, Hh, hd);
-    to_tokens();
-    st.ctx_heads.keep(be_, ctx_out, qkv_.dtype());
-    st.ctx.keep(be_, ctx, qkv_.dtype());
+    st.ctx_heads.keep_written(ctx_out, qt, false, [&](Output y) {
+      be_.attention_forward(products, qkv_in, flow.keys(), nullptr, st.row_stats.data(), y, B, Lk, Hh, hd);
+    });
+    to_tokens(st.ctx_heads.operand().data);
   }
 
   Buffer& h = ws_[kH];
@@ -276,17 +297,24 @@ void TransformerBlock::backward(Flow& flow, LayerState& state_base) {
     // fused attention itself).
     dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n, attention_copy_only());
     be_.attention_backward(products, qkv, p, dctx.data(), dqkv_out, B, L, H, hd);
-  } else {  // parallel.cp: dctx to attention's layout, dqkv (rounded values) back to this part's tokens
+  } else {  // parallel.cp: dctx (fp32, as attention reads it) there, dqkv (in qkv's storage type) back
+    const DType qt = qkv_.dtype();
     Buffer& dctx_heads = ws_[kCtxHeads];
     Buffer& dqkv_heads = ws_[kQkvHeads];
     dctx_heads.resize(n);
     dqkv_heads.resize(3 * n);
-    flow.context->to_heads(dctx.data(), dctx_heads.data(), B, L, 1, head_bytes(Hh));
-    be_.attention_backward(products, qkv, p, dctx_heads.data(), rounded(dqkv_heads.data(), qkv_.dtype()), B, Lk, Hh,
-                           hd);
-    flow.context->to_tokens(dqkv_heads.data(), dqkv.data(), B, L, 3, head_bytes(Hh));
-    dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n);
-    be_.round_to(dqkv_out, 3 * n);  // the 16-bit copy of values rounded already
+    flow.context->to_heads(dctx.data(), dctx_heads.data(), B, L, 1, head_bytes(Hh, DType::f32));
+    if (qt == DType::f32) {
+      be_.attention_backward(products, qkv, p, dctx_heads.data(), fp32_out(dqkv_heads.data()), B, Lk, Hh, hd);
+      flow.context->to_tokens(dqkv_heads.data(), dqkv.data(), B, L, 3, head_bytes(Hh, qt));
+      dqkv_out = fp32_out(dqkv.data());
+    } else {
+      ws_.exchange16.resize(3 * n);
+      be_.attention_backward(products, qkv, p, dctx_heads.data(), rounded(dqkv_heads.data(), qt, ws_.exchange16.data()),
+                             B, Lk, Hh, hd);
+      dqkv_out = grad_output(qkv_, dqkv.data(), 3 * n, true);  // the copy alone, moved into it
+      flow.context->to_tokens(ws_.exchange16.data(), dqkv_out.copy.data, B, L, 3, head_bytes(Hh, qt));
+    }
   }
   note_gradient(be_, flow, name() + ".attn", dqkv_out.result(), 3 * n);
   qkv_.backward(be_, st.a.operand(), dqkv_out, da.data(), rows);

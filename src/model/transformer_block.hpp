@@ -52,8 +52,8 @@ class TransformerBlock final : public Layer {
   // dy (+ plus, when not null) rounded so (grad_output), in one pass; returns the Output.
   Output round_grad(const Linear& layer, float* dy, std::size_t count, const float* plus = nullptr);
   State& recomputed_state();
-  // parallel.cp: the bytes of a token's Hh heads in the fp32 values the parts exchange.
-  std::size_t head_bytes(int Hh) const { return std::size_t(Hh) * hd_ * sizeof(float); }
+  // parallel.cp: the bytes of a token's Hh heads of a tensor the parts exchange in `type`.
+  std::size_t head_bytes(int Hh, DType type) const { return std::size_t(Hh) * hd_ * dtype_size(type); }
   // Forward from the block's input values x, keeping in `st` what backward reads besides x. With
   // `out`, the block's output goes there and each module's output is noted (the forward proper);
   // without, the output is not computed (backward's recomputation).

@@ -2,7 +2,7 @@
 // AVNet forward and backward through a UlyssesExchange give the loss of the whole sequence run on one
 // rank, and the parts' parameter gradients add up to its gradients. Samples with padding in both
 // segments; attention with p kept, recomputed (train.recompute attention) and the blocks recomputed;
-// fp32 and bf16; train and eval.
+// fp32, bf16 and fp16 (16-bit tensors cross the parts as their 16-bit copies); train and eval.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -149,7 +149,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"fp32_kept", PrecisionMode::fp32, Recompute::none, 1e-6, 1e-5},
                       Case{"fp32_attention", PrecisionMode::fp32, Recompute::attention, 1e-6, 1e-5},
                       Case{"fp32_blocks", PrecisionMode::fp32, Recompute::blocks, 1e-6, 1e-5},
-                      Case{"bf16_kept", PrecisionMode::bf16, Recompute::none, 1e-2, 5e-2}),
+                      Case{"bf16_kept", PrecisionMode::bf16, Recompute::none, 1e-2, 5e-2},
+                      Case{"bf16_attention", PrecisionMode::bf16, Recompute::attention, 1e-2, 5e-2},
+                      Case{"fp16_kept", PrecisionMode::fp16, Recompute::none, 1e-2, 5e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The cut itself: every valid token in exactly one part, the parts' valid tokens within one of each
