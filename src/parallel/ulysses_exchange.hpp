@@ -32,8 +32,13 @@ class UlyssesExchange final : public ContextExchange {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void* staging(Buffer& b, std::size_t bytes);
-  void all_to_all(std::size_t bytes_each);
+  // x viewed as [n0, n1] blocks of `block` bytes (Backend::transpose_blocks).
+  struct Blocks {
+    int n0, n1;
+    std::size_t block;
+  };
+  // in -> transposed `before` into the send buffer -> all-to-all -> transposed `after` into out.
+  void move(const void* in, void* out, Blocks before, Blocks after);
   Backend& be_;
   Communicator& comm_;
   Buffer send_, recv_;  // the exchange's two staging buffers
