@@ -177,10 +177,24 @@ void describe_device_fit(const RunConfig& c, Backend& be, const data::SetInfo& s
       << " frames)";
     remedies.push_back({s.str(), *need_lo});
   }
+  // parallel.cp: the fewest parts (a power of two dividing the heads) that fit, each rank keeping its
+  // share of the tokens and of attention's heads.
+  const int tokens = TokenGeometry::of(c.model, input).tokens;
+  for (int parts = 2 * cp; parts <= c.model.heads && parts <= tokens; parts *= 2) {
+    if (c.model.heads % parts) continue;
+    RunConfig wider = c;
+    wider.parallel.cp = parts;
+    const double need = largest(rank_memory(wider, measure_net(wider, be, input, recompute, per_param), pp, B));
+    if (need > available) continue;
+    remedies.push_back({"--cp " + std::to_string(parts) + " (" + std::to_string(pp * std::max(1, dp) * parts) +
+                            " ranks: each sample's tokens over " + std::to_string(parts) + ")",
+                        need});
+    break;
+  }
 
   out << "does not fit: the largest rank holds " << gib(largest(ranks)) << " of " << gib(available) << "\n";
   if (remedies.empty()) {
-    out << "no single setting of train.recompute, train.micro_batch, --pp or data.clip_seconds makes it fit; "
+    out << "no single setting of train.recompute, train.micro_batch, --pp, data.clip_seconds or --cp makes it fit; "
            "combine them, or a GPU with more memory\n";
     return;
   }

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """--dry-run sizes a job for a GPU: on the own-videos recipe's shape (10 s clips at 8 fps, 112x112,
 16 kHz audio: 8,465 tokens a sample with inputs/quickstart.ini, a micro-batch of 32) it says that a rank
-does not fit on an 80 GiB GPU, and names train.recompute, train.micro_batch, --pp and
-data.clip_seconds each with the number that makes it fit; the run with that micro-batch and the run
-with that clip length then fit, and one more sample does not.
+does not fit on an 80 GiB GPU, and names train.recompute, train.micro_batch, --pp, data.clip_seconds
+and --cp each with the number that makes it fit; the run with that micro-batch, the run with that clip
+length and the run at that cp then fit, and one more sample does not.
 
 usage: check_dry_run_fit.py WORK AVTRAIN_SHARDS -- [MPIRUN ...] AVTRAIN DECK
 """
@@ -48,6 +48,7 @@ def main():
         "micro_batch": re.search(r"\n  train\.micro_batch (\d+) ", out),
         "pp": re.search(r"\n  --pp (\d+) ", out),
         "clip": re.search(r"\n  data\.clip_seconds ([0-9.]+) ", out),
+        "cp": re.search(r"\n  --cp (\d+) ", out),
     }
     missing = [k for k, m in found.items() if not m]
     if missing:
@@ -56,14 +57,15 @@ def main():
     if not 1 <= micro_batch < 32:
         fail(f"train.micro_batch {micro_batch} is not below the deck's 32")
 
-    for options in (["--train.micro_batch", str(micro_batch)], ["--data.clip_seconds", clip]):
+    for options in (["--train.micro_batch", str(micro_batch)], ["--data.clip_seconds", clip],
+                    ["--cp", found["cp"].group(1)]):
         if "\nfits: every rank holds" not in dry_run(command, *options):
             fail(f"the remedy {' '.join(options)} does not fit")
     if "\ndoes not fit:" not in dry_run(command, "--train.micro_batch", str(micro_batch + 1)):
         fail(f"train.micro_batch {micro_batch + 1} fits too: {micro_batch} is not the largest")
     print(f"check_dry_run_fit: 8465 tokens, 32 a micro-batch does not fit on 80 GiB; "
           f"{found['recompute'].group(0).strip()[:-1]}, train.micro_batch {micro_batch} (and not {micro_batch + 1}), "
-          f"--pp {found['pp'].group(1)}, data.clip_seconds {clip} make it fit; ok")
+          f"--pp {found['pp'].group(1)}, data.clip_seconds {clip}, --cp {found['cp'].group(1)} make it fit; ok")
 
 
 if __name__ == "__main__":
