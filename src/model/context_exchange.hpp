@@ -1,7 +1,7 @@
 #pragma once
 // What the layers ask of the ranks a sample's tokens are cut over (parallel.cp, DeepSpeed-Ulysses):
 // the layers know the number of parts and their own, and hand tensors to these calls; the ranks and
-// the transfers are the implementation's (parallel/ulysses_exchange.hpp). Null in a Flow at cp 1.
+// the transfers are the implementation's (train/ulysses_exchange.hpp). Null in a Flow at cp 1.
 //
 // Layouts (E: the bytes of one member's heads of one token, H/parts x head_dim elements):
 //   local    [B, Lp, groups, parts, E]   this part's Lp tokens, every member's heads

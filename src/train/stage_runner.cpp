@@ -32,7 +32,7 @@ StageRunner::StageRunner(const RunConfig& config, Backend& be, parallel::Process
   require(topo_.cp <= g.tokens, "option parallel.cp = " + std::to_string(topo_.cp) + ": a sample has " +
                                     std::to_string(g.tokens) + " tokens (" + std::to_string(g.audio_tokens) +
                                     " audio, " + std::to_string(g.video_tokens) + " video), fewer than the parts");
-  if (topo_.cp > 1) context_ = std::make_unique<parallel::UlyssesExchange>(be_, *groups.context);
+  if (topo_.cp > 1) context_ = std::make_unique<UlyssesExchange>(be_, *groups.context);
   fp8_ = Fp8Linears(linears, [&](const std::string& m) { return select.in_fp8(m, depth); },
                     Fp8Recipe::of(config.precision));
   // A glob of precision.fp8_layers that matches no module: a typo, where this stage holds every layer

@@ -15,9 +15,9 @@
 #include "model/fp8_linears.hpp"
 #include "optim/distributed_optimizer.hpp"
 #include "parallel/pipeline_schedule.hpp"
-#include "parallel/ulysses_exchange.hpp"
+#include "train/ulysses_exchange.hpp"
 #include "parallel/process_groups.hpp"
-#include "parallel/ulysses_exchange.hpp"
+#include "train/ulysses_exchange.hpp"
 #include "parallel/stage_partition.hpp"
 #include "precision/precision_policy.hpp"
 #include "train/job_watchdog.hpp"
@@ -36,7 +36,7 @@ class StageRunner {
 
   const AVNet& net() const { return net_; }
   // parallel.cp > 1: the exchange between the parts of a sample's tokens; null at cp 1.
-  const parallel::UlyssesExchange* context() const { return context_.get(); }
+  const UlyssesExchange* context() const { return context_.get(); }
 
   // What this stage reads of a micro-batch: the first stage its inputs (and, alone, the labels),
   // the last stage the labels, a middle stage nothing.
@@ -99,7 +99,7 @@ class StageRunner {
   Fp8Linears fp8_;  // the linears in FP8 (none outside precision.mode fp8)
   StageLink link_;
   // parallel.cp > 1: the Ulysses exchange over the context group, every micro-batch's flow's.
-  std::unique_ptr<parallel::UlyssesExchange> context_;
+  std::unique_ptr<UlyssesExchange> context_;
   std::vector<parallel::PipeAction> actions_;  // this stage's forwards and backwards, in order
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<Slot*> slot_of_;  // micro-batch -> its slot while in flight

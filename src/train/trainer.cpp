@@ -192,7 +192,7 @@ struct Trainer::Impl {
     w.loss_scale = run.scaler.scale();
     w.grad_scale = float(w.loss_scale / config.train.micro_batches);  // the loss is scaled for every micro-batch
     w.inject_overflow = faults.overflows_at(w.step);
-    if (const parallel::UlyssesExchange* x = runner.context()) {
+    if (const UlyssesExchange* x = runner.context()) {
       w.cp_bytes_before = x->bytes_sent();
       w.cp_seconds_before = x->seconds();
     }
@@ -322,7 +322,7 @@ struct Trainer::Impl {
                                               ? optimizer.local_sum_squares() / (w.loss_scale * w.loss_scale)
                                               : a.stage_sum_squares));
     mine.set("act_mb", double(w.act_bytes) / kMiB);
-    const parallel::UlyssesExchange* x = runner.context();
+    const UlyssesExchange* x = runner.context();
     mine.set("cp_bytes", x ? double(x->bytes_sent() - w.cp_bytes_before) : 0.0);
     mine.set("cp_ms", x ? 1e3 * (x->seconds() - w.cp_seconds_before) : 0.0);
     mine.set("step_ms", w.train_ms);

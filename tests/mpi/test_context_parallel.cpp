@@ -17,7 +17,7 @@
 #include "model/token_parts.hpp"
 #include "mpi_gtest_runner.hpp"
 #include "parallel/mpi_communicator.hpp"
-#include "parallel/ulysses_exchange.hpp"
+#include "train/ulysses_exchange.hpp"
 
 namespace avtrain {
 namespace {
@@ -128,7 +128,7 @@ TEST_P(ContextParallel, PartsAddUpToTheWholeSequence) {
   const PrecisionPolicy policy(pc);
   const data::MicroBatch mb = padded_batch(tiny_set(), 3);
   const Trained whole = train(*be, policy, c.recompute, nullptr, mb);
-  parallel::UlyssesExchange exchange(*be, world);
+  UlyssesExchange exchange(*be, world);
   Trained parts = train(*be, policy, c.recompute, &exchange, mb);
   world.all_reduce(parts.grads.data(), parts.grads.size(), DType::f32, parallel::ReduceOp::sum);
   EXPECT_NEAR(parts.loss, whole.loss, c.loss_tol * std::abs(whole.loss));

@@ -1,6 +1,6 @@
-#include "parallel/ulysses_exchange.hpp"
+#include "train/ulysses_exchange.hpp"
 
-namespace avtrain::parallel {
+namespace avtrain {
 
 void UlyssesExchange::move(const void* in, void* out, Blocks before, Blocks after) {
   const auto start = Clock::now();
@@ -33,9 +33,9 @@ void UlyssesExchange::sum(float* x, std::size_t n) {
   const auto start = Clock::now();
   const std::uint64_t before = comm_.bytes_sent();
   be_.synchronize();
-  comm_.all_reduce(x, n, DType::f32, ReduceOp::sum);
+  comm_.all_reduce(x, n, DType::f32, parallel::ReduceOp::sum);
   bytes_ += comm_.bytes_sent() - before;
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-}  // namespace avtrain::parallel
+}  // namespace avtrain

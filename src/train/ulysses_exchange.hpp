@@ -1,5 +1,6 @@
 #pragma once
-// The ContextExchange of a run at parallel.cp > 1 (DeepSpeed-Ulysses): over the context
+// The ContextExchange of a run at parallel.cp > 1 (DeepSpeed-Ulysses; the trainer's: it joins the
+// model's interface to the process groups' communicator): over the context
 // communicator (the cp ranks of a replica and stage), each exchange is one all-to-all between two
 // transposes on the backend (Backend::transpose_blocks), in the backend's tensor memory:
 //   to_heads:  local [B Lp groups, parts, E] -> [parts, B Lp groups, E] -> all-to-all -> [parts, B, Lp groups E]
@@ -14,11 +15,11 @@
 #include "model/context_exchange.hpp"
 #include "parallel/communicator.hpp"
 
-namespace avtrain::parallel {
+namespace avtrain {
 
 class UlyssesExchange final : public ContextExchange {
  public:
-  UlyssesExchange(Backend& be, Communicator& context) : be_(be), comm_(context) {}
+  UlyssesExchange(Backend& be, parallel::Communicator& context) : be_(be), comm_(context) {}
   int parts() const override { return comm_.size(); }
   int part() const override { return comm_.rank(); }
   void to_heads(const void* local, void* gathered, int B, int Lp, int groups, std::size_t head_bytes) override;
@@ -40,10 +41,10 @@ class UlyssesExchange final : public ContextExchange {
   // in -> transposed `before` into the send buffer -> all-to-all -> transposed `after` into out.
   void move(const void* in, void* out, Blocks before, Blocks after);
   Backend& be_;
-  Communicator& comm_;
+  parallel::Communicator& comm_;
   Buffer send_, recv_;  // the exchange's two staging buffers
   std::uint64_t bytes_ = 0;
   double seconds_ = 0;
 };
 
-}  // namespace avtrain::parallel
+}  // namespace avtrain
