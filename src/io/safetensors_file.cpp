@@ -153,6 +153,8 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
 
 std::vector<float> SafetensorsReader::floats(const SafetensorsEntry& t) const {
   const std::uint64_t n = t.elements();
+  if (n == 0 && (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64"))
+    return {};  // an empty tensor (a 0 in its shape): nothing to read, and nothing to copy from a null data()
   std::vector<char> raw(t.end - t.begin);
   in_.clear();
   in_.seekg(std::streamoff(data_start_ + t.begin));
