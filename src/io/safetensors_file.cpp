@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,16 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// The bytes of a tensor of that shape and element size; none when they do not fit 64 bits (a shape
+// whose product wraps around would pass for a small tensor and then be read as a huge one).
+std::optional<std::uint64_t> shape_bytes(const std::vector<std::uint64_t>& shape, std::uint64_t element) {
+  if (std::find(shape.begin(), shape.end(), std::uint64_t(0)) != shape.end()) return 0;
+  std::uint64_t bytes = element;
+  for (const std::uint64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::string bytes_text(const SafetensorsEntry& t) {
@@ -116,10 +127,12 @@ void SafetensorsReader::parse_header(const std::string& header, std::uint64_t da
     t.begin = e["data_offsets"][0].get<std::uint64_t>();
     t.end = e["data_offsets"][1].get<std::uint64_t>();
     require(t.begin <= t.end, where + ": its data_offsets " + e["data_offsets"].dump() + " end before they begin");
-    require(t.end - t.begin == t.elements() * size,
+    const std::optional<std::uint64_t> need = shape_bytes(t.shape, size);
+    require(need.has_value(), where + ": its dtype " + t.dtype + " and shape " + shape_text(t.shape) +
+                                  " need more than 2^64 bytes");
+    require(t.end - t.begin == *need,
             where + ": its data_offsets " + e["data_offsets"].dump() + " hold " + std::to_string(t.end - t.begin) +
-                " bytes, its dtype " + t.dtype + " and shape " + shape_text(t.shape) + " need " +
-                std::to_string(t.elements() * size));
+                " bytes, its dtype " + t.dtype + " and shape " + shape_text(t.shape) + " need " + std::to_string(*need));
     require(t.end <= data_bytes, where + ": its data ends at byte " + std::to_string(t.end) + " of a data section of " +
                                      std::to_string(data_bytes) + " bytes (a truncated file?)");
     tensors_.push_back(std::move(t));
