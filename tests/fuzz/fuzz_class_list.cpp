@@ -4,7 +4,8 @@
 #include "pack/clip_list.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string path = avtrain::fuzz::write_file("classes.txt", avtrain::fuzz::as_text(data, size));
+  const avtrain::fuzz::Scratch scratch;
+  const std::string path = scratch.write("classes.txt", avtrain::fuzz::as_text(data, size));
   avtrain::fuzz::refusal_is_one_line([&] {
     const std::vector<std::string> names = avtrain::pack::read_class_file(path);
     // What the pack does with it next: each name's place.

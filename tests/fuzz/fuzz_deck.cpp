@@ -8,11 +8,12 @@
 #include "fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const avtrain::fuzz::Scratch scratch;
   const std::string_view text = avtrain::fuzz::as_text(data, size);
   const std::size_t end = text.find('\n');
   const std::string_view line = text.substr(0, end);
   const std::string_view deck = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
-  std::vector<std::string> args{avtrain::fuzz::write_file("deck.ini", deck)};
+  std::vector<std::string> args{scratch.write("deck.ini", deck)};
   std::string word;
   for (const char c : line) {
     if (c == ' ' || c == '\t') {

@@ -15,36 +15,39 @@
 
 namespace avtrain::fuzz {
 
-// A folder of this process's own under the temporary directory, removed when the process exits
-// normally (a crash leaves it behind, with the input that crashed).
-inline const std::filesystem::path& scratch_dir() {
-  struct Dir {
-    std::filesystem::path path;
-    Dir() {
-      path = std::filesystem::temp_directory_path() / ("avtrain-fuzz-" + std::to_string(::getpid()));
-      std::filesystem::create_directories(path);
-    }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static const Dir dir;
-  return dir.path;
-}
-
-// Writes BYTES to the scratch file NAME (replacing it) and returns its path.
-inline std::string write_file(const std::string& name, std::string_view bytes) {
-  const std::filesystem::path path = scratch_dir() / name;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "fuzz: cannot write %s\n", path.c_str());
-    std::abort();
+// The scratch folder of one input, under the temporary directory and named by the process: made
+// when the input starts, removed with all it holds when the input is done (libFuzzer may end the
+// process without running static destructors, so nothing is left for the end). A crash leaves it,
+// with libFuzzer's file of the input that crashed.
+class Scratch {
+ public:
+  Scratch() : path_(std::filesystem::temp_directory_path() / ("avtrain-fuzz-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
   }
-  return path.string();
-}
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+  // Writes BYTES to the file NAME of the folder and returns its path.
+  std::string write(const std::string& name, std::string_view bytes) const {
+    const std::filesystem::path file = path_ / name;
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "fuzz: cannot write %s\n", file.c_str());
+      std::abort();
+    }
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};

@@ -6,9 +6,10 @@
 #include "pack/clip_list.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const avtrain::fuzz::Scratch scratch;
   const avtrain::fuzz::Parts parts = avtrain::fuzz::split_at_line(avtrain::fuzz::as_text(data, size), "%%");
-  const std::string manifest = avtrain::fuzz::write_file("manifest.csv", parts.second);
-  const std::string classes = parts.found ? avtrain::fuzz::write_file("classes.txt", parts.first) : std::string();
+  const std::string manifest = scratch.write("manifest.csv", parts.second);
+  const std::string classes = parts.found ? scratch.write("classes.txt", parts.first) : std::string();
   avtrain::fuzz::refusal_is_one_line([&] {
     const std::vector<std::string> names =
         classes.empty() ? std::vector<std::string>{} : avtrain::pack::read_class_file(classes);

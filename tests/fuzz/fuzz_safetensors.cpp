@@ -5,7 +5,8 @@
 #include "io/safetensors_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string path = avtrain::fuzz::write_file("weights.safetensors", avtrain::fuzz::as_text(data, size));
+  const avtrain::fuzz::Scratch scratch;
+  const std::string path = scratch.write("weights.safetensors", avtrain::fuzz::as_text(data, size));
   avtrain::fuzz::refusal_is_one_line([&] {
     const avtrain::io::SafetensorsReader file(path);
     for (const auto& [key, text] : file.metadata()) (void)(key.size() + text.size());
