@@ -177,6 +177,15 @@ TEST(SafetensorsFile, RefusesAnUnknownDtype) {
   EXPECT_NE(m.find(path + ": tensor w: unknown dtype 'F13'"), std::string::npos) << m;
 }
 
+// A name or dtype from the file holding a line break or another control character (JSON's \n, \t)
+// is shown with it written as \xNN: the refusal stays one line (the safetensors fuzz target's oracle).
+TEST(SafetensorsFile, ControlCharactersOfANameAreShownOnOneLine) {
+  const std::string header = R"({"blocks.0\nw":{"dtype":"F\t13","shape":[1],"data_offsets":[0,4]}})";
+  const std::string m = refusal(write_bytes("newline.safetensors", file_of(header, std::string(4, '\0'))));
+  EXPECT_NE(m.find("tensor blocks.0\\x0aw: unknown dtype 'F\\x0913'"), std::string::npos) << m;
+  EXPECT_EQ(avtrain::io::one_line(std::string("a\x7f\x01\xc3\xa9 b")), "a\\x7f\\x01\xc3\xa9 b");
+}
+
 TEST(SafetensorsFile, RefusesOffsetsThatDoNotFitTheShape) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
   const std::string m = refusal(write_bytes("size.safetensors", file_of(header, std::string(8, '\0'))));
