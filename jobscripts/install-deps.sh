@@ -6,6 +6,7 @@
 #   jobscripts/install-deps.sh --tests      also what the CTest suite needs beyond the build (jobscripts/test.sh)
 #   jobscripts/install-deps.sh --reference  also PyTorch (CPU) alone: the reference checks and the benchmark
 #   jobscripts/install-deps.sh --demo       also the media of jobscripts/media-demo.sh
+#   jobscripts/install-deps.sh --fuzz       also the fuzz preset: clang's libFuzzer (validation/fuzz-campaign.sh)
 #   jobscripts/install-deps.sh --list [FLAGS]  prints the packages those flags name, one a line; installs nothing
 set -euo pipefail
 
@@ -56,6 +57,11 @@ tests=("${reference[@]}" python3-sklearn slurmctld slurmd slurm-client munge ope
 # ffmpeg program in these fonts.
 demo=(ffmpeg espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf)
 
+# The fuzz preset (tests/fuzz, validation/fuzz-campaign.sh, docs/fuzzing.md): clang; libclang-rt-dev,
+# compiler-rt's libFuzzer and the sanitizers' runtimes for clang; libomp-dev, OpenMP for clang (the
+# project's libraries ask for it).
+fuzz=(clang libclang-rt-dev libomp-dev)
+
 packages=("${base[@]}")
 list=
 for flag in "$@"; do
@@ -64,8 +70,9 @@ for flag in "$@"; do
     --tests) packages+=("${tests[@]}") ;;
     --reference) packages+=("${reference[@]}") ;;
     --demo) packages+=("${demo[@]}") ;;
+    --fuzz) packages+=("${fuzz[@]}") ;;
     --list) list=1 ;;
-    *) echo "install-deps.sh: unknown option $flag (--cuda, --tests, --reference, --demo, --list)" >&2; exit 1 ;;
+    *) echo "install-deps.sh: unknown option $flag (--cuda, --tests, --reference, --demo, --fuzz, --list)" >&2; exit 1 ;;
   esac
 done
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk '!seen[$0]++')

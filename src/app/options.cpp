@@ -174,6 +174,16 @@ class OptionTable {
   std::vector<ShortForm> short_forms_;
 };
 
+// Whether TEXT is UTF-8, as JSON text must be (nlohmann::json's dump refuses anything else).
+bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 void bind(OptionTable& t, RunConfig& c) {
   t.add("[data] shard set", "data.dir", &c.data.dir, "directory of HDF5 shards (format v1)", "data");
   t.add("[data] shard set", "data.val_fraction", &c.data.val_fraction, "share of samples held out for validation",
@@ -520,6 +530,12 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     throw Error("option precision.weight_rounding = stochastic: needs precision.master_weights none (with fp32 "
                 "masters the bf16 copy is rounded to nearest from them)");
   table.dump(parsed.resolved);
+  // run.json records every option and the deck's path as JSON text, which is UTF-8: a value that is
+  // not is refused here, naming it, and not by the JSON writer when the run has started.
+  for (const auto& [key, value] : parsed.resolved.items())
+    if (value.is_string() && !is_utf8(value.get<std::string>()))
+      throw Error("option " + key + ": its value is not UTF-8 text (run.json records every option as JSON)");
+  if (!is_utf8(c.deck)) throw Error("input deck: its path is not UTF-8 text (run.json records it as JSON)");
   return parsed;
 }
 

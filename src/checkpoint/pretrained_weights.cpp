@@ -62,7 +62,7 @@ std::optional<PositionLayout> read_layout(const io::SafetensorsReader& file) {
     } catch (const std::exception&) {
     }
     require(value >= 0 && used == it->second.size(),
-            file.path() + ": its metadata " + key + " = '" + it->second + "' is not a count");
+            file.path() + ": its metadata " + key + " = '" + io::one_line(it->second) + "' is not a count");
     return value;
   };
   return PositionLayout{number(kAudioTokens), number(kVideoTokens), number(kVideoTokensPerStep)};

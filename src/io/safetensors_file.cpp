@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,16 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// The bytes of a tensor of that shape and element size; none when they do not fit 64 bits (a shape
+// whose product wraps around would pass for a small tensor and then be read as a huge one).
+std::optional<std::uint64_t> shape_bytes(const std::vector<std::uint64_t>& shape, std::uint64_t element) {
+  if (std::find(shape.begin(), shape.end(), std::uint64_t(0)) != shape.end()) return 0;
+  std::uint64_t bytes = element;
+  for (const std::uint64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::string bytes_text(const SafetensorsEntry& t) {
@@ -90,12 +101,12 @@ void SafetensorsReader::parse_header(const std::string& header, std::uint64_t da
     if (name == "__metadata__") {
       require(it->is_object(), path_ + ": __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        require(m->is_string(), path_ + ": __metadata__ " + m.key() + " is not a string");
+        require(m->is_string(), path_ + ": __metadata__ " + one_line(m.key()) + " is not a string");
         metadata_[m.key()] = m->get<std::string>();
       }
       continue;
     }
-    const std::string where = path_ + ": tensor " + name;
+    const std::string where = path_ + ": tensor " + one_line(name);
     const nlohmann::json& e = *it;
     require(e.is_object(), where + ": not an object");
     require(e.contains("dtype") && e["dtype"].is_string(), where + ": no dtype");
@@ -106,7 +117,7 @@ void SafetensorsReader::parse_header(const std::string& header, std::uint64_t da
     t.name = name;
     t.dtype = e["dtype"].get<std::string>();
     const std::uint64_t size = element_bytes(t.dtype);
-    require(size != 0, where + ": unknown dtype '" + t.dtype + "'");
+    require(size != 0, where + ": unknown dtype '" + one_line(t.dtype) + "'");
     for (const nlohmann::json& d : e["shape"]) {
       require(d.is_number_unsigned(), where + ": its shape " + e["shape"].dump() + " is not a list of sizes");
       t.shape.push_back(d.get<std::uint64_t>());
@@ -116,10 +127,12 @@ void SafetensorsReader::parse_header(const std::string& header, std::uint64_t da
     t.begin = e["data_offsets"][0].get<std::uint64_t>();
     t.end = e["data_offsets"][1].get<std::uint64_t>();
     require(t.begin <= t.end, where + ": its data_offsets " + e["data_offsets"].dump() + " end before they begin");
-    require(t.end - t.begin == t.elements() * size,
+    const std::optional<std::uint64_t> need = shape_bytes(t.shape, size);
+    require(need.has_value(), where + ": its dtype " + t.dtype + " and shape " + shape_text(t.shape) +
+                                  " need more than 2^64 bytes");
+    require(t.end - t.begin == *need,
             where + ": its data_offsets " + e["data_offsets"].dump() + " hold " + std::to_string(t.end - t.begin) +
-                " bytes, its dtype " + t.dtype + " and shape " + shape_text(t.shape) + " need " +
-                std::to_string(t.elements() * size));
+                " bytes, its dtype " + t.dtype + " and shape " + shape_text(t.shape) + " need " + std::to_string(*need));
     require(t.end <= data_bytes, where + ": its data ends at byte " + std::to_string(t.end) + " of a data section of " +
                                      std::to_string(data_bytes) + " bytes (a truncated file?)");
     tensors_.push_back(std::move(t));
@@ -133,15 +146,15 @@ void SafetensorsReader::check_layout(std::uint64_t data_bytes) const {
   std::uint64_t covered = 0;
   const SafetensorsEntry* previous = nullptr;
   for (const SafetensorsEntry& t : tensors_) {
-    require(t.begin >= covered, path_ + ": tensor " + t.name + " (" + bytes_text(t) + ") overlaps tensor " +
-                                    (previous ? previous->name + " (" + bytes_text(*previous) + ")" : std::string()));
-    require(t.begin == covered, path_ + ": tensor " + t.name + " (" + bytes_text(t) + ") leaves a gap of " +
+    require(t.begin >= covered, path_ + ": tensor " + one_line(t.name) + " (" + bytes_text(t) + ") overlaps tensor " +
+                                    (previous ? one_line(previous->name) + " (" + bytes_text(*previous) + ")" : std::string()));
+    require(t.begin == covered, path_ + ": tensor " + one_line(t.name) + " (" + bytes_text(t) + ") leaves a gap of " +
                                     std::to_string(t.begin - covered) + " bytes before it");
     covered = t.end;
     previous = &t;
   }
   require(covered == data_bytes, path_ + ": the data section has " + std::to_string(data_bytes - covered) +
-                                     " bytes after its last tensor" + (previous ? " (" + previous->name + ")" : "") +
+                                     " bytes after its last tensor" + (previous ? " (" + one_line(previous->name) + ")" : "") +
                                      " that no tensor holds");
 }
 
@@ -153,11 +166,13 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
 
 std::vector<float> SafetensorsReader::floats(const SafetensorsEntry& t) const {
   const std::uint64_t n = t.elements();
+  if (n == 0 && (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64"))
+    return {};  // an empty tensor (a 0 in its shape): nothing to read, and nothing to copy from a null data()
   std::vector<char> raw(t.end - t.begin);
   in_.clear();
   in_.seekg(std::streamoff(data_start_ + t.begin));
   in_.read(raw.data(), std::streamsize(raw.size()));
-  require(bool(in_), path_ + ": tensor " + t.name + ": cannot read its data");
+  require(bool(in_), path_ + ": tensor " + one_line(t.name) + ": cannot read its data");
   std::vector<float> out(n);
   if (t.dtype == "F32") {
     std::memcpy(out.data(), raw.data(), raw.size());
@@ -171,7 +186,23 @@ std::vector<float> SafetensorsReader::floats(const SafetensorsEntry& t) const {
     std::memcpy(wide.data(), raw.data(), raw.size());
     std::transform(wide.begin(), wide.end(), out.begin(), [](double x) { return float(x); });
   } else {
-    throw Error(path_ + ": tensor " + t.name + ": dtype " + t.dtype + " is not a floating type (F32, F16, BF16, F64)");
+    throw Error(path_ + ": tensor " + one_line(t.name) + ": dtype " + t.dtype + " is not a floating type (F32, F16, BF16, F64)");
+  }
+  return out;
+}
+
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    const char* hex = "0123456789abcdef";
+    out += "\\x";
+    out += hex[u >> 4];
+    out += hex[u & 15];
   }
   return out;
 }

@@ -195,3 +195,22 @@ TEST(PretrainedWeights, PositionsOfAnotherLengthWithoutTheLayoutAreRefused) {
   const std::string e = refusal(path, m);
   EXPECT_NE(e.find(path + ": tensor embed.pos has 12 positions, this model 8"), std::string::npos) << e;
 }
+
+// A metadata value from the file is shown on one line, its control characters written as \xNN.
+TEST(PretrainedWeights, ALayoutValueThatIsNotACountIsRefusedOnOneLine) {
+  avtrain::io::SafetensorsWriter w(avtrain::DType::f32);
+  const float x = 1;
+  w.tensor("w", {1}, &x);
+  w.metadata("avtrain.audio_tokens", "4\n5");
+  w.metadata("avtrain.video_tokens", "4");
+  w.metadata("avtrain.video_tokens_per_step", "2");
+  const std::string path = temp_path("layout_newline.safetensors");
+  w.write(path);
+  try {
+    avtrain::checkpoint::read_layout(avtrain::io::SafetensorsReader(path));
+    ADD_FAILURE() << "a layout of '4\\n5' audio tokens was taken";
+  } catch (const avtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its metadata avtrain.audio_tokens = '4\\x0a5' is not a count"),
+              std::string::npos) << e.what();
+  }
+}

@@ -177,11 +177,36 @@ TEST(SafetensorsFile, RefusesAnUnknownDtype) {
   EXPECT_NE(m.find(path + ": tensor w: unknown dtype 'F13'"), std::string::npos) << m;
 }
 
+// A name or dtype from the file holding a line break or another control character (JSON's \n, \t)
+// is shown with it written as \xNN: the refusal stays one line (the safetensors fuzz target's oracle).
+TEST(SafetensorsFile, ControlCharactersOfANameAreShownOnOneLine) {
+  const std::string header = R"({"blocks.0\nw":{"dtype":"F\t13","shape":[1],"data_offsets":[0,4]}})";
+  const std::string m = refusal(write_bytes("newline.safetensors", file_of(header, std::string(4, '\0'))));
+  EXPECT_NE(m.find("tensor blocks.0\\x0aw: unknown dtype 'F\\x0913'"), std::string::npos) << m;
+  EXPECT_EQ(avtrain::io::one_line(std::string("a\x7f\x01\xc3\xa9 b")), "a\\x7f\\x01\xc3\xa9 b");
+}
+
 TEST(SafetensorsFile, RefusesOffsetsThatDoNotFitTheShape) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
   const std::string m = refusal(write_bytes("size.safetensors", file_of(header, std::string(8, '\0'))));
   EXPECT_NE(m.find("tensor w: its data_offsets [0,8] hold 8 bytes, its dtype F32 and shape [3] need 12"),
             std::string::npos) << m;
+}
+
+// A shape whose byte count wraps around 64 bits would pass for a small tensor (2^62 F32 elements are
+// 0 bytes, 2^62 + 1 by 4 are 16) and then be read as a huge one.
+TEST(SafetensorsFile, RefusesAShapeWhoseSizeDoesNotFit64Bits) {
+  const std::string wraps_to_0 = R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})";
+  std::string m = refusal(write_bytes("wrap0.safetensors", file_of(wraps_to_0, "")));
+  EXPECT_NE(m.find("tensor w: its dtype F32 and shape [4611686018427387904] need more than 2^64 bytes"),
+            std::string::npos) << m;
+  const std::string wraps_to_16 = R"({"w":{"dtype":"F32","shape":[4611686018427387905,4],"data_offsets":[0,16]}})";
+  m = refusal(write_bytes("wrap16.safetensors", file_of(wraps_to_16, std::string(16, '\0'))));
+  EXPECT_NE(m.find("need more than 2^64 bytes"), std::string::npos) << m;
+  // A 0 anywhere in the shape: an empty tensor, however large the other sizes.
+  const std::string empty = R"({"w":{"dtype":"F32","shape":[4611686018427387905,0,8],"data_offsets":[0,0]}})";
+  const SafetensorsReader r(write_bytes("empty_huge.safetensors", file_of(empty, "")));
+  EXPECT_TRUE(r.floats(*r.find("w")).empty());
 }
 
 TEST(SafetensorsFile, RefusesMalformedJson) {

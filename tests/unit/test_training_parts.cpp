@@ -709,6 +709,18 @@ TEST(ParseOptions, BadValueIsAnError) {
   EXPECT_NE(message.find("model.width"), std::string::npos) << message;
 }
 
+// run.json records the options as JSON, which is UTF-8 text: a value that is not (a Latin-1 path, a
+// stray byte) is refused naming the option, before any work, not by the JSON writer once the run has
+// started (the deck fuzz target's finding, tests/fuzz/corpus/deck/finding-*).
+TEST(ParseOptions, AValueThatIsNotUtf8IsAnErrorNamingTheOption) {
+  std::string message = error_of({"--data.dir", "/data/caf\xe9"});
+  EXPECT_NE(message.find("option data.dir: its value is not UTF-8 text"), std::string::npos) << message;
+  TempDir dir;
+  message = error_of({write_deck(dir, "[train]\nout = runs/\xff\xfe\n")});
+  EXPECT_NE(message.find("option train.out: its value is not UTF-8 text"), std::string::npos) << message;
+  EXPECT_EQ(parse_options({"--data.dir", "/data/caf\xc3\xa9"}).resolved["data.dir"], "/data/caf\xc3\xa9");
+}
+
 TEST(ParseOptions, MissingDeckIsAnErrorNamingIt) {
   const std::string message = error_of({"/nonexistent/deck.ini"});
   EXPECT_NE(message.find("/nonexistent/deck.ini"), std::string::npos) << message;
