@@ -174,6 +174,16 @@ class OptionTable {
   std::vector<ShortForm> short_forms_;
 };
 
+// Boost.Program_options 1.74 writes an error message by replacing its placeholders until none is left,
+// so a word that holds one (`--model.width %value%`) makes it loop forever (docs/fuzzing.md): such a
+// word is refused before Boost reads it. `where`: the word's place, for the message.
+void refuse_boost_placeholders(const std::string& text, const std::string& where) {
+  for (const char* p : {"%canonical_option%", "%option%", "%value%", "%original_token%", "%prefix%"})
+    if (text.find(p) != std::string::npos)
+      throw Error(where + ": holds \"" + p + "\", which the option parser (Boost.Program_options) cannot report; "
+                  "refused");
+}
+
 // Whether TEXT is UTF-8, as JSON text must be (nlohmann::json's dump refuses anything else).
 bool is_utf8(const std::string& text) {
   try {
@@ -475,6 +485,8 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   positional.add("config", 1);
 
   po::variables_map vm;
+  for (std::size_t i = 0; i < args.size(); ++i)
+    refuse_boost_placeholders(args[i], "command line word " + std::to_string(i + 1));
   try {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   } catch (const po::error& e) {
@@ -490,8 +502,15 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   }
   if (vm.count("config")) {
     const std::string deck = vm["config"].as<std::string>();
-    std::ifstream in(deck);
-    if (!in) throw Error("input deck " + deck + ": cannot be opened");
+    std::ifstream file(deck);
+    if (!file) throw Error("input deck " + deck + ": cannot be opened");
+    std::ostringstream text;
+    text << file.rdbuf();
+    std::istringstream lines(text.str());
+    int number = 0;
+    for (std::string line; std::getline(lines, line);)
+      refuse_boost_placeholders(line, "input deck " + deck + " line " + std::to_string(++number));
+    std::istringstream in(text.str());
     try {
       po::store(po::parse_config_file(in, deck_keys, false), vm);
     } catch (const po::error& e) {
