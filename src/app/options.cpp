@@ -174,10 +174,10 @@ class OptionTable {
   std::vector<ShortForm> short_forms_;
 };
 
-// Boost.Program_options 1.74 writes an error message by replacing its placeholders until none is left,
-// so a word that holds one (`--model.width %value%`) makes it loop forever (docs/fuzzing.md): such a
-// word is refused before Boost reads it. `where`: the word's place, for the message.
-void refuse_boost_placeholders(const std::string& text, const std::string& where) {
+// Boost.Program_options 1.74 writes an error message from a template, replacing its tokens (%value%,
+// ...) until none is left, so a word that holds one (`--model.width %value%`) makes it loop forever
+// (docs/fuzzing.md): such a word is refused before Boost reads it. `where`: the word's place.
+void refuse_boost_template_tokens(const std::string& text, const std::string& where) {
   for (const char* p : {"%canonical_option%", "%option%", "%value%", "%original_token%", "%prefix%"})
     if (text.find(p) != std::string::npos)
       throw Error(where + ": holds \"" + p + "\", which the option parser (Boost.Program_options) cannot report; "
@@ -486,7 +486,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
 
   po::variables_map vm;
   for (std::size_t i = 0; i < args.size(); ++i)
-    refuse_boost_placeholders(args[i], "command line word " + std::to_string(i + 1));
+    refuse_boost_template_tokens(args[i], "command line word " + std::to_string(i + 1));
   try {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   } catch (const po::error& e) {
@@ -509,7 +509,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     std::istringstream lines(text.str());
     int number = 0;
     for (std::string line; std::getline(lines, line);)
-      refuse_boost_placeholders(line, "input deck " + deck + " line " + std::to_string(++number));
+      refuse_boost_template_tokens(line, "input deck " + deck + " line " + std::to_string(++number));
     std::istringstream in(text.str());
     try {
       po::store(po::parse_config_file(in, deck_keys, false), vm);

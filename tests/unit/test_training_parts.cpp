@@ -502,9 +502,9 @@ TEST(ParseOptions, DeckSectionsSetTheirFields) {
   EXPECT_EQ(c.model.depth, ModelConfig{}.depth);  // untouched keys keep their defaults
 }
 
-// Boost.Program_options 1.74 loops forever reporting a word that holds one of its placeholders: such
+// Boost.Program_options 1.74 loops forever reporting a word that holds one of its template tokens: such
 // words are refused first, on the command line and in a deck, in one line naming where.
-TEST(ParseOptions, BoostPlaceholdersAreRefusedBeforeBoostLoopsOnThem) {
+TEST(ParseOptions, BoostTemplateTokensAreRefusedBeforeBoostLoopsOnThem) {
   const auto refusal = [](const std::vector<std::string>& args) {
     try {
       parse_options(args);
