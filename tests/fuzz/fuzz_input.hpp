@@ -1,8 +1,6 @@
 #pragma once
 // What every fuzz target shares: the input written where the reader under test expects a file, and
 // the one outcome of a bad input that is not a finding, avtrain::Error with a one-line message.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -11,30 +9,21 @@
 #include <string>
 #include <string_view>
 
+#include "../data/temp_dir.hpp"
 #include "core/error.hpp"
 
 namespace avtrain::fuzz {
 
-// The scratch folder of one input, under the temporary directory and named by the process: made
-// when the input starts, removed with all it holds when the input is done (libFuzzer may end the
-// process without running static destructors, so nothing is left for the end). A crash leaves it,
-// with libFuzzer's file of the input that crashed.
+// The scratch folder of one input (test::TempDir): made when the input starts, removed with all it
+// holds when the input is done (libFuzzer may end the process without running static destructors,
+// so nothing is left for the end). A crash leaves it, with libFuzzer's file of the input that crashed.
 class Scratch {
  public:
-  Scratch() : path_(std::filesystem::temp_directory_path() / ("avtrain-fuzz-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return dir_.path(); }
 
   // Writes BYTES to the file NAME of the folder and returns its path.
   std::string write(const std::string& name, std::string_view bytes) const {
-    const std::filesystem::path file = path_ / name;
+    const std::filesystem::path file = dir_.path() / name;
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), std::streamsize(bytes.size()));
     out.close();
@@ -46,7 +35,7 @@ class Scratch {
   }
 
  private:
-  std::filesystem::path path_;
+  test::TempDir dir_;
 };
 
 inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
