@@ -4,6 +4,7 @@
 
 #include "checkpoint/torch_names.hpp"
 #include "core/error.hpp"
+#include "core/one_line.hpp"
 
 namespace avtrain::checkpoint {
 
@@ -62,7 +63,7 @@ std::optional<PositionLayout> read_layout(const io::SafetensorsReader& file) {
     } catch (const std::exception&) {
     }
     require(value >= 0 && used == it->second.size(),
-            file.path() + ": its metadata " + key + " = '" + io::one_line(it->second) + "' is not a count");
+            file.path() + ": its metadata " + key + " = '" + one_line(it->second) + "' is not a count");
     return value;
   };
   return PositionLayout{number(kAudioTokens), number(kVideoTokens), number(kVideoTokensPerStep)};

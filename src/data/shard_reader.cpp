@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/one_line.hpp"
 #include "data/label_sets.hpp"
 #include "data/row_runs.hpp"
 #include "data/value_digest.hpp"
@@ -20,6 +21,9 @@ namespace {
 
 constexpr const char* kFormatName = "av-shard";
 constexpr long long kFormatVersions[] = {1, 2};  // 2: /labels, a set of classes a sample
+// More classes than any dataset has (ImageNet-21k: 21,841) by far. Opening a set allocates per class
+// (the class histogram), so a damaged count must not reach that: found by the shard fuzz target.
+constexpr int kMaxClasses = 1 << 20;
 constexpr std::size_t kCheckBlockBytes = std::size_t{8} << 20;  // one value-check read holds at most this much
 
 H5Id open_file(const std::string& path) {
@@ -144,7 +148,7 @@ std::optional<ShardDigests> read_digests(hid_t file, const std::string& path, in
   if (checked != 1) throw Error(path + ": attribute values_checked = " + std::to_string(checked) + ", expected 1");
   const std::string algorithm = read_string_attribute(file, path, "digest_algorithm");
   if (algorithm != kDigestAlgorithm) {
-    throw Error(path + ": attribute digest_algorithm = \"" + algorithm + "\", this reader knows " + kDigestAlgorithm +
+    throw Error(path + ": attribute digest_algorithm = \"" + one_line(algorithm) + "\", this reader knows " + kDigestAlgorithm +
                 " only");
   }
   ShardDigests digests{};
@@ -301,7 +305,7 @@ ShardReader::ShardReader(std::string path) {
 
   const std::string format = read_string_attribute(file, p, "avtrain_format");
   if (format != kFormatName) {
-    throw Error(p + ": attribute avtrain_format = \"" + format + "\", expected \"" + kFormatName + "\"");
+    throw Error(p + ": attribute avtrain_format = \"" + one_line(format) + "\", expected \"" + kFormatName + "\"");
   }
   const long long version = read_integer_attribute(file, p, "version");
   if (std::find(std::begin(kFormatVersions), std::end(kFormatVersions), version) == std::end(kFormatVersions)) {
@@ -310,6 +314,10 @@ ShardReader::ShardReader(std::string path) {
   header_.version = static_cast<int>(version);
   header_.sample_rate = positive_int_attribute(file, p, "sample_rate");
   header_.num_classes = positive_int_attribute(file, p, "num_classes");
+  if (header_.num_classes > kMaxClasses) {
+    throw Error(p + ": attribute num_classes = " + std::to_string(header_.num_classes) + " is more than " +
+                std::to_string(kMaxClasses) + " classes (a damaged header?)");
+  }
   header_.fps = read_number_attribute(file, p, "fps");
   if (!std::isfinite(header_.fps) || header_.fps <= 0) {
     std::ostringstream message;
@@ -327,7 +335,7 @@ ShardReader::ShardReader(std::string path) {
     std::sort(sorted.begin(), sorted.end());
     for (std::size_t i = 0; i < sorted.size(); ++i) {
       if (sorted[i].empty()) throw Error(p + ": attribute class_names holds an empty name");
-      if (i > 0 && sorted[i] == sorted[i - 1]) throw Error(p + ": attribute class_names holds \"" + sorted[i] + "\" twice");
+      if (i > 0 && sorted[i] == sorted[i - 1]) throw Error(p + ": attribute class_names holds \"" + one_line(sorted[i]) + "\" twice");
     }
   }
   if (H5Aexists(file, "packed_with") > 0) header_.packed_with = read_string_attribute(file, p, "packed_with");

@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/one_line.hpp"
 #include "core/half.hpp"
 
 namespace avtrain::io {
@@ -187,22 +188,6 @@ std::vector<float> SafetensorsReader::floats(const SafetensorsEntry& t) const {
     std::transform(wide.begin(), wide.end(), out.begin(), [](double x) { return float(x); });
   } else {
     throw Error(path_ + ": tensor " + one_line(t.name) + ": dtype " + t.dtype + " is not a floating type (F32, F16, BF16, F64)");
-  }
-  return out;
-}
-
-std::string one_line(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) {
-      out += c;
-      continue;
-    }
-    const char* hex = "0123456789abcdef";
-    out += "\\x";
-    out += hex[u >> 4];
-    out += hex[u & 15];
   }
   return out;
 }

@@ -66,10 +66,6 @@ class SafetensorsWriter {
   std::string data_;
 };
 
-// TEXT from a file (a tensor name, a dtype, a metadata key or value) as a refusal shows it: on one
-// line, each control character (a line break, a tab, ...) written as \xNN.
-std::string one_line(const std::string& text);
-
 // The word safetensors uses for a DType: "F32", "F16", "BF16".
 const char* safetensors_dtype(DType dtype);
 

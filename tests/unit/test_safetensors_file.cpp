@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/one_line.hpp"
 #include "io/safetensors_file.hpp"
 
 using avtrain::DType;
@@ -183,7 +184,7 @@ TEST(SafetensorsFile, ControlCharactersOfANameAreShownOnOneLine) {
   const std::string header = R"({"blocks.0\nw":{"dtype":"F\t13","shape":[1],"data_offsets":[0,4]}})";
   const std::string m = refusal(write_bytes("newline.safetensors", file_of(header, std::string(4, '\0'))));
   EXPECT_NE(m.find("tensor blocks.0\\x0aw: unknown dtype 'F\\x0913'"), std::string::npos) << m;
-  EXPECT_EQ(avtrain::io::one_line(std::string("a\x7f\x01\xc3\xa9 b")), "a\\x7f\\x01\xc3\xa9 b");
+  EXPECT_EQ(avtrain::one_line(std::string("a\x7f\x01\xc3\xa9 b")), "a\\x7f\\x01\xc3\xa9 b");
 }
 
 TEST(SafetensorsFile, RefusesOffsetsThatDoNotFitTheShape) {
