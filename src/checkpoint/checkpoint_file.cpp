@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "data/hdf5_file_format.hpp"
 
 namespace avtrain::checkpoint {
 namespace {
@@ -67,7 +68,7 @@ FileWriter::FileWriter(std::string path, FileImage* image)
   H5FD_file_image_callbacks_t callbacks = {image_malloc, image_memcpy, image_realloc, image_free,
                                            udata_copy,   udata_free,   &image_};
   require(fapl.valid() && H5Pset_fapl_core(fapl.get(), kImageIncrement, false) >= 0 &&
-              H5Pset_file_image_callbacks(fapl.get(), &callbacks) >= 0,
+              H5Pset_file_image_callbacks(fapl.get(), &callbacks) >= 0 && data::use_checksummed_metadata(fapl.get()),
           "checkpoint " + path_ + ": cannot set up HDF5's in-memory file");
   file_ = H5Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   require(file_.valid(), "checkpoint " + tmp_ + ": cannot create");

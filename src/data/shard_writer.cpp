@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "data/hdf5_file_format.hpp"
 #include "data/label_sets.hpp"
 #include "data/zstd_filter.hpp"
 
@@ -149,7 +150,9 @@ ShardWriter::ShardWriter(const ShardHeader& header, const ShardLayout& layout)
     : header_(header), layout_(layout), temporary_path_(header.path + ".tmp") {
   silence_hdf5_error_printing();
   const std::string& p = temporary_path_;
-  file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  const H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || !use_checksummed_metadata(fapl.get())) throw Error(p + ": cannot set up HDF5's file format");
+  file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (!file_.valid()) throw Error(p + ": cannot create the file (is the directory writable?)");
   const hid_t file = file_.get();
 

@@ -5,8 +5,9 @@ the run ends as the run that was never damaged.
 usage: check_damaged_fallback.py WORK -- [MPIRUN ...] AVTRAIN DECK [OPTIONS...]
 Trains straight with a checkpoint every 10 steps (all kept); copies the run, its trace rows after the
 previous checkpoint spoilt (loss -1: only a resume that writes them again can restore them);
-changes one byte in the middle of every stage file of the copy's newest checkpoint (the last
-step's) and runs again: the log must report the damage and resume from the previous committed
+changes one byte of every stage file of the copy's newest checkpoint (the last step's), in the middle
+of its largest chunk of values (where Fletcher-32 guards them; a byte in space the file does not use
+would change nothing), and runs again: the log must report the damage and resume from the previous committed
 checkpoint, and trace.csv and layers.csv must equal the straight one's (but the measurements).
 """
 import glob
@@ -14,8 +15,22 @@ import os
 import shutil
 import sys
 
+import h5py
+
 import run_processes
 from same_run import copy_traces, trace_difference
+
+
+def middle_of_largest_chunk(path):
+    """The file offset of the middle byte of the largest chunk any dataset of the HDF5 file at PATH holds."""
+    chunks = []
+    with h5py.File(path, "r") as f:
+        def visit(_, obj):
+            if isinstance(obj, h5py.Dataset) and obj.chunks:
+                chunks.extend(obj.id.get_chunk_info(i) for i in range(obj.id.get_num_chunks()))
+        f.visititems(visit)
+    largest = max(chunks, key=lambda c: c.size)
+    return largest.byte_offset + largest.size // 2
 
 
 def main():
@@ -35,7 +50,7 @@ def main():
     copy_traces(straight, damaged, step_of(newest), spoil_from=step_of(previous))
     for path in glob.glob(os.path.join(newest, "stage-*.h5")):
         with open(path, "r+b") as f:
-            f.seek(os.path.getsize(path) // 2)
+            f.seek(middle_of_largest_chunk(path))
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
