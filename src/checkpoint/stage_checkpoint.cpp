@@ -1,6 +1,8 @@
 #include "checkpoint/stage_checkpoint.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -146,39 +148,56 @@ Checkpoint::Checkpoint(const std::vector<std::string>& stage_files) {
   } catch (const nlohmann::json::exception&) {
     throw Error("checkpoint " + first.path() + ": the fingerprint attribute is not JSON");
   }
+  require(fingerprint_.is_object(), "checkpoint " + first.path() + ": the fingerprint attribute is not a JSON object");
   for (const FileReader& f : files_)
     require(f.attribute("fingerprint") == first.attribute("fingerprint"),
             "checkpoint " + f.path() + ": its fingerprint differs from " + first.path() + "'s (files of two runs?)");
-  counters_.next_step = first.int_scalar("state/next_step");
-  counters_.applied_steps = first.int_scalar("state/applied_steps");
   // Written since the watchdog issue; a checkpoint from before it counts from zero.
   counters_.elapsed_s = first.has("state/elapsed_s") ? first.real_scalar("state/elapsed_s") : 0.0;
-  counters_.adamw_updates = int(first.int_scalar("adamw/updates"));
-  counters_.scaler.scale = first.real_scalar("scaler/scale");
-  counters_.scaler.growth_tracker = int(first.int_scalar("scaler/growth_tracker"));
-  counters_.scaler.hysteresis_tracker = int(first.int_scalar("scaler/hysteresis_tracker"));
-  counters_.scaler.skipped = first.int_scalar("scaler/skipped");
+  // The counters a resume trusts, in the ranges a run writes them (a damaged file must not resume at a
+  // negative step or with a loss scale of NaN).
+  const auto counter = [&](const char* name, std::int64_t low, std::int64_t high) {
+    const std::int64_t value = first.int_scalar(name);
+    require(value >= low && value <= high, "checkpoint " + first.path() + ": " + name + " = " + std::to_string(value) +
+                                               " is outside " + std::to_string(low) + ".." + std::to_string(high) +
+                                               " (a damaged file?)");
+    return value;
+  };
+  const auto positive_real = [&](const char* name, double value, bool zero_too) {
+    require(std::isfinite(value) && (value > 0 || (zero_too && value == 0)),
+            "checkpoint " + first.path() + ": " + name + " = " + std::to_string(value) + " is not a finite " +
+                (zero_too ? "number >= 0" : "positive number") + " (a damaged file?)");
+    return value;
+  };
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  counters_.next_step = counter("state/next_step", 0, std::numeric_limits<std::int64_t>::max());
+  counters_.applied_steps = counter("state/applied_steps", 0, counters_.next_step);
+  counters_.elapsed_s = positive_real("state/elapsed_s", counters_.elapsed_s, true);
+  counters_.adamw_updates = int(counter("adamw/updates", 0, kIntMax));
+  counters_.scaler.scale = positive_real("scaler/scale", first.real_scalar("scaler/scale"), false);
+  counters_.scaler.growth_tracker = int(counter("scaler/growth_tracker", 0, kIntMax));
+  counters_.scaler.hysteresis_tracker = int(counter("scaler/hysteresis_tracker", -kIntMax, kIntMax));
+  counters_.scaler.skipped = counter("scaler/skipped", 0, counters_.next_step);
   for (const FileReader& f : files_)
     require(f.int_scalar("state/next_step") == counters_.next_step,
             "checkpoint " + f.path() + ": written at another step than " + first.path());
 }
 
-void Checkpoint::read(const std::string& name, const std::vector<std::uint64_t>& shape, float* out) const {
+std::vector<Checkpoint::Run> Checkpoint::locate(const std::string& name, const std::vector<std::uint64_t>& shape) const {
   std::uint64_t size = 1;
-  for (std::uint64_t d : shape) size *= d;
-  struct Held {
-    const FileReader* file;
-    std::uint64_t offset, count;
-  };
-  std::vector<Held> pieces;
+  for (const std::uint64_t d : shape) {
+    require(d == 0 || size <= std::numeric_limits<std::uint64_t>::max() / d,
+            "checkpoint " + files_.front().path() + ": dataset " + name + ": its shape holds more than 2^64 elements");
+    size *= d;
+  }
+  std::vector<Run> pieces;
   for (const FileReader& f : files_) {
     if (!f.has(name)) continue;
     const std::optional<Piece> piece = f.piece(name);
     if (!piece) {
       require(f.shape(name) == shape, "checkpoint " + f.path() + ": dataset " + name +
                                           " has another shape than this model's (another model.* setting?)");
-      f.tensor(name, out, size);
-      return;
+      return {{&f, 0, size}};
     }
     require(piece->shape == shape, "checkpoint " + f.path() + ": dataset " + name +
                                        " is a piece of a tensor of another shape than this model's");
@@ -187,19 +206,23 @@ void Checkpoint::read(const std::string& name, const std::vector<std::uint64_t>&
     pieces.push_back({&f, piece->offset, count});
   }
   require(!pieces.empty(), "checkpoint " + files_.front().path() + ": no file of it holds " + name);
-  std::sort(pieces.begin(), pieces.end(), [](const Held& a, const Held& b) { return a.offset < b.offset; });
+  std::sort(pieces.begin(), pieces.end(), [](const Run& a, const Run& b) { return a.offset < b.offset; });
   std::uint64_t covered = 0;
-  for (const Held& h : pieces) {
-    require(h.offset == covered && h.offset + h.count <= size,
+  for (const Run& h : pieces) {
+    require(h.offset == covered && h.count <= size - h.offset,
             "checkpoint " + h.file->path() + ": dataset " + name + ": its pieces do not cover elements " +
                 std::to_string(covered) + ".." + std::to_string(h.offset) + " of " + std::to_string(size) +
                 " exactly once (a replica's file missing?)");
-    h.file->tensor(name, out + h.offset, h.count);
     covered = h.offset + h.count;
   }
   require(covered == size, "checkpoint " + pieces.back().file->path() + ": dataset " + name +
                                ": its pieces end at element " + std::to_string(covered) + " of " +
                                std::to_string(size) + " (a replica's file missing?)");
+  return pieces;
+}
+
+void Checkpoint::read(const std::string& name, const std::vector<std::uint64_t>& shape, float* out) const {
+  for (const Run& run : locate(name, shape)) run.file->tensor(name, out + run.offset, run.count);
 }
 
 std::vector<std::pair<std::string, std::vector<std::uint64_t>>> Checkpoint::held(const std::string& group) const {
@@ -216,10 +239,11 @@ std::vector<std::pair<std::string, std::vector<std::uint64_t>>> Checkpoint::held
 }
 
 std::vector<float> Checkpoint::tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const {
-  std::uint64_t size = 1;
-  for (std::uint64_t d : shape) size *= d;
-  std::vector<float> out(size);
-  read(name, shape, out.data());
+  // Located before the memory is taken: a shape read from a damaged file (avtrain-export reads the shapes
+  // the files hold) is refused, not allocated.
+  const std::vector<Run> runs = locate(name, shape);
+  std::vector<float> out(runs.empty() ? 0 : runs.back().offset + runs.back().count);
+  for (const Run& run : runs) run.file->tensor(name, out.data() + run.offset, run.count);
   return out;
 }
 

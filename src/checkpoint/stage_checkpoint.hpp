@@ -98,6 +98,14 @@ class Checkpoint {
   std::vector<float> tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const;
 
  private:
+  // A run of a tensor's elements in one file: the whole tensor, or a piece.
+  struct Run {
+    const FileReader* file;
+    std::uint64_t offset, count;
+  };
+  // Where the elements of dataset `name` of `shape` lie: in one file whole, or in pieces that cover them
+  // exactly once, in order; an error naming the file and the dataset otherwise. Reads no values.
+  std::vector<Run> locate(const std::string& name, const std::vector<std::uint64_t>& shape) const;
   void read(const std::string& name, const std::vector<std::uint64_t>& shape, float* out) const;
   std::vector<FileReader> files_;
   nlohmann::json fingerprint_;
