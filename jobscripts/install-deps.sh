@@ -37,6 +37,11 @@ base=(cmake g++ make git pkg-config
 cuda=(python3-pip patchelf xz-utils binutils debootstrap debian-archive-keyring bubblewrap python3-venv
       openssh-server openssh-client iproute2)
 
+# The fuzz preset (tests/fuzz, validation/fuzz-campaign.sh, docs/fuzzing.md): clang; libclang-rt-dev,
+# compiler-rt's libFuzzer and the sanitizers' runtimes for clang; libomp-dev, OpenMP for clang (the
+# project's libraries ask for it).
+fuzz=(clang libclang-rt-dev libomp-dev)
+
 # PyTorch (CPU): the tests and checks against the reference model, the benchmark (validation/benchmark.sh).
 reference=(python3-torch)
 
@@ -49,18 +54,14 @@ reference=(python3-torch)
 # bubblewrap: the README's commands in a fresh Debian root (validation/fresh-machine-test.sh, label
 # fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
 # checked under (validation/bundle/cmake4-venv.sh), TensorBoard's reader and the safetensors package
-# (tests/e2e/make_pip_venv.sh).
-tests=("${reference[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
+# (tests/e2e/make_pip_venv.sh). The fuzz preset's packages: the suite's short fuzzing run builds it
+# (fuzz_targets_short_campaign_finds_nothing_in_avtrain).
+tests=("${reference[@]}" "${fuzz[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
        debootstrap debian-archive-keyring bubblewrap python3-venv)
 
 # The media demo (jobscripts/media-demo.sh and its test): words spoken by espeak-ng, drawn by the
 # ffmpeg program in these fonts.
 demo=(ffmpeg espeak-ng fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf)
-
-# The fuzz preset (tests/fuzz, validation/fuzz-campaign.sh, docs/fuzzing.md): clang; libclang-rt-dev,
-# compiler-rt's libFuzzer and the sanitizers' runtimes for clang; libomp-dev, OpenMP for clang (the
-# project's libraries ask for it).
-fuzz=(clang libclang-rt-dev libomp-dev)
 
 packages=("${base[@]}")
 list=

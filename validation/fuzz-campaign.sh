@@ -7,17 +7,19 @@
 # anything but the one-line refusal, a hang past -timeout, an allocation past -malloc_limit_mb).
 # The stored corpus is not touched: new inputs stay in the campaign's copy; a finding, once fixed,
 # goes into tests/fuzz/corpus/NAME/ by hand, as a regression input.
-#   validation/fuzz-campaign.sh SECONDS [TARGET...]   (TARGET: deck, safetensors, ...; default all)
+#   validation/fuzz-campaign.sh SECONDS [TARGET[:SECONDS]...]   (TARGET: deck, safetensors, ...; default all;
+#                                                            TARGET:S runs that one S seconds)
 # Environment: AVTRAIN_FUZZ_OUT (default runs/fuzz-campaign), AVTRAIN_FUZZ_BUILD_JOBS (default 2),
 # AVTRAIN_FUZZ_MALLOC_MB (default 256: no input of a few KiB justifies one allocation larger),
 # AVTRAIN_FUZZ_JOBS (default 1: how many targets run at once, a core each), AVTRAIN_FUZZ_STRICT (1: a
-# finding inside a library fails the campaign too), AVTRAIN_FUZZ_REPORT_ONLY (1: no build, no run: the
+# finding inside a library fails the campaign too), AVTRAIN_FUZZ_SEED (libFuzzer's -seed: the same
+# mutations from one run to the next, as CI's short run wants), AVTRAIN_FUZZ_REPORT_ONLY (1: no build, no run: the
 # table of the runs already in AVTRAIN_FUZZ_OUT, their findings replayed).
 # Exit status: 0 when no target found anything in avtrain's code, 1 when one did, 2 for a bad argument or a failed build.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
-usage="usage: validation/fuzz-campaign.sh SECONDS [TARGET...]"
+usage="usage: validation/fuzz-campaign.sh SECONDS [TARGET[:SECONDS]...]"
 [[ $# -ge 1 && $1 =~ ^[1-9][0-9]*$ ]] || { echo "fuzz-campaign.sh: SECONDS must be a whole number > 0; $usage" >&2; exit 2; }
 seconds=$1
 shift
@@ -26,10 +28,21 @@ for f in "$root"/tests/fuzz/fuzz_*.cpp; do
   n=$(basename "$f" .cpp)
   known+=("${n#fuzz_}")
 done
-targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=("${known[@]}")
-for t in "${targets[@]}"; do
+# TARGET or TARGET:SECONDS (its own time).
+words=("$@")
+[[ ${#words[@]} -gt 0 ]] || words=("${known[@]}")
+targets=()
+declare -A seconds_of
+for word in "${words[@]}"; do
+  t=${word%%:*}
   [[ " ${known[*]} " == *" $t "* ]] || { echo "fuzz-campaign.sh: no fuzz target $t (targets: ${known[*]})" >&2; exit 2; }
+  s=$seconds
+  if [[ $word == *:* ]]; then
+    s=${word#*:}
+    [[ $s =~ ^[1-9][0-9]*$ ]] || { echo "fuzz-campaign.sh: $word: the seconds after : must be a whole number > 0" >&2; exit 2; }
+  fi
+  targets+=("$t")
+  seconds_of[$t]=$s
 done
 out=${AVTRAIN_FUZZ_OUT:-$root/runs/fuzz-campaign}
 malloc_mb=${AVTRAIN_FUZZ_MALLOC_MB:-256}
@@ -61,7 +74,7 @@ run_target() {
   local start
   start=$(date +%s)
   (cd "$dir" && TMPDIR="$tmp" LSAN_OPTIONS="$lsan" "$build/bin/fuzz_$t" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" -print_funcs=0 \
+      -max_total_time="${seconds_of[$t]}" ${AVTRAIN_FUZZ_SEED:+-seed=$AVTRAIN_FUZZ_SEED} -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" -print_funcs=0 \
       -artifact_prefix="$dir/findings/" corpus > "$dir/log" 2>&1) || true
   echo $(( $(date +%s) - start )) > "$dir/seconds"
   rm -rf "$tmp"
