@@ -157,10 +157,10 @@ def main(argv=None):
     try:
         plot(args)
     except rec.InputError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(f"{PROG}: {rec.one_line(e)}", file=sys.stderr)
         return 2
     except rec.NotComparable as e:
-        print(f"{PROG}: runs are not comparable: {e}", file=sys.stderr)
+        print(f"{PROG}: runs are not comparable: {rec.one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"{PROG}: {args.out}: cannot write ({e.strerror})", file=sys.stderr)
