@@ -50,8 +50,9 @@ reference=(python3-torch)
 # fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
 # checked under (validation/bundle/cmake4-venv.sh), TensorBoard's reader and the safetensors package
 # (tests/e2e/make_pip_venv.sh).
+# python3-hypothesis: the reconcile tool fuzzed on generated trace directories (validation/fuzz_reconcile.py).
 tests=("${reference[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
-       debootstrap debian-archive-keyring bubblewrap python3-venv)
+       debootstrap debian-archive-keyring bubblewrap python3-venv python3-hypothesis)
 
 # The media demo (jobscripts/media-demo.sh and its test): words spoken by espeak-ng, drawn by the
 # ffmpeg program in these fonts.
