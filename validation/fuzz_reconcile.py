@@ -160,6 +160,10 @@ csv_damage = st.one_of(
     st.tuples(st.just("short_row"), csv_file, index, st.integers(0, 20)),
     st.tuples(st.just("long_row"), csv_file, index, cell),
     st.tuples(st.just("blank_line"), csv_file, index),
+    st.tuples(st.just("blank_line"), csv_file, st.just(0)),  # right after the header: rows and lines part
+    # the whole numbers (a step, a count) broken
+    st.tuples(st.just("cell"), csv_file, st.integers(0, 3), st.sampled_from(("step", "skipped", "nonfinite", "rank")),
+              st.sampled_from(("-1", "0.5", "nan", "inf", "-0", "1e19", "9007199254740993", "x"))),
     st.tuples(st.just("shift_steps"), csv_file, st.sampled_from((-1, 1, 3, 1000, 2 ** 53, 2 ** 63))),
     st.tuples(st.just("scale_steps"), csv_file, st.sampled_from((0, 2, 3))),
 )
@@ -192,11 +196,16 @@ READ_PATHS = tuple(("config", k) for k in (
     ("layout", "dp"), ("seed",), ("config",), ("data",), ("layout",), ("data", "shards"), ("data", "dir"))
 OTHER_PATHS = (("config", "train.seed"), ("layout", "pp"), ("data", "video_shape"), ("model",), ("build",),
                ("deck",), ("config", "augment.flip"), ("config", "augment.crop_scale"))
+FP8_PATHS = (("config", "precision.fp8_history"), ("config", "precision.fp8_margin"), ("config", "precision.fp8_amax"))
 read_path = st.sampled_from(READ_PATHS)
+# the FP8 recipe that CAND's scales are replayed by, at and past the ends of avtrain's ranges
+fp8_damage = st.tuples(st.just("json_set"), st.sampled_from(FP8_PATHS),
+                       st.sampled_from((math.inf, -math.inf, math.nan, -3, 0, 1, 18, 19, -5000, 1e300, "x", None)))
 json_path = st.one_of(read_path, st.sampled_from(OTHER_PATHS))
 json_damage = st.one_of(
     st.tuples(st.just("json_set"), read_path, st.sampled_from(JSON_EDGES)),
     st.tuples(st.just("json_set"), read_path, st.sampled_from(JSON_EDGES)),  # twice: the likeliest damage
+    fp8_damage, fp8_damage,  # twice: a run with FP8 statistics is one kind in six
     st.tuples(st.just("json_set"), json_path, json_values),
     st.tuples(st.just("json_delete"), json_path),
     st.tuples(st.just("json_top"), json_values),                      # the whole document another value
@@ -204,7 +213,16 @@ json_damage = st.one_of(
               st.sampled_from(("[", '{"a":'))),
     st.tuples(st.just("json_text"), st.text(max_size=20)),
 )
-damage = st.one_of(csv_damage, byte_damage, json_damage)
+
+
+def _kept(x):
+    return x
+
+
+# A third of the damage each to the CSV files' cells, columns and rows, to the bytes of any file, and to
+# run.json (hypothesis would otherwise flatten the three into one choice among all their kinds, and the
+# fields of run.json, a few of those kinds, would seldom be hit).
+damage = st.one_of(csv_damage.map(_kept), byte_damage.map(_kept), json_damage.map(_kept))
 # half the runs undamaged, so that the analysis past the readers is reached often
 damages = st.one_of(st.just([]), st.lists(damage, min_size=1, max_size=3))
 
