@@ -2,7 +2,7 @@
 """Property-based fuzzing of avtrain-reconcile (and plot_traces.py) on damaged trace directories.
 
 usage: fuzz_reconcile.py        (exit 0 when every generated input ends well, 1 otherwise)
-  AVTRAIN_FUZZ_RECONCILE_EXAMPLES=N   N generated inputs, random (default: a fixed set for CI)
+  AVTRAIN_FUZZ_RECONCILE_EXAMPLES=N   N generated inputs, random (default: a fixed set of 120, for CI)
   AVTRAIN_FUZZ_RECONCILE_PLOTS=M      M more through plot_traces.py as well (default: N / 30)
 
 Every input must end in PASS (exit 0), FAIL (exit 1) or a refusal (exit 2) of one non-empty line on
@@ -27,6 +27,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 import zlib
 
@@ -510,11 +511,19 @@ def fuzz_settings(examples, derandomize):
                     suppress_health_check=list(HealthCheck), print_blob=True)
 
 
+def count_from_env(name, default):
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    if not v.isdigit() or (name.endswith("EXAMPLES") and int(v) == 0):
+        sys.exit(f"fuzz_reconcile.py: {name}={v!r} is not a count of inputs")
+    return int(v)
+
+
 def main():
-    asked = os.environ.get("AVTRAIN_FUZZ_RECONCILE_EXAMPLES")
-    examples = int(asked) if asked else CI_EXAMPLES
-    asked_plots = os.environ.get("AVTRAIN_FUZZ_RECONCILE_PLOTS")
-    plots = int(asked_plots) if asked_plots else max(examples // 30, 1)
+    asked = "AVTRAIN_FUZZ_RECONCILE_EXAMPLES" in os.environ
+    examples = count_from_env("AVTRAIN_FUZZ_RECONCILE_EXAMPLES", CI_EXAMPLES)
+    plots = count_from_env("AVTRAIN_FUZZ_RECONCILE_PLOTS", max(examples // 30, 1))
     derandomize = not asked  # CI: the same inputs every time; on demand: new ones
     if plot_traces is None:
         plots = 0
@@ -538,7 +547,6 @@ def main():
         try:
             test()
         except Exception:  # hypothesis has printed the shrunk input; the traceback says where
-            import traceback
             traceback.print_exc()
             failed = True
     r, p = outcomes["reconcile"], outcomes["plot"]
