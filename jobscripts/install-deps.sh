@@ -55,9 +55,10 @@ reference=(python3-torch)
 # fresh); python3-venv: virtual environments for what PyPI gives, the CMake 4 the bundle's test file is
 # checked under (validation/bundle/cmake4-venv.sh), TensorBoard's reader and the safetensors package
 # (tests/e2e/make_pip_venv.sh). The fuzz preset's packages: the suite's short fuzzing run builds it
-# (fuzz_targets_short_campaign_finds_nothing_in_avtrain).
+# (fuzz_targets_short_campaign_finds_nothing_in_avtrain). python3-hypothesis: the reconcile tool fuzzed on
+# generated trace directories (validation/fuzz_reconcile.py).
 tests=("${reference[@]}" "${fuzz[@]}" python3-sklearn slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 ffmpeg
-       debootstrap debian-archive-keyring bubblewrap python3-venv)
+       debootstrap debian-archive-keyring bubblewrap python3-venv python3-hypothesis)
 
 # The media demo (jobscripts/media-demo.sh and its test): words spoken by espeak-ng, drawn by the
 # ffmpeg program in these fonts.

@@ -132,10 +132,14 @@ def layer_panel(p, a):
 def plot(args):
     bases, cand, a, j, tol, source = rec.reconcile(args)
     fig, ax = plt.subplots(2, 2, figsize=(14, 10))
-    metric_panel(ax[0, 0], "loss", bases, cand, a, j)
-    metric_panel(ax[0, 1], "grad_norm", bases, cand, a, j)
-    ratio_panel(ax[1, 0], a, cand)
-    layer_panel(ax[1, 1], a)
+    # inf and nan are valid values of a trace and of what is allowed (a tolerance of 1e6 in logs is
+    # exp(1e6)): finite() leaves them out of the plot, so numpy's warnings on them would only be
+    # noise on stderr, as in avtrain-reconcile
+    with np.errstate(all="ignore"):
+        metric_panel(ax[0, 0], "loss", bases, cand, a, j)
+        metric_panel(ax[0, 1], "grad_norm", bases, cand, a, j)
+        ratio_panel(ax[1, 0], a, cand)
+        layer_panel(ax[1, 1], a)
     first = j["first_step_beyond"]
     verdict = j["verdict"] + (f", first step beyond: {first}" if first is not None else "")
     mode = f"band of {len(bases)} BASE runs" if len(bases) > 1 else "one BASE run"
@@ -157,10 +161,10 @@ def main(argv=None):
     try:
         plot(args)
     except rec.InputError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(f"{PROG}: {rec.one_line(e)}", file=sys.stderr)
         return 2
     except rec.NotComparable as e:
-        print(f"{PROG}: runs are not comparable: {e}", file=sys.stderr)
+        print(f"{PROG}: runs are not comparable: {rec.one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"{PROG}: {args.out}: cannot write ({e.strerror})", file=sys.stderr)

@@ -405,6 +405,27 @@ def main():
             f.write("60,audio.conv,1,1,1,0,inf\n")
         write_run(d("badjson"), base)
         open(d("badjson/run.json"), "w").write("{\"config\": {")
+        # inputs that ended in a traceback or in a refusal of several lines (validation/fuzz_reconcile.py found
+        # most of them; docs/fuzzing.md)
+        def damaged(name, file, edit, mode=None, fp8=False):
+            write_run(d(name), base, mode=mode)
+            if fp8:
+                add_fp8_columns(d(name))
+            p = os.path.join(d(name), file)
+            text = open(p, encoding="utf-8").read()
+            open(p, "w", encoding="utf-8").write(edit(text) if callable(edit) else edit)
+        damaged("deep_json", "run.json", "[" * 100000 + "]" * 100000)   # json's parser: RecursionError
+        damaged("deep_data", "run.json", lambda t: t.replace('"audio_samples": 8000', '"audio_samples": ' + "[" * 100 + "]" * 100))
+        damaged("step_2_63", "trace.csv", lambda t: t.replace("\n3,0,", "\n9223372036854775296,0,", 1))  # int64 cast
+        damaged("blank_bad_step", "trace.csv", lambda t: t.replace("\n0,0,", "\n\n-1,0,", 1))  # the line after a blank one
+        damaged("batch_inf", "run.json", lambda t: t.replace('"train.micro_batches": 2', '"train.micro_batches": Infinity'))
+        damaged("fp8_history", "run.json", lambda t: t.replace('"precision.fp8_history": 1024', '"precision.fp8_history": -3'), fp8=True)
+        damaged("fp8_margin", "run.json", lambda t: t.replace('"precision.fp8_margin": 0', '"precision.fp8_margin": -5000'), fp8=True)
+        damaged("fp8_part", "layers.csv", lambda t: t.replace(",grad_underflow_frac,nonfinite\n", ",grad_underflow_frac,nonfinite,fp8_x_amax\n")
+                .replace("\n", ",1\n").replace(",fp8_x_amax,1\n", ",fp8_x_amax\n", 1))
+        damaged("newline_column", "trace.csv", lambda t: t.replace(",loss,", ',"lo\nss",', 1))
+        damaged("newline_layer", "layers.csv", lambda t: t.replace("\n1,embed,", '\n1,"em\nbed",', 1))
+        damaged("newline_key", "run.json", lambda t: t.replace('"model.width"', '"model.wi\\nd\\u2028th"'))
 
         R = lambda *a: [d(x) if i < 2 else x for i, x in enumerate(a)]
         commands = {  # as a user runs them: the executable itself, through its #! line
@@ -413,6 +434,8 @@ def main():
             "plot": [PY, PLOT, d("base"), d("skip"), "--out", d("plot.png"), "--title", "test"],
             "plot_band": [PY, PLOT, d("base"), d("twin"), d("leaves"), "--out", d("band.png")],
             "plot_missing": [PY, PLOT, d("base"), d("does-not-exist"), "--out", d("plot2.png")],
+            # a tolerance of x e^1e6 (fuzz_reconcile.py): exp() overflowed drawing what is allowed, numpy warned
+            "plot_huge_tol": [PY, PLOT, d("base"), d("base"), "--tol", "grad_norm=0,1e6", "--out", d("plot3.png")],
         }
         module = load_reconcile()
         calls = {
@@ -435,6 +458,12 @@ def main():
             "nonnum": R("base", "nonnum"), "badhdr": R("base", "badhdr"),
             "norows": R("base", "norows"), "nolayers": R("nolayers", "base"),
             "badjson": R("base", "badjson"), "badcount": R("base", "badcount"),
+            **{name: R("base", name) for name in ("deep_json", "deep_data", "step_2_63", "blank_bad_step", "batch_inf",
+                                                   "fp8_history", "fp8_margin", "fp8_part", "newline_column",
+                                                   "newline_layer", "newline_key")},
+            "tol_huge_log": R("base", "base", "--tol", "grad_norm=1e6,0"),  # exp(1e6) in the report's header
+            "json_unwritable": R("base", "base", "--json", d("no-such-folder/out.json")),
+            "json_to_folder": R("base", "base", "--json", d("base")),
             "skip": R("base", "skip", "--json", d("skip.json")),
             "nanloss": R("base", "nanloss"),
             "late": R("base", "late"), "late_30": R("base", "late", "--steps", "30"),
@@ -523,6 +552,27 @@ def main():
         expect("nolayers", 2, stderr_re=r"nolayers/layers\.csv: missing")
         expect("badcount", 2, stderr_re=r"badcount/layers\.csv: line \d+: nonfinite 'inf' is not a whole number")
         expect("badjson", 2, stderr_re=r"badjson/run\.json: malformed JSON")
+        deeper = r"malformed \(lists or objects nested deeper than 64 levels\)$"
+        expect("deep_json", 2, stderr_re=r"deep_json/run\.json: " + deeper)
+        expect("deep_data", 2, stderr_re=r"deep_data/run\.json: " + deeper)
+        expect("step_2_63", 2, stderr_re=r"step_2_63/trace\.csv: line 5: step '9223372036854775296' is not a whole "
+                                         r"number from 0 to 2\^53$")
+        expect("blank_bad_step", 2, stderr_re=r"blank_bad_step/trace\.csv: line 3: step '-1' is not a whole number")
+        expect("batch_inf", 2, stderr_re=r"batch_inf/run\.json: malformed \(train\.micro_batch, train\.micro_batches "
+                                         r"or layout\.dp missing or not a number\)$")
+        expect("fp8_history", 2, stderr_re=r"fp8_history/run\.json: malformed \(precision\.fp8_history -3: below 1\)$")
+        expect("fp8_margin", 2, stderr_re=r"fp8_margin/run\.json: malformed \(precision\.fp8_margin -5000: outside \[0, 18\]\)$")
+        expect("fp8_part", 2, stderr_re=r"fp8_part/layers\.csv: bad header \(has fp8_x_amax but lacks fp8_x_scale, "
+                                        r"fp8_x_underflow, .*, fp8_dy_range\)$")
+        # what a file holds, quoted in a refusal, with its line breaks and control characters as \xNN
+        expect("newline_column", 2, stderr_re=r"newline_column/trace\.csv: bad header \(lacks column\(s\) loss\): "
+                                              r"step,epoch,lo\\x0ass,grad_norm,")
+        expect("newline_layer", 2, stderr_re=r"newline_layer/layers\.csv: step 1 has layer 'em\\x0abed', not among step 0's")
+        expect("newline_key", 2, stderr_re=r"not comparable: model\.wi\\x0ad\\u2028th differs \(absent vs 64\)$")
+        expect("tol_huge_log", 0, r"  grad_norm xinf \(flag\)  ")
+        expect("json_unwritable", 2, stderr_re=r"no-such-folder/out\.json: cannot write \(No such file or directory\)$")
+        expect("json_to_folder", 2, stderr_re=r"/base: cannot write \(Is a directory\)$")
+        c.check(not os.path.exists(d("base.tmp")), "json_to_folder: base.tmp left behind")
         expect("skip", 0, r"^skipped: CAND 2 \[5, 9\], BASE 0 \[\]$")
         expect("nanloss", 1, r"CAND loss is non-finite at 1 non-skipped step\(s\), first 30")
         expect("late", 1, r"loss beyond tolerance from step 2\d ")  # every window counts
@@ -569,7 +619,7 @@ def main():
         # same for any CAND of one mode); FP32's run doctored just beyond it FAILs, just within it PASSes
         for name, (rc, out, _) in res.items():
             lines = out.strip().splitlines()
-            if rc in (0, 1) and name not in ("plot", "plot_band"):
+            if rc in (0, 1) and not name.startswith("plot"):  # plot_traces.py prints no report
                 c.check(len(lines) > 1 and lines[-2].startswith("resolution") and "verdict" not in lines[-2],
                         f"{name}: the line before the verdict is not the resolution: {lines[-2:]}")
         expect("res_single", 0, r"^  late +42-59 +loss +[0-9.]+ +\+54\.8 % windows +/2\.21 windows +cannot judge$")
@@ -743,6 +793,8 @@ def main():
         c.check(ok, f"plot: no PNG written (exit {res['plot'][0]}: {res['plot'][2]})")
         c.check(res["plot_band"][0] == 0 and os.path.getsize(d("band.png")) > 10000,
                 f"plot_band: exit {res['plot_band'][0]}: {res['plot_band'][2]}")
+        c.check(res["plot_huge_tol"][0] == 0 and res["plot_huge_tol"][2] == "" and os.path.getsize(d("plot3.png")) > 10000,
+                f"plot_huge_tol: exit {res['plot_huge_tol'][0]}, stderr {res['plot_huge_tol'][2]!r}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
