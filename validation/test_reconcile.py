@@ -627,7 +627,8 @@ def main():
                                 r"\+31 % and -31 %, .*; cannot judge loss late, grad_norm early, grad_norm middle, "
                                 r"grad_norm late: give FP32's twin as a second BASE")
         # the band of a twin whose grad norm is the BASE's: its floor alone, x1.5 (log 0.405) either way
-        expect("res_band", 0, r"^resolution \(.*\): loss early .*; grad_norm early \+50 % and -33\.3 %, .*"
+        # The early bound is x1.5 to the last bit: +50 % where this was written (Zen 4), +49.9 % on a Zen 3 (numpy).
+        expect("res_band", 0, r"^resolution \(.*\): loss early .*; grad_norm early \+(50|49\.9) % and -33\.3 %, .*"
                               r"late \+49\.9 % and -33\.3 %$")
         expect("res_none", 1, r"^resolution: none: FP32's reference run itself FAILs this comparison, with no offset "
                               r"\(loss beyond tolerance from step 0 ")
