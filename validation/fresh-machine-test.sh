@@ -26,8 +26,9 @@ die() { echo "fresh-machine-test: FAILED: $*" >&2; exit 1; }
 # (reference), h5py (shards written by another writer), FFmpeg (pack), espeak-ng and the fonts
 # (the media demo's tools: the demo itself, minutes long, runs in the suite), MPI across ranks, a real Slurm, python3-venv (a CMake 4 from PyPI), and the
 # suite's process check. (The namespace nodes' tests skip without OpenSSH: none of them here. The README's
-# recipe needs nothing the pack tests do not: FFmpeg's libraries and program, run on the whole suite.)
-default_tests='^(e2e_train_ci|bundle_cmake4_from_pypi|e2e_rewrite_shards_with_h5py|e2e_train_on_h5py_shards|reference_dump|reference_matches_pytorch|pack_make_media|pack_on_one_rank|pack_checks_what_comes_out|media_demo_tools_make_word_clips|mpi_run_pp2_dp2|e2e_slurm_job_survives_its_time_limit|no_process_outlives_the_suite)$'
+# recipe needs nothing the pack tests do not: FFmpeg's libraries and program, run on the whole suite.) The
+# fuzz preset's packages (clang, libFuzzer: its configure step) and python3-hypothesis (the reconcile tool fuzzed).
+default_tests='^(e2e_train_ci|bundle_cmake4_from_pypi|e2e_rewrite_shards_with_h5py|e2e_train_on_h5py_shards|reference_dump|reference_matches_pytorch|pack_make_media|pack_on_one_rank|pack_checks_what_comes_out|media_demo_tools_make_word_clips|fuzz_preset_configures_with_the_installed_packages|val_reconcile_fuzzed_never_tracebacks|mpi_run_pp2_dp2|e2e_slurm_job_survives_its_time_limit|no_process_outlives_the_suite)$'
 tests=${AVTRAIN_FRESH_CTEST:-}
 ctest_args=(-R "$default_tests")
 [[ $tests == all ]] && ctest_args=(-LE fresh)  # the whole suite but this test itself
