@@ -70,7 +70,9 @@ FileWriter::FileWriter(std::string path, FileImage* image)
   require(fapl.valid() && H5Pset_fapl_core(fapl.get(), kImageIncrement, false) >= 0 &&
               H5Pset_file_image_callbacks(fapl.get(), &callbacks) >= 0 && data::use_checksummed_metadata(fapl.get()),
           "checkpoint " + path_ + ": cannot set up HDF5's in-memory file");
-  file_ = H5Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  const H5Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  require(fcpl.valid() && data::record_no_times(fcpl.get()), "checkpoint " + path_ + ": cannot set up HDF5's file format");
+  file_ = H5Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   require(file_.valid(), "checkpoint " + tmp_ + ": cannot create");
   const H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
   const H5Id attr(H5Acreate2(file_.get(), "format_version", H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
@@ -111,7 +113,8 @@ H5Id FileWriter::dataset(const std::string& name, hid_t file_type, hid_t mem_typ
   const H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   require(space.valid() && dcpl.valid() && lcpl.valid() &&
               H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) >= 0 &&
-              H5Pset_fletcher32(dcpl.get()) >= 0 && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
+              H5Pset_fletcher32(dcpl.get()) >= 0 && data::record_no_times(dcpl.get()) &&
+              H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
           where + ": cannot set up");
   H5Id dset(H5Dcreate2(file_.get(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
             H5Dclose);

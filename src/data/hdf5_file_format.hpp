@@ -14,4 +14,9 @@ inline bool use_checksummed_metadata(hid_t fapl) {
   return H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) >= 0;
 }
 
+// On a file creation (or dataset creation) property list: no access, change and modification times in
+// the object's header. The 1.8 format's headers hold them when asked, HDF5's default, so that two files
+// written from the same values at different times would differ in their bytes (the root group's).
+inline bool record_no_times(hid_t creation_plist) { return H5Pset_obj_track_times(creation_plist, 0) >= 0; }
+
 }  // namespace avtrain::data

@@ -57,7 +57,7 @@ H5Id create_dataset(hid_t file, const std::string& path, const char* name, hid_t
   if (layout.growable) max_dims[0] = H5S_UNLIMITED;
   const H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()), H5Sclose);
   const H5Id plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_obj_track_times(plist.get(), 0);  // no timestamps: the same seed gives the same bytes
+  record_no_times(plist.get());  // the same seed gives the same bytes
   if (layout.gzip || layout.growable) {
     std::vector<hsize_t> chunk(dims);
     // One sample per chunk; 1-D datasets in chunks of up to 65536 (4096 when growing).
@@ -150,9 +150,10 @@ ShardWriter::ShardWriter(const ShardHeader& header, const ShardLayout& layout)
     : header_(header), layout_(layout), temporary_path_(header.path + ".tmp") {
   silence_hdf5_error_printing();
   const std::string& p = temporary_path_;
-  const H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid() || !use_checksummed_metadata(fapl.get())) throw Error(p + ": cannot set up HDF5's file format");
-  file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  const H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose), fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  if (!fapl.valid() || !fcpl.valid() || !use_checksummed_metadata(fapl.get()) || !record_no_times(fcpl.get()))
+    throw Error(p + ": cannot set up HDF5's file format");
+  file_ = H5Id(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   if (!file_.valid()) throw Error(p + ": cannot create the file (is the directory writable?)");
   const hid_t file = file_.get();
 
