@@ -7,7 +7,7 @@
 // row, NaN audio, a piece's offset beyond its tensor, a fingerprint that is not JSON.
 //
 // So, three times in four, one HDF5 file of the input (hdf5_files_of, defined by the target) is written to
-// a file in $TMPDIR, opened with HDF5 for writing, and one value of one of its datasets or attributes,
+// a scratch folder (fuzz_input.hpp), opened with HDF5 for writing, and one value of one of its datasets or attributes,
 // anywhere in the file, is overwritten through HDF5 (a compressed or checksummed chunk is rewritten as
 // HDF5 writes it): a number with a value at an edge (0, ±1, the type's extremes, NaN, the infinities,
 // just past ±1, or one of the file's own numbers, its dimensions and integer attributes, and their
@@ -17,7 +17,6 @@
 #include "hdf5_value_mutator.hpp"
 
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -31,7 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "data/hdf5_describe.hpp"
 #include "data/hdf5_id.hpp"
+#include "fuzz_input.hpp"
 #include "data/zstd_filter.hpp"
 
 extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
@@ -39,31 +40,6 @@ extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, st
 namespace {
 
 using avtrain::data::H5Id;
-
-// Bytes written to a file of their own in $TMPDIR, removed with this.
-class TempFile {
- public:
-  explicit TempFile(std::string_view bytes) {
-    const char* dir = std::getenv("TMPDIR");
-    path_ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/avtrain-hdf5-mutation-XXXXXX";
-    const int fd = mkstemp(path_.data());
-    ok_ = fd >= 0 && ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
-    if (fd >= 0) ::close(fd);
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  bool ok() const { return ok_; }
-  const std::string& path() const { return path_; }
-  std::string bytes() const {
-    std::ifstream in(path_, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-
- private:
-  std::string path_;
-  bool ok_ = false;
-};
 
 // Where a value lives: a dataset (attribute empty) or an attribute of an object.
 struct Place {
@@ -75,13 +51,6 @@ struct Survey {
   std::vector<Place> places;
   std::vector<double> numbers;  // the file's own: dimensions and integer attribute values
 };
-
-std::vector<hsize_t> dims_of(hid_t space) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(rank > 0 ? std::size_t(rank) : 0);
-  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  return dims;
-}
 
 herr_t note_attribute(hid_t object, const char* name, const H5A_info_t*, void* data) {
   auto& survey = *static_cast<Survey*>(data);
@@ -105,9 +74,7 @@ herr_t note_object(hid_t file, const char* name, const H5O_info_t* info, void* d
   if (!object.valid()) return 0;
   if (info->type == H5O_TYPE_DATASET) {
     survey.places.push_back({name, ""});
-    const H5Id space(H5Dget_space(object.get()), H5Sclose);
-    if (space.valid())
-      for (const hsize_t d : dims_of(space.get())) survey.numbers.push_back(double(d));
+    for (const hsize_t d : avtrain::data::dataset_dims(object.get())) survey.numbers.push_back(double(d));
   }
   H5Aiterate2(object.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, note_attribute, data);
   return 0;
@@ -182,7 +149,7 @@ bool change_dataset_element(const Survey& survey, const Place& place, std::minst
   if (!type.valid() || !file_space.valid()) return false;
   const H5T_class_t type_class = H5Tget_class(type.get());
   if (type_class != H5T_INTEGER && type_class != H5T_FLOAT) return false;
-  const std::vector<hsize_t> dims = dims_of(file_space.get());
+  const std::vector<hsize_t> dims = avtrain::data::dataset_dims(dataset.get());
   std::vector<hsize_t> at(dims.size());
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 0) return false;
@@ -223,9 +190,11 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
     if (file.size() >= 8 && std::memcmp(file.data(), kSignature, 8) == 0) {
       avtrain::data::silence_hdf5_error_printing();
       avtrain::data::register_zstd_filter();
-      const TempFile temp(file);
-      if (temp.ok() && change_one_value(temp.path(), rng)) {
-        const std::string changed = temp.bytes();
+      const avtrain::fuzz::Scratch scratch;
+      const std::string path = scratch.write("mutation.h5", file);
+      if (change_one_value(path, rng)) {
+        std::ifstream in(path, std::ios::binary);
+        const std::string changed{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
         const std::size_t at = std::size_t(file.data() - input.data());
         std::string out = std::string(input.substr(0, at)) + changed + std::string(input.substr(at + file.size()));
         if (out.size() <= max_size) {
